@@ -1,0 +1,89 @@
+// convtune: implicit-GEMM convolution.
+//
+// GEMM view: M = N*OH*OW output pixels, {{KG}} output channels per group, reduction
+// CG*R*S. Each workgroup computes a {{BM}} x {{BN}} tile; tiles of x and w are gathered
+// straight from the tensors (no im2col buffer) into workgroup memory, {{BK}} reduction
+// steps at a time. Each invocation holds {{TM}} x {{TN}} accumulators as scalar variables,
+// all indexed by constants (see direct.wgsl for why).
+//
+// Variant: {{VARIANT}}
+// Shape:   {{SHAPE}}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+const C: i32 = {{C}};
+const H: i32 = {{H}};
+const W: i32 = {{W}};
+const K: i32 = {{K}};
+const R: i32 = {{R}};
+const S: i32 = {{S}};
+const OH: i32 = {{OH}};
+const OW: i32 = {{OW}};
+const SH: i32 = {{SH}};
+const SW: i32 = {{SW}};
+const PH: i32 = {{PH}};
+const PW: i32 = {{PW}};
+const DH: i32 = {{DH}};
+const DW: i32 = {{DW}};
+const CG: i32 = {{CG}};
+const KG: i32 = {{KG}};
+const M: i32 = {{M}};              // N * OH * OW
+const KR: i32 = CG * R * S;        // reduction length
+const BM: i32 = {{BM}};
+const BN: i32 = {{BN}};
+const BK: i32 = {{BK}};
+const BNP: i32 = BN + 1;           // padded row of the B tile
+const THREADS: u32 = {{THREADS}}u;
+const TX: i32 = {{TX}};            // invocations along M (BM / TM)
+const M_BLOCKS: u32 = {{M_BLOCKS}}u;
+const N_BLOCKS: u32 = {{N_BLOCKS}}u;
+const BLOCKS: u32 = {{BLOCKS}}u;
+
+var<workgroup> a_tile: array<f32, {{A_TILE}}>;
+var<workgroup> b_tile: array<f32, {{B_TILE}}>;
+
+@compute @workgroup_size({{THREADS}}, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    // The grid is folded into 2D to stay under the per-dimension workgroup limit; the
+    // test is uniform across the workgroup, so the barriers below stay in uniform flow.
+    let block = wid.y * nwg.x + wid.x;
+    if (block >= BLOCKS) {
+        return;
+    }
+    let m_block = block % M_BLOCKS;
+    let rest = block / M_BLOCKS;
+    let n_block = rest % N_BLOCKS;
+    let g = i32(rest / N_BLOCKS);
+    let m0 = i32(m_block) * BM;
+    let n0 = i32(n_block) * BN;
+    let lid = i32(lidx);
+    let tx = lid % TX;
+    let ty = lid / TX;
+    let x_group = g * CG * H * W;
+
+    // Per load slot: which pixel this invocation gathers for the A tile, decoded once.
+{{A_SETUP}}
+    // Per load slot: which weight row this invocation gathers for the B tile.
+{{B_SETUP}}
+
+{{ACC_DECL}}
+
+    for (var k0: i32 = 0; k0 < KR; k0 = k0 + BK) {
+{{A_LOAD}}
+{{B_LOAD}}
+        workgroupBarrier();
+        for (var kk: i32 = 0; kk < BK; kk = kk + 1) {
+{{INNER}}
+        }
+        workgroupBarrier();
+    }
+
+{{STORE}}
+}

@@ -1,0 +1,346 @@
+//! The GPU engine: one lazily created wgpu instance, adapter, device and queue per process,
+//! shared by all threads, plus the compiled-pipeline cache.
+//!
+//! Adapter choice: `CONVTUNE_ADAPTER` (an index into `list_adapters()` or a case-insensitive
+//! name substring) if set, else the highest-performance Vulkan adapter, else the best
+//! adapter of any other backend.
+
+use crate::codegen;
+use crate::error::{Error, Result};
+use crate::params::ConvShape;
+use crate::variants::Variant;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// What `convtune.devices()` reports for one adapter.
+#[derive(Clone, Debug)]
+pub struct AdapterDesc {
+    pub index: usize,
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+    pub vendor: u32,
+    pub device: u32,
+}
+
+impl AdapterDesc {
+    fn from_info(index: usize, info: &wgpu::AdapterInfo) -> Self {
+        AdapterDesc {
+            index,
+            name: info.name.clone(),
+            backend: format!("{:?}", info.backend).to_lowercase(),
+            device_type: format!("{:?}", info.device_type),
+            driver: info.driver.clone(),
+            driver_info: info.driver_info.clone(),
+            vendor: info.vendor,
+            device: info.device,
+        }
+    }
+}
+
+/// A compiled kernel and the number of workgroups its dispatch needs.
+pub struct Compiled {
+    pub pipeline: wgpu::ComputePipeline,
+    pub workgroups: u64,
+}
+
+pub struct Engine {
+    pub adapter: wgpu::Adapter,
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub desc: AdapterDesc,
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+    /// Set when convtune had to point the Vulkan loader at NVIDIA's EGL library itself.
+    pub loader_note: Option<String>,
+    pub bind_layout: wgpu::BindGroupLayout,
+    pub pipeline_layout: wgpu::PipelineLayout,
+    /// A bias stand-in for calls without bias: storage bindings may not be empty.
+    pub no_bias: wgpu::Buffer,
+    pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
+    lost: Arc<AtomicBool>,
+}
+
+static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
+/// Serialises instance creation and the loader fallback, which sets process environment.
+static INIT: Mutex<()> = Mutex::new(());
+static LOADER_NOTE: OnceLock<String> = OnceLock::new();
+
+fn backend_rank(b: wgpu::Backend) -> u32 {
+    match b {
+        wgpu::Backend::Vulkan => 0,
+        wgpu::Backend::Metal | wgpu::Backend::Dx12 => 1,
+        _ => 2,
+    }
+}
+
+fn type_rank(t: wgpu::DeviceType) -> u32 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+fn new_instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    if std::env::var_os("WGPU_BACKEND").is_none() {
+        desc.backends = wgpu::Backends::VULKAN
+            | wgpu::Backends::METAL
+            | wgpu::Backends::DX12
+            | wgpu::Backends::GL;
+    }
+    wgpu::Instance::new(desc)
+}
+
+fn can_load(lib: &str) -> bool {
+    // SAFETY: loading a system library runs its initialisers; these are the same libraries
+    // the Vulkan loader itself would load moments later.
+    unsafe { libloading::Library::new(lib).is_ok() }
+}
+
+/// Headless NVIDIA machines and containers often ship an ICD manifest naming
+/// libGLX_nvidia.so.0, which cannot create an instance without an X server; the same
+/// driver's EGL library exports the Vulkan entry points and works. Returns a note when
+/// the fallback was applied.
+fn apply_nvidia_egl_fallback() -> Option<String> {
+    if cfg!(not(target_os = "linux"))
+        || std::env::var_os("VK_ICD_FILENAMES").is_some()
+        || std::env::var_os("VK_DRIVER_FILES").is_some()
+        || !can_load("libEGL_nvidia.so.0")
+    {
+        return None;
+    }
+    let path = std::env::temp_dir().join(format!("convtune-nvidia-egl-icd-{}.json", std::process::id()));
+    let manifest = r#"{ "file_format_version": "1.0.1", "ICD": { "library_path": "libEGL_nvidia.so.0", "api_version": "1.3.0" } }"#;
+    std::fs::write(&path, manifest).ok()?;
+    // The loader reads these when the next instance is created; instance creation is
+    // serialised by INIT, and nothing else in convtune reads the environment concurrently.
+    std::env::set_var("VK_DRIVER_FILES", &path);
+    std::env::set_var("VK_ICD_FILENAMES", &path);
+    Some(format!(
+        "no Vulkan adapter was found with the system ICD manifest; convtune pointed the Vulkan \
+         loader at libEGL_nvidia.so.0 ({})",
+        path.display()
+    ))
+}
+
+/// All adapters, in the order `CONVTUNE_ADAPTER` indexes them: best first.
+fn adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    // GL is a last resort: probing it through EGL is slow and noisy on headless machines.
+    let native = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+    let mut all = pollster::block_on(instance.enumerate_adapters(native));
+    if all.is_empty() {
+        all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::GL));
+    }
+    all.sort_by_key(|a| {
+        let i = a.get_info();
+        (backend_rank(i.backend), type_rank(i.device_type))
+    });
+    all
+}
+
+fn has_vulkan(list: &[wgpu::Adapter]) -> bool {
+    list.iter().any(|a| a.get_info().backend == wgpu::Backend::Vulkan)
+}
+
+/// Creates the instance and lists adapters, applying the headless-NVIDIA fallback when the
+/// Vulkan loader finds no adapter on its own.
+fn discover() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    let instance = new_instance();
+    let list = adapters(&instance);
+    if has_vulkan(&list) || LOADER_NOTE.get().is_some() {
+        return (instance, list);
+    }
+    if let Some(note) = apply_nvidia_egl_fallback() {
+        let _ = LOADER_NOTE.set(note);
+        let instance = new_instance();
+        let list = adapters(&instance);
+        return (instance, list);
+    }
+    (instance, list)
+}
+
+fn no_adapter_error(list_empty: bool) -> Error {
+    let loader = if cfg!(target_os = "linux") { "libvulkan.so.1" } else { "vulkan-1" };
+    if cfg!(target_os = "linux") && !can_load(loader) {
+        return Error::NoAdapter(format!(
+            "the Vulkan loader ({loader}) is not installed: install it with \
+             `apt-get install libvulkan1` (Debian/Ubuntu) or your distribution's vulkan-loader \
+             package; for a CPU-only machine also install `mesa-vulkan-drivers` (lavapipe)"
+        ));
+    }
+    if list_empty {
+        Error::NoAdapter(
+            "no GPU adapter found: the Vulkan loader is present but reports no device. Install \
+             your GPU's Vulkan driver, or `mesa-vulkan-drivers` for the CPU driver (lavapipe)"
+                .into(),
+        )
+    } else {
+        Error::NoAdapter("CONVTUNE_ADAPTER matches no adapter; see convtune.devices()".into())
+    }
+}
+
+/// Every adapter wgpu can see, best first.
+pub fn list_adapters() -> Vec<AdapterDesc> {
+    let (_instance, list) = discover();
+    list.iter().enumerate().map(|(i, a)| AdapterDesc::from_info(i, &a.get_info())).collect()
+}
+
+fn pick(list: Vec<wgpu::Adapter>) -> Result<(usize, wgpu::Adapter)> {
+    let empty = list.is_empty();
+    let chosen = match std::env::var("CONVTUNE_ADAPTER") {
+        Ok(sel) if !sel.trim().is_empty() => {
+            let sel = sel.trim();
+            match sel.parse::<usize>() {
+                Ok(idx) => list.into_iter().enumerate().nth(idx),
+                Err(_) => {
+                    let needle = sel.to_lowercase();
+                    list.into_iter()
+                        .enumerate()
+                        .find(|(_, a)| a.get_info().name.to_lowercase().contains(&needle))
+                }
+            }
+        }
+        _ => list.into_iter().enumerate().next(),
+    };
+    chosen.ok_or_else(|| no_adapter_error(empty))
+}
+
+impl Engine {
+    fn create() -> Result<Engine> {
+        let (_instance, list) = discover();
+        let (index, adapter) = pick(list)?;
+        let info = adapter.get_info();
+        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        let features = adapter.features() & wanted;
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("convtune"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::NoAdapter(format!("could not open {}: {e}", info.name)))?;
+
+        // wgpu's default handler panics; a GPU error must never take the process down.
+        // Errors that matter are caught by error scopes around each operation.
+        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
+            log::warn!("convtune: uncaptured GPU error: {e}");
+        }));
+        let lost = Arc::new(AtomicBool::new(false));
+        let lost_flag = lost.clone();
+        device.set_device_lost_callback(move |_reason, _msg| {
+            lost_flag.store(true, Ordering::SeqCst);
+        });
+
+        let entry = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let bind_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("convtune conv2d"),
+            entries: &[entry(0, true), entry(1, true), entry(2, true), entry(3, false)],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("convtune conv2d"),
+            bind_group_layouts: &[Some(&bind_layout)],
+            immediate_size: 0,
+        });
+        let no_bias = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("convtune no-bias"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        Ok(Engine {
+            adapter,
+            device,
+            queue,
+            desc: AdapterDesc::from_info(index, &info),
+            limits,
+            features,
+            loader_note: LOADER_NOTE.get().cloned(),
+            bind_layout,
+            pipeline_layout,
+            no_bias,
+            pipelines: Mutex::new(HashMap::new()),
+            lost,
+        })
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    pub fn has_timestamps(&self) -> bool {
+        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+
+    /// The compiled pipeline for (variant, shape), compiling it on first use.
+    pub fn pipeline(&self, variant: &Variant, shape: &ConvShape) -> Result<Arc<Compiled>> {
+        let key = (*variant, *shape);
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(p.clone());
+        }
+        if !variant.fits(&self.limits) {
+            return Err(Error::invalid(format!(
+                "variant {variant} needs {} invocations and {} bytes of workgroup memory; \
+                 the adapter allows {} and {}",
+                variant.invocations(),
+                variant.workgroup_bytes(),
+                self.limits.max_compute_invocations_per_workgroup,
+                self.limits.max_compute_workgroup_storage_size
+            )));
+        }
+        let kernel = codegen::generate(variant, shape)?;
+        // Compiling outside the map's lock lets other threads use cached pipelines meanwhile.
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("convtune conv2d"),
+            source: wgpu::ShaderSource::Wgsl(kernel.source.as_str().into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("convtune conv2d"),
+            layout: Some(&self.pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
+        }
+        let pipeline = Arc::new(Compiled { pipeline, workgroups: kernel.workgroups });
+        self.pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
+/// The process-wide engine, created on first use and recreated after a device loss.
+pub fn engine() -> Result<Arc<Engine>> {
+    let mut slot = ENGINE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = slot.as_ref() {
+        if !e.is_lost() {
+            return Ok(e.clone());
+        }
+    }
+    let e = Arc::new(Engine::create()?);
+    *slot = Some(e.clone());
+    Ok(e)
+}

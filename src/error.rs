@@ -1,0 +1,55 @@
+//! The one error type of the crate. Python sees it through `python::to_pyerr`, the only place
+//! where errors cross into Python.
+
+use thiserror::Error;
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A shape or parameter the caller gave is not acceptable (Python: ValueError).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// An argument of the wrong type or dtype (Python: TypeError).
+    #[error("{0}")]
+    InvalidType(String),
+    /// No usable GPU adapter, or no Vulkan loader (Python: convtune.NoAdapterError).
+    #[error("{0}")]
+    NoAdapter(String),
+    /// The GPU ran out of memory for this call (Python: convtune.OutOfMemoryError).
+    #[error("GPU out of memory: {0}")]
+    OutOfMemory(String),
+    /// The device was lost; the next call creates a new one (Python: convtune.DeviceLostError).
+    #[error("GPU device lost: {0}")]
+    DeviceLost(String),
+    /// Generated WGSL failed to validate or compile (Python: convtune.ShaderError).
+    #[error("shader for variant {variant} failed to compile: {message}")]
+    Shader { variant: String, message: String },
+    /// Any other GPU-side failure (Python: convtune.ConvtuneError).
+    #[error("GPU error: {0}")]
+    Gpu(String),
+    /// The tuning cache could not be read or written (Python: convtune.ConvtuneError).
+    #[error("tuning cache: {0}")]
+    Cache(String),
+}
+
+impl Error {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}
+
+impl From<wgpu::Error> for Error {
+    fn from(e: wgpu::Error) -> Self {
+        match e {
+            wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(e.to_string()),
+            other => Error::Gpu(other.to_string()),
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Cache(e.to_string())
+    }
+}

@@ -1,0 +1,8 @@
+//! convtune: autotuned conv2d on any Vulkan GPU, through wgpu.
+
+pub mod codegen;
+pub mod error;
+pub mod params;
+pub mod variants;
+pub mod device;
+pub mod runner;

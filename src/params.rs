@@ -1,0 +1,259 @@
+//! Convolution parameters: the validated description of one conv2d problem.
+//!
+//! Semantics follow `torch.nn.functional.conv2d`: cross-correlation, x is (N, C, H, W),
+//! w is (K, C/groups, R, S), output is (N, K, OH, OW). Padding may be asymmetric (PyTorch's
+//! "same" with an even effective kernel pads one more at the bottom/right).
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// Padding as asked for by the caller, before it is resolved against the kernel size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Padding {
+    Explicit(i64, i64),
+    Valid,
+    Same,
+}
+
+/// A fully validated conv2d problem. Every field is a plain count; construction checks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvShape {
+    pub n: u32,
+    pub c: u32,
+    pub h: u32,
+    pub w: u32,
+    pub k: u32,
+    pub r: u32,
+    pub s: u32,
+    pub stride: (u32, u32),
+    /// Padding at the top and left; bottom/right padding is implied by `oh`, `ow`.
+    pub pad: (u32, u32),
+    /// Padding at the bottom and right.
+    pub pad_end: (u32, u32),
+    pub dilation: (u32, u32),
+    pub groups: u32,
+    pub bias: bool,
+}
+
+fn pair_at_least(name: &str, v: (i64, i64), min: i64) -> Result<(u32, u32)> {
+    if v.0 < min || v.1 < min {
+        return Err(Error::invalid(format!(
+            "{name} must be >= {min} in both dimensions, got ({}, {})",
+            v.0, v.1
+        )));
+    }
+    let cap = |x: i64| {
+        u32::try_from(x).map_err(|_| Error::invalid(format!("{name} value {x} is too large")))
+    };
+    Ok((cap(v.0)?, cap(v.1)?))
+}
+
+fn dim(name: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::invalid(format!("{name} = {v} is too large")))
+}
+
+impl ConvShape {
+    /// Validates shapes and parameters the way PyTorch does and resolves the padding.
+    pub fn new(
+        x: [usize; 4],
+        w: [usize; 4],
+        stride: (i64, i64),
+        padding: Padding,
+        dilation: (i64, i64),
+        groups: i64,
+        bias_len: Option<usize>,
+    ) -> Result<Self> {
+        let stride = pair_at_least("stride", stride, 1)?;
+        let dilation = pair_at_least("dilation", dilation, 1)?;
+        if groups < 1 {
+            return Err(Error::invalid(format!("groups must be >= 1, got {groups}")));
+        }
+        let groups = u32::try_from(groups).map_err(|_| Error::invalid("groups is too large"))?;
+        let [n, c, h, wd] = x;
+        let [k, cg, r, s] = w;
+        let (n, c, h, wd) = (dim("N", n)?, dim("C", c)?, dim("H", h)?, dim("W", wd)?);
+        let (k, cg, r, s) = (dim("K", k)?, dim("C/groups", cg)?, dim("R", r)?, dim("S", s)?);
+        if c % groups != 0 {
+            return Err(Error::invalid(format!(
+                "input channels C={c} are not divisible by groups={groups}"
+            )));
+        }
+        if k % groups != 0 {
+            return Err(Error::invalid(format!(
+                "output channels K={k} (w.shape[0]) are not divisible by groups={groups}"
+            )));
+        }
+        if cg != c / groups {
+            return Err(Error::invalid(format!(
+                "w.shape[1] must be C/groups = {}/{} = {}, got {cg} (x has {c} channels)",
+                c,
+                groups,
+                c / groups
+            )));
+        }
+        if r == 0 || s == 0 {
+            return Err(Error::invalid(format!("kernel size must be >= 1, got {r}x{s}")));
+        }
+        if let Some(len) = bias_len {
+            if len != k as usize {
+                return Err(Error::invalid(format!(
+                    "bias must have K={k} elements (one per output channel), got {len}"
+                )));
+            }
+        }
+        let eff_r = dilation.0 as u64 * (r as u64 - 1) + 1;
+        let eff_s = dilation.1 as u64 * (s as u64 - 1) + 1;
+        let (pad, pad_end) = match padding {
+            Padding::Explicit(ph, pw) => {
+                if ph < 0 || pw < 0 {
+                    return Err(Error::invalid(format!(
+                        "padding must be >= 0, got ({ph}, {pw})"
+                    )));
+                }
+                let p = pair_at_least("padding", (ph, pw), 0)?;
+                (p, p)
+            }
+            Padding::Valid => ((0, 0), (0, 0)),
+            Padding::Same => {
+                if stride != (1, 1) {
+                    return Err(Error::invalid(format!(
+                        "padding='same' needs stride 1, got stride {stride:?}"
+                    )));
+                }
+                let th = (eff_r - 1) as u32;
+                let tw = (eff_s - 1) as u32;
+                ((th / 2, tw / 2), (th - th / 2, tw - tw / 2))
+            }
+        };
+        let shape = ConvShape {
+            n, c, h, w: wd, k, r, s, stride, pad, pad_end, dilation, groups,
+            bias: bias_len.is_some(),
+        };
+        let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
+        let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
+        if padded_h < eff_r || padded_w < eff_s {
+            return Err(Error::invalid(format!(
+                "kernel {r}x{s} (dilated to {eff_r}x{eff_s}) is larger than the padded input \
+                 {padded_h}x{padded_w}: the output would be empty"
+            )));
+        }
+        if n == 0 || c == 0 || h == 0 || wd == 0 || k == 0 {
+            return Err(Error::invalid(format!(
+                "empty tensor: x shape ({n}, {c}, {h}, {wd}), w shape ({k}, {cg}, {r}, {s}); \
+                 every dimension must be >= 1"
+            )));
+        }
+        for (what, count) in [
+            ("x", shape.x_len()),
+            ("w", shape.w_len()),
+            ("output", shape.y_len()),
+        ] {
+            if count > i32::MAX as u64 {
+                return Err(Error::invalid(format!(
+                    "{what} has {count} elements; at most {} are supported",
+                    i32::MAX
+                )));
+            }
+        }
+        Ok(shape)
+    }
+
+    pub fn oh(&self) -> u32 {
+        let eff = self.dilation.0 * (self.r - 1) + 1;
+        (self.h + self.pad.0 + self.pad_end.0 - eff) / self.stride.0 + 1
+    }
+
+    pub fn ow(&self) -> u32 {
+        let eff = self.dilation.1 * (self.s - 1) + 1;
+        (self.w + self.pad.1 + self.pad_end.1 - eff) / self.stride.1 + 1
+    }
+
+    pub fn cg(&self) -> u32 {
+        self.c / self.groups
+    }
+
+    pub fn kg(&self) -> u32 {
+        self.k / self.groups
+    }
+
+    pub fn x_len(&self) -> u64 {
+        self.n as u64 * self.c as u64 * self.h as u64 * self.w as u64
+    }
+
+    pub fn w_len(&self) -> u64 {
+        self.k as u64 * self.cg() as u64 * self.r as u64 * self.s as u64
+    }
+
+    pub fn y_len(&self) -> u64 {
+        self.n as u64 * self.k as u64 * self.oh() as u64 * self.ow() as u64
+    }
+
+    pub fn y_dims(&self) -> [usize; 4] {
+        [self.n as usize, self.k as usize, self.oh() as usize, self.ow() as usize]
+    }
+
+    /// Multiply-adds counted as two FLOPs, the usual convention for GFLOP/s figures.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.y_len() as f64 * self.cg() as f64 * self.r as f64 * self.s as f64
+    }
+
+    /// A short human-readable key, e.g. `1x3x225x225 k32 3x3 s1 p0`.
+    pub fn label(&self) -> String {
+        let mut s = format!(
+            "{}x{}x{}x{} k{} {}x{}",
+            self.n, self.c, self.h, self.w, self.k, self.r, self.s
+        );
+        let pair = |(a, b): (u32, u32)| if a == b { a.to_string() } else { format!("{a},{b}") };
+        s += &format!(" s{}", pair(self.stride));
+        if self.pad == self.pad_end {
+            s += &format!(" p{}", pair(self.pad));
+        } else {
+            s += &format!(" p{}/{}", pair(self.pad), pair(self.pad_end));
+        }
+        if self.dilation != (1, 1) {
+            s += &format!(" d{}", pair(self.dilation));
+        }
+        if self.groups != 1 {
+            s += &format!(" g{}", self.groups);
+        }
+        if self.bias {
+            s += " +b";
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(x: [usize; 4], w: [usize; 4], p: Padding) -> Result<ConvShape> {
+        ConvShape::new(x, w, (1, 1), p, (1, 1), 1, None)
+    }
+
+    #[test]
+    fn output_size_matches_pytorch_formula() {
+        let s = ConvShape::new([2, 3, 10, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 1, None)
+            .unwrap();
+        // floor((10 + 2 - 3) / 2) + 1 = 5 ; floor((7 - 3) / 1) + 1 = 5
+        assert_eq!((s.oh(), s.ow()), (5, 5));
+    }
+
+    #[test]
+    fn same_padding_is_asymmetric_for_even_kernels() {
+        let s = shape([1, 1, 8, 8], [1, 1, 4, 4], Padding::Same).unwrap();
+        assert_eq!((s.pad, s.pad_end), ((1, 1), (2, 2)));
+        assert_eq!((s.oh(), s.ow()), (8, 8));
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        assert!(shape([1, 4, 8, 8], [2, 3, 3, 3], Padding::Valid).is_err());
+        assert!(shape([1, 1, 2, 2], [1, 1, 3, 3], Padding::Valid).is_err());
+        assert!(ConvShape::new([1, 4, 8, 8], [2, 2, 3, 3], (1, 1), Padding::Valid, (1, 1), 3, None).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (0, 1), Padding::Valid, (1, 1), 1, None).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (1, 1), Padding::Explicit(-1, 0), (1, 1), 1, None).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (1, 1), Padding::Valid, (1, 1), 1, Some(3)).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (2, 1), Padding::Same, (1, 1), 1, None).is_err());
+    }
+}
