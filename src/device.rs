@@ -87,13 +87,10 @@ fn type_rank(t: wgpu::DeviceType) -> u32 {
     }
 }
 
-fn new_instance() -> wgpu::Instance {
+fn new_instance(backends: wgpu::Backends) -> wgpu::Instance {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     if std::env::var_os("WGPU_BACKEND").is_none() {
-        desc.backends = wgpu::Backends::VULKAN
-            | wgpu::Backends::METAL
-            | wgpu::Backends::DX12
-            | wgpu::Backends::GL;
+        desc.backends = backends;
     }
     wgpu::Instance::new(desc)
 }
@@ -130,19 +127,22 @@ fn apply_nvidia_egl_fallback() -> Option<String> {
     ))
 }
 
-/// All adapters, in the order `CONVTUNE_ADAPTER` indexes them: best first.
-fn adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
-    // GL is a last resort: probing it through EGL is slow and noisy on headless machines.
+/// The instance and its adapters, in the order `CONVTUNE_ADAPTER` indexes them: best first.
+fn instance_and_adapters() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
+    // GL is a last resort: even creating a GL instance initialises EGL, which is slow and
+    // prints errors on headless machines.
     let native = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
-    let mut all = pollster::block_on(instance.enumerate_adapters(native));
+    let mut instance = new_instance(native);
+    let mut all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     if all.is_empty() {
-        all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::GL));
+        instance = new_instance(wgpu::Backends::GL);
+        all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     }
     all.sort_by_key(|a| {
         let i = a.get_info();
         (backend_rank(i.backend), type_rank(i.device_type))
     });
-    all
+    (instance, all)
 }
 
 fn has_vulkan(list: &[wgpu::Adapter]) -> bool {
@@ -153,18 +153,22 @@ fn has_vulkan(list: &[wgpu::Adapter]) -> bool {
 /// Vulkan loader finds no adapter on its own.
 fn discover() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
     let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
-    let instance = new_instance();
-    let list = adapters(&instance);
+    // Mesa's implicit device-select layer probes Wayland/X at instance creation and prints
+    // errors on headless machines; convtune picks its adapter itself, so switch it off.
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
+    let (instance, list) = instance_and_adapters();
     if has_vulkan(&list) || LOADER_NOTE.get().is_some() {
         return (instance, list);
     }
-    if let Some(note) = apply_nvidia_egl_fallback() {
-        let _ = LOADER_NOTE.set(note);
-        let instance = new_instance();
-        let list = adapters(&instance);
-        return (instance, list);
+    match apply_nvidia_egl_fallback() {
+        Some(note) => {
+            let _ = LOADER_NOTE.set(note);
+            instance_and_adapters()
+        }
+        None => (instance, list),
     }
-    (instance, list)
 }
 
 fn no_adapter_error(list_empty: bool) -> Error {

@@ -6,3 +6,5 @@ pub mod params;
 pub mod variants;
 pub mod device;
 pub mod runner;
+#[cfg(feature = "python")]
+mod python;

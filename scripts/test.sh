@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Quickstart 2: set up, then run every test: Rust unit tests and the Python test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+echo "== cargo test"
+cargo test --release --no-default-features
+echo "== pytest"
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,304 @@
+//! The Python module `convtune._convtune`. Errors become Python exceptions here and only here.
+
+use crate::device::{self, AdapterDesc, Engine};
+use crate::error::Error;
+use crate::params::{ConvShape, Padding};
+use crate::runner::{self, DeviceTensors};
+use crate::variants::{self, Variant};
+use numpy::{PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+create_exception!(_convtune, ConvtuneError, PyRuntimeError, "A GPU-side failure in convtune.");
+create_exception!(_convtune, NoAdapterError, ConvtuneError, "No usable GPU adapter or Vulkan loader.");
+create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU ran out of memory for this call.");
+create_exception!(_convtune, DeviceLostError, ConvtuneError, "The GPU device was lost; the next call opens a new one.");
+create_exception!(_convtune, ShaderError, ConvtuneError, "A generated shader failed to compile.");
+
+/// The one place where a convtune error becomes a Python exception.
+fn to_pyerr(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::InvalidArgument(_) => PyValueError::new_err(msg),
+        Error::InvalidType(_) => PyTypeError::new_err(msg),
+        Error::NoAdapter(_) => NoAdapterError::new_err(msg),
+        Error::OutOfMemory(_) => OutOfMemoryError::new_err(msg),
+        Error::DeviceLost(_) => DeviceLostError::new_err(msg),
+        Error::Shader { .. } => ShaderError::new_err(msg),
+        Error::Gpu(_) | Error::Cache(_) => ConvtuneError::new_err(msg),
+    }
+}
+
+trait IntoPy<T> {
+    fn py_err(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, Error> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(to_pyerr)
+    }
+}
+
+/// Poisoning outputs before each run costs a host-to-GPU copy; tests turn it on.
+static POISON: AtomicBool = AtomicBool::new(false);
+
+#[derive(FromPyObject)]
+enum PadArg {
+    Mode(String),
+    Pair((i64, i64)),
+}
+
+fn padding(p: PadArg) -> Result<Padding, Error> {
+    match p {
+        PadArg::Pair((h, w)) => Ok(Padding::Explicit(h, w)),
+        PadArg::Mode(m) if m == "same" => Ok(Padding::Same),
+        PadArg::Mode(m) if m == "valid" => Ok(Padding::Valid),
+        PadArg::Mode(m) => Err(Error::invalid(format!(
+            "padding must be an int, an (h, w) pair, 'same' or 'valid'; got {m:?}"
+        ))),
+    }
+}
+
+/// Arguments every shape-taking function shares, in the order the Python layer passes them.
+#[allow(clippy::too_many_arguments)]
+fn shape_of(
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    stride: (i64, i64),
+    pad: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    bias_len: Option<usize>,
+) -> PyResult<ConvShape> {
+    ConvShape::new(x_shape, w_shape, stride, padding(pad).py_err()?, dilation, groups, bias_len).py_err()
+}
+
+fn engine() -> PyResult<std::sync::Arc<Engine>> {
+    device::engine().py_err()
+}
+
+fn parse_variant(name: &str) -> PyResult<Variant> {
+    name.parse().py_err()
+}
+
+/// The variant a call runs: the one asked for, else the default rule. The tuner's seam.
+fn choose(engine: &Engine, shape: &ConvShape, asked: Option<&str>) -> PyResult<Variant> {
+    match asked {
+        Some(name) => parse_variant(name),
+        None => Ok(variants::default_variant(shape, &engine.limits)),
+    }
+}
+
+fn dims4(dims: &[usize], what: &str) -> PyResult<[usize; 4]> {
+    dims.try_into()
+        .map_err(|_| PyValueError::new_err(format!("{what} must be 4-D, got {}-D", dims.len())))
+}
+
+#[pyfunction]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None))]
+#[allow(clippy::too_many_arguments)]
+fn conv2d<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray4<'py, f32>,
+    w: PyReadonlyArray4<'py, f32>,
+    bias: Option<PyReadonlyArray1<'py, f32>>,
+    stride: (i64, i64),
+    padding: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    variant: Option<&str>,
+) -> PyResult<Bound<'py, PyArray4<f32>>> {
+    let shape = shape_of(
+        dims4(x.shape(), "x")?,
+        dims4(w.shape(), "w")?,
+        stride,
+        padding,
+        dilation,
+        groups,
+        bias.as_ref().map(|b| b.len()),
+    )?;
+    let contiguous = |e| PyValueError::new_err(format!("{e}: arrays must be C-contiguous"));
+    let xs = x.as_slice().map_err(contiguous)?;
+    let ws = w.as_slice().map_err(contiguous)?;
+    let bs = match &bias {
+        Some(b) => Some(b.as_slice().map_err(contiguous)?),
+        None => None,
+    };
+    let eng = engine()?;
+    let v = choose(&eng, &shape, variant)?;
+    // SAFETY: the array is fresh and owned here; every element is written before it is
+    // returned (the kernels write all outputs; an error drops the array).
+    let out = unsafe { PyArray4::<f32>::new(py, shape.y_dims(), false) };
+    let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let poison = POISON.load(Ordering::Relaxed);
+    py.detach(|| runner::conv2d(&eng, &shape, &v, xs, ws, bs, dst, poison)).py_err()?;
+    Ok(out)
+}
+
+fn adapter_dict<'py>(py: Python<'py>, d: &AdapterDesc) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("index", d.index)?;
+    out.set_item("name", &d.name)?;
+    out.set_item("backend", &d.backend)?;
+    out.set_item("type", &d.device_type)?;
+    out.set_item("driver", &d.driver)?;
+    out.set_item("driver_info", &d.driver_info)?;
+    out.set_item("vendor_id", d.vendor)?;
+    out.set_item("device_id", d.device)?;
+    Ok(out)
+}
+
+/// Every adapter wgpu sees, best first (the order `CONVTUNE_ADAPTER` indexes).
+#[pyfunction]
+fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    let list = py.detach(device::list_adapters);
+    list.iter().map(|d| adapter_dict(py, d)).collect()
+}
+
+/// The adapter convtune uses, with the limits and features that matter for conv kernels.
+#[pyfunction]
+fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let eng = py.detach(device::engine).py_err()?;
+    let d = adapter_dict(py, &eng.desc)?;
+    let l = &eng.limits;
+    let limits = PyDict::new(py);
+    limits.set_item("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup)?;
+    limits.set_item("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x)?;
+    limits.set_item("max_compute_workgroup_size_y", l.max_compute_workgroup_size_y)?;
+    limits.set_item("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size)?;
+    limits.set_item("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension)?;
+    limits.set_item("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size)?;
+    limits.set_item("max_buffer_size", l.max_buffer_size)?;
+    limits.set_item("min_storage_buffer_offset_alignment", l.min_storage_buffer_offset_alignment)?;
+    d.set_item("limits", limits)?;
+    let f = eng.adapter.features();
+    let features = PyDict::new(py);
+    features.set_item("shader_f16", f.contains(wgpu::Features::SHADER_F16))?;
+    features.set_item("subgroup", f.contains(wgpu::Features::SUBGROUP))?;
+    features.set_item("timestamp_query", f.contains(wgpu::Features::TIMESTAMP_QUERY))?;
+    features.set_item(
+        "timestamp_query_inside_passes",
+        f.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
+    )?;
+    d.set_item("features", features)?;
+    d.set_item("loader_note", eng.loader_note.clone())?;
+    Ok(d)
+}
+
+/// Every variant name the generator can emit.
+#[pyfunction]
+fn variant_space() -> Vec<String> {
+    variants::all_variants().iter().map(|v| v.to_string()).collect()
+}
+
+/// The knobs of a variant, by name.
+#[pyfunction]
+fn variant_knobs<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>> {
+    let v = parse_variant(name)?;
+    let d = PyDict::new(py);
+    d.set_item("family", v.family())?;
+    for (k, val) in v.knobs() {
+        d.set_item(k, val)?;
+    }
+    Ok(d)
+}
+
+#[pyfunction]
+#[pyo3(signature = (x_shape, w_shape, stride, padding, dilation, groups, bias_len))]
+fn default_variant(
+    py: Python<'_>,
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    stride: (i64, i64),
+    padding: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    bias_len: Option<usize>,
+) -> PyResult<String> {
+    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let eng = py.detach(device::engine).py_err()?;
+    Ok(variants::default_variant(&shape, &eng.limits).to_string())
+}
+
+/// The WGSL source convtune generates for `variant` on this shape.
+#[pyfunction]
+#[pyo3(signature = (variant, x_shape, w_shape, stride, padding, dilation, groups, bias_len))]
+#[allow(clippy::too_many_arguments)]
+fn wgsl(
+    variant: &str,
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    stride: (i64, i64),
+    padding: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    bias_len: Option<usize>,
+) -> PyResult<String> {
+    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    Ok(crate::codegen::generate(&parse_variant(variant)?, &shape).py_err()?.source)
+}
+
+/// GPU seconds of `reps` runs of a variant on random data (timestamp queries when available).
+#[pyfunction]
+#[pyo3(signature = (variant, x_shape, w_shape, stride, padding, dilation, groups, bias_len, reps=10, warmup=2))]
+#[allow(clippy::too_many_arguments)]
+fn time_variant(
+    py: Python<'_>,
+    variant: Option<&str>,
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    stride: (i64, i64),
+    padding: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    bias_len: Option<usize>,
+    reps: u32,
+    warmup: u32,
+) -> PyResult<(String, Vec<f64>)> {
+    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let eng = py.detach(device::engine).py_err()?;
+    let v = choose(&eng, &shape, variant)?;
+    let times = py
+        .detach(|| -> Result<Vec<f64>, Error> {
+            let kernel = eng.pipeline(&v, &shape)?;
+            let x = runner::random_data(shape.x_len() as usize, 11);
+            let w = runner::random_data(shape.w_len() as usize, 12);
+            let b = bias_len.map(|n| runner::random_data(n, 13));
+            let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref())?;
+            if warmup > 0 {
+                t.time(&eng, &kernel, warmup)?;
+            }
+            t.time(&eng, &kernel, reps)
+        })
+        .py_err()?;
+    Ok((v.to_string(), times))
+}
+
+#[pyfunction]
+fn _set_poison(on: bool) {
+    POISON.store(on, Ordering::Relaxed);
+}
+
+#[pymodule]
+fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("ConvtuneError", py.get_type::<ConvtuneError>())?;
+    m.add("NoAdapterError", py.get_type::<NoAdapterError>())?;
+    m.add("OutOfMemoryError", py.get_type::<OutOfMemoryError>())?;
+    m.add("DeviceLostError", py.get_type::<DeviceLostError>())?;
+    m.add("ShaderError", py.get_type::<ShaderError>())?;
+    m.add_function(wrap_pyfunction!(conv2d, m)?)?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(adapter_info, m)?)?;
+    m.add_function(wrap_pyfunction!(variant_space, m)?)?;
+    m.add_function(wrap_pyfunction!(variant_knobs, m)?)?;
+    m.add_function(wrap_pyfunction!(default_variant, m)?)?;
+    m.add_function(wrap_pyfunction!(wgsl, m)?)?;
+    m.add_function(wrap_pyfunction!(time_variant, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_poison, m)?)?;
+    Ok(())
+}
