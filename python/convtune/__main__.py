@@ -1,0 +1,164 @@
+"""Command line: `python -m convtune {info,run}`."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import List, NamedTuple, Optional
+
+import numpy as np
+
+import convtune
+from convtune.reference import conv2d_reference, max_relative_error
+
+
+class Case(NamedTuple):
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride: int = 1
+    padding: int = 0
+    groups: int = 1
+
+    @property
+    def x_shape(self):
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def w_shape(self):
+        return (self.k, self.c // self.groups, self.r, self.s)
+
+    def label(self) -> str:
+        g = f" g{self.groups}" if self.groups != 1 else ""
+        return (
+            f"{self.n},{self.c},{self.h},{self.w} -> {self.k}, {self.r}x{self.s}, "
+            f"s{self.stride}, p{self.padding}{g}"
+        )
+
+    def flops(self) -> float:
+        # The suites use integer padding only.
+        oh = (self.h + 2 * self.padding - self.r) // self.stride + 1
+        ow = (self.w + 2 * self.padding - self.s) // self.stride + 1
+        return 2.0 * self.n * self.k * oh * ow * (self.c // self.groups) * self.r * self.s
+
+
+# Small enough to finish in a minute on a CPU Vulkan driver, varied enough to exercise each
+# kernel family: a first layer, 3x3 bodies, a 1x1, a depthwise, a strided 5x5.
+DEFAULT_SUITE: List[Case] = [
+    Case(1, 3, 225, 225, 32, 3, 3, 1, 0),
+    Case(1, 3, 64, 64, 16, 7, 7, 2, 3),
+    Case(1, 16, 32, 32, 32, 3, 3, 1, 1),
+    Case(2, 32, 16, 16, 64, 1, 1, 1, 0),
+    Case(1, 32, 28, 28, 32, 3, 3, 1, 1, 32),
+    Case(1, 16, 32, 32, 16, 5, 5, 2, 2),
+]
+
+# The public benchmark suite (fp32, NCHW); meant for real GPUs.
+PUBLIC_SUITE: List[Case] = [
+    Case(32, 3, 224, 224, 64, 7, 7, 2, 3),
+    Case(32, 3, 224, 224, 64, 3, 3, 1, 1),
+    Case(32, 64, 56, 56, 64, 3, 3, 1, 1),
+    Case(32, 128, 56, 56, 128, 3, 3, 2, 1),
+    Case(32, 256, 14, 14, 256, 3, 3, 1, 1),
+    Case(32, 512, 7, 7, 512, 3, 3, 1, 1),
+    Case(32, 256, 56, 56, 64, 1, 1, 1, 0),
+    Case(32, 64, 56, 56, 256, 1, 1, 1, 0),
+    Case(1, 64, 720, 1280, 64, 3, 3, 1, 1),
+    Case(1, 3, 225, 225, 32, 3, 3, 1, 0),
+]
+
+SUITES = {"default": DEFAULT_SUITE, "public": PUBLIC_SUITE}
+
+
+def _table(headers: List[str], rows: List[List[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.rjust(wd) if i else c.ljust(wd) for i, (c, wd) in enumerate(zip(cells, widths)))
+    return "\n".join([line(headers), line(["-" * wd for wd in widths])] + [line(r) for r in rows])
+
+
+def cmd_info(_args: argparse.Namespace) -> int:
+    print(f"convtune {convtune.__version__}")
+    print("adapters (best first; CONVTUNE_ADAPTER takes an index or a name substring):")
+    for d in convtune.devices():
+        print(f"  [{d['index']}] {d['name']}  ({d['backend']}, {d['type']}, driver {d['driver']} {d['driver_info']})")
+    info = convtune.adapter_info()
+    print(f"in use: [{info['index']}] {info['name']}")
+    if info.get("loader_note"):
+        print(f"note: {info['loader_note']}")
+    print("limits:")
+    for k, v in info["limits"].items():
+        print(f"  {k:40s} {v}")
+    print("features:")
+    for k, v in info["features"].items():
+        print(f"  {k:40s} {'yes' if v else 'no'}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    suite = SUITES[args.suite]
+    info = convtune.adapter_info()
+    print(f"adapter: {info['name']} ({info['backend']}, {info['type']})")
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    worst = 0.0
+    for case in suite:
+        x = rng.standard_normal(case.x_shape, dtype=np.float32)
+        w = rng.standard_normal(case.w_shape, dtype=np.float32)
+        t0 = time.perf_counter()
+        y = convtune.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups)
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        convtune.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups)
+        e2e = time.perf_counter() - t0
+        name, times = convtune.time_variant(
+            case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups, reps=args.reps
+        )
+        gpu = statistics.median(times)
+        err = "-"
+        if not args.no_check:
+            ref = conv2d_reference(x, w, case.stride, case.padding, 1, case.groups)
+            e = max_relative_error(y, ref)
+            worst = max(worst, e)
+            err = f"{e:.1e}"
+        rows.append([
+            case.label(), name, f"{gpu * 1e3:.3f}", f"{case.flops() / gpu / 1e9:.1f}",
+            f"{e2e * 1e3:.2f}", f"{first * 1e3:.1f}", err,
+        ])
+        print(".", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    print(_table(
+        ["shape (N,C,H,W -> K, RxS, stride, pad)", "variant", "GPU ms", "GFLOP/s", "e2e ms", "first ms", "rel err"],
+        rows,
+    ))
+    print(f"GPU ms: median of {args.reps} timed runs; e2e: numpy in -> numpy out; first: includes shader compile.")
+    if not args.no_check and worst > 1e-5:
+        print(f"error: max relative error {worst:.2e} exceeds 1e-5", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m convtune", description=convtune.__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="list adapters and the limits/features of the one in use")
+    run = sub.add_parser("run", help="run conv2d over a shape suite and print a table")
+    run.add_argument("--suite", choices=sorted(SUITES), default="default")
+    run.add_argument("--reps", type=int, default=10, help="timed runs per shape")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--no-check", action="store_true", help="skip the float64 reference check")
+    args = p.parse_args(argv)
+    try:
+        return {"info": cmd_info, "run": cmd_run}[args.cmd](args)
+    except convtune.ConvtuneError as e:
+        print(f"convtune: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

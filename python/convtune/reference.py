@@ -1,0 +1,72 @@
+"""A float64 numpy reference for conv2d with PyTorch's semantics (slow; for checking)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+
+def _pair(v: Any) -> Tuple[int, int]:
+    return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
+
+
+def _pads(padding: Any, eff: Tuple[int, int]) -> Tuple[int, int, int, int]:
+    """(top, bottom, left, right); 'same' puts the odd pixel at the bottom/right like PyTorch."""
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    if padding == "same":
+        th, tw = eff[0] - 1, eff[1] - 1
+        return (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+    ph, pw = _pair(padding)
+    return (ph, ph, pw, pw)
+
+
+def conv2d_reference(
+    x: Any,
+    w: Any,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    bias: Optional[Any] = None,
+) -> np.ndarray:
+    """conv2d in float64 with zero padding, cross-correlation, NCHW; returns float64."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    n, c, _, _ = x.shape
+    k, cg, r, s = w.shape
+    eff = (dh * (r - 1) + 1, dw * (s - 1) + 1)
+    top, bottom, left, right = _pads(padding, eff)
+    xp = np.ascontiguousarray(np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right))))
+    hp, wp = xp.shape[2], xp.shape[3]
+    oh = (hp - eff[0]) // sh + 1
+    ow = (wp - eff[1]) // sw + 1
+    st = xp.strides
+    win = as_strided(
+        xp,
+        (n, c, oh, ow, r, s),
+        (st[0], st[1], st[2] * sh, st[3] * sw, st[2] * dh, st[3] * dw),
+        writeable=False,
+    )
+    win = win.reshape(n, groups, cg, oh, ow, r, s)
+    wg = w.reshape(groups, k // groups, cg, r, s)
+    y = np.einsum("ngchwrs,gkcrs->ngkhw", win, wg, optimize=True).reshape(n, k, oh, ow)
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=np.float64)[None, :, None, None]
+    return y
+
+
+def max_relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| scaled by the largest |want| (NaN where both are NaN counts as equal)."""
+    got = np.asarray(got, dtype=np.float64)
+    both_nan = np.isnan(got) & np.isnan(want)
+    diff = np.where(both_nan, 0.0, np.abs(got - want))
+    finite = want[np.isfinite(want)]
+    scale = max(float(np.abs(finite).max()) if finite.size else 0.0, 1e-6)
+    if np.isnan(diff).any():
+        return float("inf")
+    return float(diff.max() / scale) if diff.size else 0.0
