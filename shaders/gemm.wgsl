@@ -3,8 +3,14 @@
 // GEMM view: M = N*OH*OW output pixels, {{KG}} output channels per group, reduction
 // CG*R*S. Each workgroup computes a {{BM}} x {{BN}} tile; tiles of x and w are gathered
 // straight from the tensors (no im2col buffer) into workgroup memory, {{BK}} reduction
-// steps at a time. Each invocation holds {{TM}} x {{TN}} accumulators as scalar variables,
-// all indexed by constants (see direct.wgsl for why).
+// steps at a time, double-buffered: the next step's global loads are issued into registers
+// before the current step's arithmetic, so their latency hides behind it, and one barrier
+// per step suffices.
+//
+// Each invocation holds {{TM}} x {{TN}} accumulators as scalar variables indexed by
+// constants (see direct.wgsl for why). Its rows and columns come in groups of four,
+// spread so that each vec4 read of workgroup memory by a subgroup is contiguous
+// (conflict-free), and the reduction loop over one staged step is written out.
 //
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
@@ -30,20 +36,23 @@ const DH: i32 = {{DH}};
 const DW: i32 = {{DW}};
 const CG: i32 = {{CG}};
 const KG: i32 = {{KG}};
+const OHW: i32 = OH * OW;
 const M: i32 = {{M}};              // N * OH * OW
 const KR: i32 = CG * R * S;        // reduction length
 const BM: i32 = {{BM}};
 const BN: i32 = {{BN}};
 const BK: i32 = {{BK}};
-const BNP: i32 = BN + 1;           // padded row of the B tile
-const THREADS: u32 = {{THREADS}}u;
 const TX: i32 = {{TX}};            // invocations along M (BM / TM)
+const TY: i32 = {{TY}};            // invocations along N (BN / TN)
+const A_STAGE: i32 = BK * BM / 4;  // vec4s in one staged A tile
+const B_STAGE: i32 = BK * BN / 4;
 const M_BLOCKS: u32 = {{M_BLOCKS}}u;
 const N_BLOCKS: u32 = {{N_BLOCKS}}u;
 const BLOCKS: u32 = {{BLOCKS}}u;
 
-var<workgroup> a_tile: array<f32, {{A_TILE}}>;
-var<workgroup> b_tile: array<f32, {{B_TILE}}>;
+// Two stages each: [k][m] and [k][n], four consecutive m (or n) per vec4.
+var<workgroup> a_tile: array<vec4<f32>, {{A_TILE}}>;
+var<workgroup> b_tile: array<vec4<f32>, {{B_TILE}}>;
 
 @compute @workgroup_size({{THREADS}}, 1, 1)
 fn main(
@@ -75,13 +84,23 @@ fn main(
 
 {{ACC_DECL}}
 
+    // Stage the first reduction step.
+    var stage: i32 = 0;
+    var k_next: i32 = 0;
+{{FETCH}}
+{{STAGE_STORE}}
+    workgroupBarrier();
+
     for (var k0: i32 = 0; k0 < KR; k0 = k0 + BK) {
-{{A_LOAD}}
-{{B_LOAD}}
-        workgroupBarrier();
-        for (var kk: i32 = 0; kk < BK; kk = kk + 1) {
+        // Issue the next step's global loads now; past the end they load zeros.
+        k_next = k0 + BK;
+{{FETCH}}
+        let a_base = stage * A_STAGE;
+        let b_base = stage * B_STAGE;
 {{INNER}}
-        }
+        // The other stage was last read before the previous barrier: safe to overwrite.
+        stage = 1 - stage;
+{{STAGE_STORE}}
         workgroupBarrier();
     }
 

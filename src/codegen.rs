@@ -231,8 +231,7 @@ fn direct(d: &Direct, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
 
 fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
     let threads = variant.invocations();
-    let tx = gm.bm / gm.tm;
-    let ty = gm.bn / gm.tn;
+    let (tx, ty) = (gm.bm / gm.tm, gm.bn / gm.tn);
     let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
     let m_blocks = div_ceil(m, gm.bm as u64);
     let n_blocks = div_ceil(shape.kg() as u64, gm.bn as u64);
@@ -240,6 +239,8 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
     let a_slots = gm.bm * gm.bk / threads;
     let b_slots = gm.bn * gm.bk / threads;
 
+    // A slots: consecutive invocations take consecutive pixels (coalesced gathers, and
+    // conflict-free scalar stores into the staged tile).
     let mut a_setup = String::new();
     for i in 0..a_slots {
         let off = i * threads;
@@ -248,12 +249,14 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
         writeln!(s, "    let aok{i} = m0 + am{i} < M;").unwrap();
         writeln!(s, "    let apix{i} = min(m0 + am{i}, M - 1);").unwrap();
-        writeln!(s, "    let arem{i} = apix{i} % (OH * OW);").unwrap();
+        writeln!(s, "    let arem{i} = apix{i} % OHW;").unwrap();
         writeln!(s, "    let aih{i} = (arem{i} / OW) * SH - PH;").unwrap();
         writeln!(s, "    let aiw{i} = (arem{i} % OW) * SW - PW;").unwrap();
-        writeln!(s, "    let abase{i} = (apix{i} / (OH * OW)) * C * H * W + x_group + aih{i} * W + aiw{i};")
-            .unwrap();
+        writeln!(s, "    let abase{i} = (apix{i} / OHW) * C * H * W + x_group + aih{i} * W + aiw{i};").unwrap();
+        writeln!(s, "    var pa{i}: f32;").unwrap();
     }
+    // B slots: consecutive invocations take consecutive reduction indices of one weight
+    // row, which is contiguous in w.
     let mut b_setup = String::new();
     for i in 0..b_slots {
         let off = i * threads;
@@ -262,6 +265,7 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let bn{i} = (lid + {off}) / BK;").unwrap();
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
         writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KR;").unwrap();
+        writeln!(s, "    var pb{i}: f32;").unwrap();
     }
     let mut acc = String::new();
     for i in 0..gm.tm {
@@ -269,71 +273,89 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
             writeln!(acc, "    var acc{i}_{j}: f32 = 0.0;").unwrap();
         }
     }
-    let mut a_load = String::new();
+    let mut fetch = String::new();
     for i in 0..a_slots {
-        let s = &mut a_load;
-        writeln!(s, "        {{").unwrap();
-        writeln!(s, "            let kr = k0 + ak{i};").unwrap();
-        writeln!(s, "            let c = kr / (R * S);").unwrap();
-        writeln!(s, "            let rs = kr % (R * S);").unwrap();
-        writeln!(s, "            let r = rs / S;").unwrap();
-        writeln!(s, "            let s = rs % S;").unwrap();
-        writeln!(s, "            let ih = aih{i} + r * DH;").unwrap();
-        writeln!(s, "            let iw = aiw{i} + s * DW;").unwrap();
-        writeln!(
-            s,
-            "            let ok = aok{i} && kr < KR && ih >= 0 && ih < H && iw >= 0 && iw < W;"
-        )
-        .unwrap();
-        writeln!(s, "            let idx = abase{i} + c * H * W + r * DH * W + s * DW;").unwrap();
-        writeln!(s, "            a_tile[ak{i} * BM + am{i}] = select(0.0, x[select(0, idx, ok)], ok);")
-            .unwrap();
-        writeln!(s, "        }}").unwrap();
+        let s = &mut fetch;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let kr = k_next + ak{i};").unwrap();
+        writeln!(s, "        let c = kr / (R * S);").unwrap();
+        writeln!(s, "        let rs = kr % (R * S);").unwrap();
+        writeln!(s, "        let ih = aih{i} + (rs / S) * DH;").unwrap();
+        writeln!(s, "        let iw = aiw{i} + (rs % S) * DW;").unwrap();
+        writeln!(s, "        let ok = aok{i} && kr < KR && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
+        writeln!(s, "        let idx = abase{i} + c * H * W + (rs / S) * DH * W + (rs % S) * DW;").unwrap();
+        writeln!(s, "        pa{i} = select(0.0, x[select(0, idx, ok)], ok);").unwrap();
+        writeln!(s, "    }}").unwrap();
     }
-    let mut b_load = String::new();
     for i in 0..b_slots {
-        let s = &mut b_load;
-        writeln!(s, "        {{").unwrap();
-        writeln!(s, "            let kr = k0 + bk{i};").unwrap();
-        writeln!(s, "            let ok = bok{i} && kr < KR;").unwrap();
+        let s = &mut fetch;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let kr = k_next + bk{i};").unwrap();
+        writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
+        writeln!(s, "        pb{i} = select(0.0, w[select(0, bbase{i} + kr, ok)], ok);").unwrap();
+        writeln!(s, "    }}").unwrap();
+    }
+    let mut stage_store = String::new();
+    for i in 0..a_slots {
         writeln!(
-            s,
-            "            b_tile[bk{i} * BNP + bn{i}] = select(0.0, w[select(0, bbase{i} + kr, ok)], ok);"
+            stage_store,
+            "    a_tile[stage * A_STAGE + ak{i} * (BM / 4) + am{i} / 4][am{i} % 4] = pa{i};"
         )
         .unwrap();
+    }
+    for i in 0..b_slots {
+        writeln!(
+            stage_store,
+            "    b_tile[stage * B_STAGE + bk{i} * (BN / 4) + bn{i} / 4][bn{i} % 4] = pb{i};"
+        )
+        .unwrap();
+    }
+    // The reduction over one staged step, written out: register index = 4 * group + lane.
+    let lanes = ["x", "y", "z", "w"];
+    let mut inner = String::new();
+    for kk in 0..gm.bk {
+        let s = &mut inner;
+        writeln!(s, "        {{").unwrap();
+        for q in 0..gm.tm / 4 {
+            writeln!(s, "            let a{q} = a_tile[a_base + {} + tx];", kk * gm.bm / 4 + q * tx).unwrap();
+        }
+        for q in 0..gm.tn / 4 {
+            writeln!(s, "            let b{q} = b_tile[b_base + {} + ty];", kk * gm.bn / 4 + q * ty).unwrap();
+        }
+        for i in 0..gm.tm {
+            for j in 0..gm.tn {
+                writeln!(
+                    s,
+                    "            acc{i}_{j} = fma(a{}.{}, b{}.{}, acc{i}_{j});",
+                    i / 4,
+                    lanes[(i % 4) as usize],
+                    j / 4,
+                    lanes[(j % 4) as usize]
+                )
+                .unwrap();
+            }
+        }
         writeln!(s, "        }}").unwrap();
     }
-    let mut inner = String::new();
-    for i in 0..gm.tm {
-        writeln!(inner, "            let ar{i} = a_tile[kk * BM + tx + {}];", i * tx).unwrap();
-    }
-    for j in 0..gm.tn {
-        writeln!(inner, "            let br{j} = b_tile[kk * BNP + ty + {}];", j * ty).unwrap();
-    }
-    for i in 0..gm.tm {
-        for j in 0..gm.tn {
-            writeln!(inner, "            acc{i}_{j} = fma(ar{i}, br{j}, acc{i}_{j});").unwrap();
-        }
-    }
+    // Register (i, j) holds pixel m0 + 4*TX*(i/4) + 4*tx + i%4 and channel likewise.
     let mut store = String::new();
+    for i in 0..gm.tm {
+        let s = &mut store;
+        writeln!(s, "    let om{i} = m0 + {} + 4 * tx;", (i / 4) * 4 * tx + i % 4).unwrap();
+        writeln!(s, "    let ym{i} = (om{i} / OHW) * K * OHW + om{i} % OHW;").unwrap();
+    }
     for j in 0..gm.tn {
         let s = &mut store;
-        writeln!(s, "    if (n0 + ty + {} < KG) {{", j * ty).unwrap();
-        writeln!(s, "        let k = g * KG + n0 + ty + {};", j * ty).unwrap();
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let n = n0 + {} + 4 * ty;", (j / 4) * 4 * ty + j % 4).unwrap();
+        writeln!(s, "        if (n < KG) {{").unwrap();
+        writeln!(s, "            let k = g * KG + n;").unwrap();
         let bias = if shape.bias { "bias[k]" } else { "0.0" };
-        writeln!(s, "        let bv = {bias};").unwrap();
+        writeln!(s, "            let bv = {bias};").unwrap();
         for i in 0..gm.tm {
-            writeln!(s, "        {{").unwrap();
-            writeln!(s, "            let m = m0 + tx + {};", i * tx).unwrap();
-            writeln!(s, "            if (m < M) {{").unwrap();
-            writeln!(
-                s,
-                "                y[((m / (OH * OW)) * K + k) * OH * OW + m % (OH * OW)] = acc{i}_{j} + bv;"
-            )
-            .unwrap();
-            writeln!(s, "            }}").unwrap();
-            writeln!(s, "        }}").unwrap();
+            writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * OHW] = acc{i}_{j} + bv; }}").unwrap();
         }
+        writeln!(s, "        }}").unwrap();
         writeln!(s, "    }}").unwrap();
     }
 
@@ -347,16 +369,17 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
         ("TN", gm.tn.to_string()),
         ("THREADS", threads.to_string()),
         ("TX", tx.to_string()),
+        ("TY", ty.to_string()),
         ("M_BLOCKS", m_blocks.to_string()),
         ("N_BLOCKS", n_blocks.to_string()),
         ("BLOCKS", blocks.to_string()),
-        ("A_TILE", (gm.bk * gm.bm).to_string()),
-        ("B_TILE", (gm.bk * (gm.bn + 1)).to_string()),
+        ("A_TILE", (2 * gm.bk * gm.bm / 4).to_string()),
+        ("B_TILE", (2 * gm.bk * gm.bn / 4).to_string()),
         ("A_SETUP", a_setup),
         ("B_SETUP", b_setup),
         ("ACC_DECL", acc),
-        ("A_LOAD", a_load),
-        ("B_LOAD", b_load),
+        ("FETCH", fetch),
+        ("STAGE_STORE", stage_store),
         ("INNER", inner),
         ("STORE", store),
     ]);

@@ -62,6 +62,8 @@ pub struct Engine {
     pub no_bias: wgpu::Buffer,
     pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
     lost: Arc<AtomicBool>,
+    /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
+    pub runtime_checks: bool,
 }
 
 static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
@@ -282,6 +284,7 @@ impl Engine {
             no_bias,
             pipelines: Mutex::new(HashMap::new()),
             lost,
+            runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
         })
     }
 
@@ -312,10 +315,24 @@ impl Engine {
         let kernel = codegen::generate(variant, shape)?;
         // Compiling outside the map's lock lets other threads use cached pipelines meanwhile.
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some("convtune conv2d"),
             source: wgpu::ShaderSource::Wgsl(kernel.source.as_str().into()),
-        });
+        };
+        let module = if self.runtime_checks {
+            self.device.create_shader_module(desc)
+        } else {
+            // SAFETY: generated kernels index in bounds by construction: every global read
+            // goes through `select(0, idx, in_range)`, every write is guarded by the output
+            // bounds, workgroup indices are bounded by the tile constants, and divisions are
+            // by non-zero constants. The tests run every variant against a reference with
+            // poisoned outputs. naga's checks would otherwise clamp every access in the
+            // inner loops.
+            unsafe {
+                self.device
+                    .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some("convtune conv2d"),
             layout: Some(&self.pipeline_layout),

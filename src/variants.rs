@@ -59,8 +59,8 @@ impl Variant {
     pub fn workgroup_bytes(&self) -> u32 {
         match self {
             Variant::Direct(_) => 0,
-            // B rows are padded by one to keep the transposed stores free of bank conflicts.
-            Variant::Gemm(g) => 4 * g.bk * (g.bm + g.bn + 1),
+            // Two stages of the A and B tiles (double buffering).
+            Variant::Gemm(g) => 2 * 4 * g.bk * (g.bm + g.bn),
         }
     }
 
@@ -147,7 +147,8 @@ const DIRECT_UNROLL: [u32; 4] = [0, 1, 2, 4];
 const DIRECT_TK: [u32; 4] = [1, 2, 4, 8];
 const DIRECT_TW: [u32; 3] = [1, 2, 4];
 
-const GEMM_TILES: [(u32, u32); 6] = [(32, 32), (64, 32), (32, 64), (64, 64), (128, 64), (128, 128)];
+const GEMM_TILES: [(u32, u32); 8] =
+    [(32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (128, 64), (128, 128), (256, 64)];
 const GEMM_BK: [u32; 3] = [8, 16, 32];
 const GEMM_THREAD: [(u32, u32); 4] = [(4, 4), (8, 4), (4, 8), (8, 8)];
 
