@@ -51,9 +51,12 @@ def _int(value: Any, name: str) -> int:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int, got bool")
     try:
-        return operator.index(value)
+        v = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int or a pair of ints, got {type(value).__name__}") from None
+    if not -(2**62) <= v <= 2**62:
+        raise ValueError(f"{name} value {v} is too large")
+    return v
 
 
 def _pair(value: Any, name: str) -> Tuple[int, int]:
@@ -90,7 +93,9 @@ def _array(value: Any, name: str) -> np.ndarray:
             f"{name} has dtype {arr.dtype}; convtune computes in float32 and accepts float and "
             f"integer arrays (cast to float32)"
         )
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    # astype keeps 0-d arrays 0-d (ascontiguousarray would make them 1-d), so the ndim
+    # checks below see what the caller passed.
+    return arr.astype(np.float32, order="C", copy=False)
 
 
 def _spec(x_shape, w_shape, stride, padding, dilation, groups, bias_len):

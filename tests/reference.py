@@ -1,0 +1,135 @@
+"""A float64 numpy reference for conv2d and the comparison helpers the tests share.
+
+Semantics are ``torch.nn.functional.conv2d``'s: cross-correlation, x (N, C, H, W),
+w (K, C/groups, R, S), zero padding; ``padding='same'`` pads ``dilation*(k-1)`` in total
+per axis, ``total // 2`` at the top/left and the rest at the bottom/right.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import numpy as np
+
+# The acceptance bound: max|got - ref| / max(max|ref|, 1e-6).
+RTOL = 1e-5
+
+
+def _pair(v) -> Tuple[int, int]:
+    if isinstance(v, (tuple, list)):
+        assert len(v) == 2
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def resolve_padding(padding, kernel: Tuple[int, int], dilation: Tuple[int, int]):
+    """Returns ((top, bottom), (left, right)) for an int, a pair, 'same' or 'valid'."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0), (0, 0)
+        if padding == "same":
+            out = []
+            for k, d in zip(kernel, dilation):
+                total = d * (k - 1)
+                out.append((total // 2, total - total // 2))
+            return tuple(out)
+        raise ValueError(f"bad padding {padding!r}")
+    ph, pw = _pair(padding)
+    return (ph, ph), (pw, pw)
+
+
+def output_shape(x_shape, w_shape, stride=1, padding=0, dilation=1):
+    """(N, K, OH, OW) of the convolution; OH or OW may come out <= 0 (empty output)."""
+    n, _, h, wd = x_shape
+    k, _, r, s = w_shape
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    (pt, pb), (pl, pr) = resolve_padding(padding, (r, s), (dh, dw))
+    eff_r = dh * (r - 1) + 1
+    eff_s = dw * (s - 1) + 1
+    oh = (h + pt + pb - eff_r) // sh + 1
+    ow = (wd + pl + pr - eff_s) // sw + 1
+    return n, k, oh, ow
+
+
+def reference_conv2d(
+    x,
+    w,
+    stride: Union[int, Tuple[int, int]] = 1,
+    padding=0,
+    dilation: Union[int, Tuple[int, int]] = 1,
+    groups: int = 1,
+    bias: Optional[np.ndarray] = None,
+) -> np.ndarray:
+    """float64 conv2d with PyTorch semantics. NaN/inf in x or w propagate as IEEE says."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    g = int(groups)
+    assert c % g == 0 and k % g == 0 and cg == c // g, (x.shape, w.shape, g)
+    kg = k // g
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    (pt, pb), (pl, pr) = resolve_padding(padding, (r, s), (dh, dw))
+    _, _, oh, ow = output_shape(x.shape, w.shape, stride, padding, dilation)
+    assert oh >= 1 and ow >= 1, "empty output"
+
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), dtype=np.float64)
+    xp[:, :, pt : pt + h, pl : pl + wd] = x
+    # (N, G, CG, Hp, Wp) and (G, KG, CG, R, S)
+    xp = xp.reshape(n, g, cg, xp.shape[2], xp.shape[3])
+    wg = w.reshape(g, kg, cg, r, s)
+    y = np.zeros((n, g, kg, oh * ow), dtype=np.float64)
+    for i in range(r):
+        for j in range(s):
+            r0 = i * dh
+            s0 = j * dw
+            patch = xp[:, :, :, r0 : r0 + sh * (oh - 1) + 1 : sh, s0 : s0 + sw * (ow - 1) + 1 : sw]
+            patch = patch.reshape(n, g, cg, oh * ow)
+            # (G, KG, CG) @ (N, G, CG, P) -> (N, G, KG, P)
+            y += np.matmul(wg[None, :, :, :, i, j], patch)
+    y = y.reshape(n, k, oh, ow)
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=np.float64).reshape(1, k, 1, 1)
+    return y
+
+
+def max_rel_err(got, ref) -> float:
+    """max|got - ref| / max(max|ref|, 1e-6) over the positions where ref is not NaN."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    ok = ~np.isnan(ref)
+    if not ok.any():
+        return 0.0
+    scale = max(float(np.max(np.abs(ref[ok]))), 1e-6)
+    return float(np.max(np.abs(got[ok] - ref[ok]))) / scale
+
+
+def check_close(got, ref, context: str = "", rtol: float = RTOL) -> None:
+    """Asserts shape, float32 dtype, identical NaN positions and relative error <= rtol."""
+    got = np.asarray(got)
+    ref = np.asarray(ref)
+    where = f" [{context}]" if context else ""
+    assert got.shape == ref.shape, f"shape {got.shape} != reference {ref.shape}{where}"
+    assert got.dtype == np.float32, f"dtype {got.dtype}, expected float32{where}"
+    nan_got = np.isnan(got)
+    nan_ref = np.isnan(ref)
+    if not np.array_equal(nan_got, nan_ref):
+        extra = np.argwhere(nan_got & ~nan_ref)
+        missing = np.argwhere(nan_ref & ~nan_got)
+        raise AssertionError(
+            f"NaN positions differ{where}: {len(extra)} NaN where the reference is finite "
+            f"(first {extra[:5].tolist()}; unwritten outputs show as NaN under poison), "
+            f"{len(missing)} finite where the reference is NaN (first {missing[:5].tolist()})"
+        )
+    err = max_rel_err(got, ref)
+    assert err <= rtol, f"max relative error {err:.3g} > {rtol:g}{where}"
+
+
+def random_conv_inputs(rng: np.random.Generator, x_shape, w_shape, bias: bool):
+    """Standard normal float32 x, w (and bias); never all zero."""
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    b = rng.standard_normal((w_shape[0],), dtype=np.float32) if bias else None
+    return x, w, b
