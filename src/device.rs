@@ -62,6 +62,7 @@ pub struct Engine {
     pub no_bias: wgpu::Buffer,
     pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
     lost: Arc<AtomicBool>,
+    pub pool: Arc<crate::pool::Pool>,
     /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
 }
@@ -271,6 +272,7 @@ impl Engine {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
+        let pool = crate::pool::Pool::new(device.clone());
         Ok(Engine {
             adapter,
             device,
@@ -284,12 +286,21 @@ impl Engine {
             no_bias,
             pipelines: Mutex::new(HashMap::new()),
             lost,
+            pool,
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
         })
     }
 
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The largest buffer a kernel can bind (`CONVTUNE_MAX_BINDING` lowers it, for tests).
+    pub fn max_binding(&self) -> u64 {
+        let adapter = self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
+        let forced = std::env::var("CONVTUNE_MAX_BINDING").ok().and_then(|v| v.parse::<u64>().ok());
+        // Bindings are whole f32 elements.
+        forced.map_or(adapter, |f| f.min(adapter)).max(16) / 4 * 4
     }
 
     pub fn has_timestamps(&self) -> bool {

@@ -3,6 +3,8 @@
 pub mod codegen;
 pub mod error;
 pub mod params;
+pub mod pool;
+pub mod split;
 pub mod variants;
 pub mod device;
 pub mod runner;

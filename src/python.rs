@@ -3,7 +3,8 @@
 use crate::device::{self, AdapterDesc, Engine};
 use crate::error::Error;
 use crate::params::{ConvShape, Padding};
-use crate::runner::{self, DeviceTensors};
+use crate::runner::{self, DeviceArray, DeviceTensors};
+use std::sync::Arc;
 use crate::variants::{self, Variant};
 use numpy::{PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4, PyUntypedArrayMethods};
 use pyo3::create_exception;
@@ -277,6 +278,112 @@ fn time_variant(
     Ok((v.to_string(), times))
 }
 
+/// A float32 NCHW tensor resident on the GPU. `conv2d` takes it as `x` and then returns one,
+/// so chained convolutions skip the host round trip. `.numpy()` copies it to the host.
+#[pyclass(name = "Tensor", module = "convtune", frozen)]
+struct PyTensor {
+    inner: DeviceArray,
+    engine: Arc<Engine>,
+}
+
+#[pymethods]
+impl PyTensor {
+    #[getter]
+    fn shape(&self) -> (usize, usize, usize, usize) {
+        let d = self.inner.dims;
+        (d[0], d[1], d[2], d[3])
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        "float32"
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.len() * 4
+    }
+
+    /// Copies the tensor into a new numpy array.
+    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray4<f32>>> {
+        // SAFETY: fresh array, fully written by the read below or dropped on error.
+        let out = unsafe { PyArray4::<f32>::new(py, self.inner.dims, false) };
+        let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        py.detach(|| self.inner.read(&self.engine, dst)).py_err()?;
+        Ok(out)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("convtune.Tensor(shape={:?}, dtype=float32, device={:?})", self.shape(), self.engine.desc.name)
+    }
+}
+
+/// Uploads a C-contiguous float32 4-D array to the GPU.
+#[pyfunction]
+fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>) -> PyResult<PyTensor> {
+    let dims = dims4(x.shape(), "x")?;
+    let xs = x.as_slice().map_err(|e| PyValueError::new_err(format!("{e}: arrays must be C-contiguous")))?;
+    let eng = engine()?;
+    let inner = py.detach(|| DeviceArray::upload(&eng, xs, dims)).py_err()?;
+    Ok(PyTensor { inner, engine: eng })
+}
+
+#[pyfunction]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None))]
+#[allow(clippy::too_many_arguments)]
+fn conv2d_tensor(
+    py: Python<'_>,
+    x: &PyTensor,
+    w: PyReadonlyArray4<'_, f32>,
+    bias: Option<PyReadonlyArray1<'_, f32>>,
+    stride: (i64, i64),
+    padding: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    variant: Option<&str>,
+) -> PyResult<PyTensor> {
+    let shape = shape_of(
+        x.inner.dims,
+        dims4(w.shape(), "w")?,
+        stride,
+        padding,
+        dilation,
+        groups,
+        bias.as_ref().map(|b| b.len()),
+    )?;
+    let contiguous = |e| PyValueError::new_err(format!("{e}: arrays must be C-contiguous"));
+    let ws = w.as_slice().map_err(contiguous)?;
+    let bs = match &bias {
+        Some(b) => Some(b.as_slice().map_err(contiguous)?),
+        None => None,
+    };
+    let eng = engine()?;
+    if !Arc::ptr_eq(&eng, &x.engine) {
+        return Err(DeviceLostError::new_err(
+            "this Tensor lives on a GPU device that was lost; upload it again with to_device()",
+        ));
+    }
+    let v = choose(&eng, &shape, variant)?;
+    let poison = POISON.load(Ordering::Relaxed);
+    let inner = py
+        .detach(|| runner::conv2d_device(&eng, &shape, &v, &x.inner, ws, bs, poison))
+        .py_err()?;
+    Ok(PyTensor { inner, engine: eng })
+}
+
+/// GPU memory held by convtune's buffer pool: bytes in use, bytes kept for reuse, and how
+/// many buffers were created since the device was opened.
+#[pyfunction]
+fn memory_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let eng = py.detach(device::engine).py_err()?;
+    let s = eng.pool.stats();
+    let d = PyDict::new(py);
+    d.set_item("live_bytes", s.live)?;
+    d.set_item("idle_bytes", s.idle)?;
+    d.set_item("allocations", s.allocations)?;
+    Ok(d)
+}
+
 #[pyfunction]
 fn _set_poison(on: bool) {
     POISON.store(on, Ordering::Relaxed);
@@ -300,5 +407,9 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wgsl, m)?)?;
     m.add_function(wrap_pyfunction!(time_variant, m)?)?;
     m.add_function(wrap_pyfunction!(_set_poison, m)?)?;
+    m.add_class::<PyTensor>()?;
+    m.add_function(wrap_pyfunction!(to_device, m)?)?;
+    m.add_function(wrap_pyfunction!(conv2d_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     Ok(())
 }

@@ -3,8 +3,10 @@
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
+use crate::pool::PooledBuffer;
+use crate::split;
 use crate::variants::Variant;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// How long one wait for the GPU may take before the call gives up with an error.
@@ -22,15 +24,21 @@ fn bytes(data: &[f32]) -> &[u8] {
 /// The four tensors of one conv2d problem, resident on the GPU.
 pub struct DeviceTensors {
     pub shape: ConvShape,
-    x: wgpu::Buffer,
-    w: wgpu::Buffer,
-    bias: Option<wgpu::Buffer>,
-    y: wgpu::Buffer,
+    x: PooledBuffer,
+    w: Arc<PooledBuffer>,
+    bias: Option<Arc<PooledBuffer>>,
+    y: PooledBuffer,
+}
+
+/// A 4-D float32 tensor resident on the GPU (Python: `convtune.Tensor`).
+pub struct DeviceArray {
+    pub buf: PooledBuffer,
+    pub dims: [usize; 4],
 }
 
 fn check_binding(engine: &Engine, what: &str, elems: u64) -> Result<u64> {
     let size = elems * 4;
-    let max = engine.limits.max_storage_buffer_binding_size.min(engine.limits.max_buffer_size);
+    let max = engine.max_binding();
     if size > max {
         return Err(Error::invalid(format!(
             "{what} needs {size} bytes, more than the adapter's largest storage buffer ({max} bytes)"
@@ -56,6 +64,105 @@ fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
     Ok(out)
 }
 
+const INPUT: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST);
+const OUTPUT: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// A pooled storage buffer holding `data`.
+fn upload_slice(engine: &Engine, usage: wgpu::BufferUsages, data: &[f32]) -> Result<PooledBuffer> {
+    let buf = engine.pool.take(usage, (data.len() as u64 * 4).max(4))?;
+    engine.queue.write_buffer(&buf, 0, bytes(data));
+    Ok(buf)
+}
+
+/// The weights and bias of a problem, uploaded once and shared by all its pieces.
+fn upload_weights(
+    engine: &Engine,
+    shape: &ConvShape,
+    w: &[f32],
+    bias: Option<&[f32]>,
+) -> Result<(Arc<PooledBuffer>, Option<Arc<PooledBuffer>>)> {
+    check_binding(engine, "w", shape.w_len())?;
+    let wb = Arc::new(upload_slice(engine, INPUT, w)?);
+    let bb = match bias {
+        Some(b) => Some(Arc::new(upload_slice(engine, INPUT, b)?)),
+        None => None,
+    };
+    Ok((wb, bb))
+}
+
+fn poison_buffer(engine: &Engine, buf: &wgpu::Buffer, elems: u64) {
+    let poison = vec![f32::from_bits(POISON_BITS); elems as usize];
+    engine.queue.write_buffer(buf, 0, bytes(&poison));
+}
+
+/// Records one dispatch of `kernel` over the four bindings, optionally bracketed by
+/// timestamp queries.
+fn encode(
+    engine: &Engine,
+    encoder: &mut wgpu::CommandEncoder,
+    kernel: &Compiled,
+    bind_group: &wgpu::BindGroup,
+    timestamps: Option<(&wgpu::QuerySet, u32)>,
+) -> Result<()> {
+    let max = engine.limits.max_compute_workgroups_per_dimension.max(1) as u64;
+    let gx = kernel.workgroups.min(max);
+    let gy = kernel.workgroups.div_ceil(gx.max(1));
+    if gy > max {
+        return Err(Error::invalid(format!(
+            "the problem needs {} workgroups, more than this adapter can dispatch",
+            kernel.workgroups
+        )));
+    }
+    let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+        query_set: qs,
+        beginning_of_pass_write_index: Some(i),
+        end_of_pass_write_index: Some(i + 1),
+    });
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some("convtune conv2d"),
+        timestamp_writes,
+    });
+    pass.set_pipeline(&kernel.pipeline);
+    pass.set_bind_group(0, bind_group, &[]);
+    pass.dispatch_workgroups(gx as u32, gy as u32, 1);
+    Ok(())
+}
+
+fn bind_group(
+    engine: &Engine,
+    x: &PooledBuffer,
+    w: &PooledBuffer,
+    bias: Option<&PooledBuffer>,
+    y: &PooledBuffer,
+) -> wgpu::BindGroup {
+    let bias = match bias {
+        Some(b) => b.binding(),
+        None => engine.no_bias.as_entire_binding(),
+    };
+    engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("convtune conv2d"),
+        layout: &engine.bind_layout,
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: bias },
+            wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
+        ],
+    })
+}
+
+/// Dispatches `kernel` once and waits for it.
+fn run_once(engine: &Engine, kernel: &Compiled, bg: &wgpu::BindGroup) -> Result<()> {
+    scoped(engine, || -> Result<()> {
+        let mut enc = engine.device.create_command_encoder(&Default::default());
+        encode(engine, &mut enc, kernel, bg, None)?;
+        let idx = engine.queue.submit([enc.finish()]);
+        wait(engine, Some(idx))
+    })?
+}
+
 impl DeviceTensors {
     pub fn upload(
         engine: &Engine,
@@ -64,116 +171,45 @@ impl DeviceTensors {
         w: &[f32],
         bias: Option<&[f32]>,
     ) -> Result<Self> {
-        let xs = check_binding(engine, "x", shape.x_len())?;
-        let ws = check_binding(engine, "w", shape.w_len())?;
+        check_binding(engine, "x", shape.x_len())?;
+        let (w, bias) = upload_weights(engine, shape, w, bias)?;
+        Self::with_weights(engine, shape, x, w, bias)
+    }
+
+    fn with_weights(
+        engine: &Engine,
+        shape: &ConvShape,
+        x: &[f32],
+        w: Arc<PooledBuffer>,
+        bias: Option<Arc<PooledBuffer>>,
+    ) -> Result<Self> {
         let ys = check_binding(engine, "the output", shape.y_len())?;
-        debug_assert_eq!(x.len() as u64 * 4, xs);
-        debug_assert_eq!(w.len() as u64 * 4, ws);
-        let dev = &engine.device;
-        let input = |label: &str, size: u64| {
-            dev.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        };
-        let t = scoped(engine, || {
-            let t = DeviceTensors {
-                shape: *shape,
-                x: input("convtune x", xs),
-                w: input("convtune w", ws),
-                bias: bias.map(|b| input("convtune bias", b.len() as u64 * 4)),
-                y: dev.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("convtune y"),
-                    size: ys,
-                    usage: wgpu::BufferUsages::STORAGE
-                        | wgpu::BufferUsages::COPY_SRC
-                        | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                }),
-            };
-            engine.queue.write_buffer(&t.x, 0, bytes(x));
-            engine.queue.write_buffer(&t.w, 0, bytes(w));
-            if let (Some(buf), Some(b)) = (&t.bias, bias) {
-                engine.queue.write_buffer(buf, 0, bytes(b));
-            }
-            t
-        })?;
-        Ok(t)
+        Ok(DeviceTensors {
+            shape: *shape,
+            x: upload_slice(engine, INPUT, x)?,
+            w,
+            bias,
+            y: engine.pool.take(OUTPUT, ys)?,
+        })
     }
 
     /// Fills the output with the poison pattern so unwritten elements show.
     pub fn poison(&self, engine: &Engine) {
-        let poison = vec![f32::from_bits(POISON_BITS); self.shape.y_len() as usize];
-        engine.queue.write_buffer(&self.y, 0, bytes(&poison));
+        poison_buffer(engine, &self.y, self.shape.y_len());
     }
 
     fn bind_group(&self, engine: &Engine) -> wgpu::BindGroup {
-        let bias = self.bias.as_ref().unwrap_or(&engine.no_bias);
-        engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("convtune conv2d"),
-            layout: &engine.bind_layout,
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: self.x.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: self.w.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 2, resource: bias.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: self.y.as_entire_binding() },
-            ],
-        })
-    }
-
-    /// Records one dispatch of `kernel`, optionally bracketed by timestamp queries.
-    fn encode(
-        &self,
-        engine: &Engine,
-        encoder: &mut wgpu::CommandEncoder,
-        kernel: &Compiled,
-        bind_group: &wgpu::BindGroup,
-        timestamps: Option<(&wgpu::QuerySet, u32)>,
-    ) -> Result<()> {
-        let max = engine.limits.max_compute_workgroups_per_dimension.max(1) as u64;
-        let gx = kernel.workgroups.min(max);
-        let gy = kernel.workgroups.div_ceil(gx.max(1));
-        if gy > max {
-            return Err(Error::invalid(format!(
-                "the problem needs {} workgroups, more than this adapter can dispatch",
-                kernel.workgroups
-            )));
-        }
-        let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
-            query_set: qs,
-            beginning_of_pass_write_index: Some(i),
-            end_of_pass_write_index: Some(i + 1),
-        });
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("convtune conv2d"),
-            timestamp_writes,
-        });
-        pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, bind_group, &[]);
-        pass.dispatch_workgroups(gx as u32, gy as u32, 1);
-        Ok(())
+        bind_group(engine, &self.x, &self.w, self.bias.as_deref(), &self.y)
     }
 
     /// Runs `kernel` once and waits for it.
     pub fn run(&self, engine: &Engine, kernel: &Compiled) -> Result<()> {
-        scoped(engine, || -> Result<()> {
-            let bg = self.bind_group(engine);
-            let mut enc = engine.device.create_command_encoder(&Default::default());
-            self.encode(engine, &mut enc, kernel, &bg, None)?;
-            let idx = engine.queue.submit([enc.finish()]);
-            wait(engine, Some(idx))
-        })?
+        run_once(engine, kernel, &self.bind_group(engine))
     }
 
     /// Copies the output into `out`.
     pub fn read_y(&self, engine: &Engine, out: &mut [f32]) -> Result<()> {
-        // SAFETY: f32 has no invalid bit patterns, so any bytes written are valid f32s.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out))
-        };
-        read_buffer(engine, &self.y, dst)
+        read_f32(engine, &self.y, out)
     }
 
     /// GPU time of `reps` runs of `kernel`, in seconds each: timestamp queries around each
@@ -185,10 +221,7 @@ impl DeviceTensors {
             let mut out = Vec::with_capacity(reps as usize);
             for _ in 0..reps {
                 let t0 = Instant::now();
-                let mut enc = engine.device.create_command_encoder(&Default::default());
-                self.encode(engine, &mut enc, kernel, &bg, None)?;
-                let idx = engine.queue.submit([enc.finish()]);
-                wait(engine, Some(idx))?;
+                run_once(engine, kernel, &bg)?;
                 out.push(t0.elapsed().as_secs_f64());
             }
             return Ok(out);
@@ -210,7 +243,7 @@ impl DeviceTensors {
         })?;
         let mut enc = engine.device.create_command_encoder(&Default::default());
         for i in 0..reps {
-            self.encode(engine, &mut enc, kernel, &bg, Some((&qs, 2 * i)))?;
+            encode(engine, &mut enc, kernel, &bg, Some((&qs, 2 * i)))?;
         }
         enc.resolve_query_set(&qs, 0..count, &resolve, 0);
         let idx = engine.queue.submit([enc.finish()]);
@@ -243,22 +276,28 @@ fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
         })
 }
 
-/// Copies a GPU buffer into `out` through a mappable staging buffer.
+fn read_f32(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32]) -> Result<()> {
+    // SAFETY: f32 has no invalid bit patterns, so any bytes written are valid f32s.
+    let dst = unsafe {
+        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out))
+    };
+    read_buffer(engine, src, dst)
+}
+
+/// Copies the start of a GPU buffer into `out` through a mappable staging buffer.
 fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()> {
     let size = out.len() as u64;
-    let staging = scoped(engine, || {
-        engine.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("convtune read-back"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        })
-    })?;
+    if size == 0 {
+        return Ok(());
+    }
+    let staging = engine
+        .pool
+        .take(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST, size)?;
     let mut enc = engine.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(src, 0, &staging, 0, size);
     let idx = engine.queue.submit([enc.finish()]);
     let (tx, rx) = mpsc::channel();
-    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+    staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
     wait(engine, Some(idx))?;
@@ -267,7 +306,7 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
         .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
     {
         let view = staging
-            .slice(..)
+            .slice(..size)
             .get_mapped_range()
             .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
         out.copy_from_slice(&view);
@@ -277,6 +316,8 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
 }
 
 /// One conv2d: upload, run `variant`, read the output into `out` (length `shape.y_len()`).
+/// Problems larger than one storage binding run as several pieces (see `split`).
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     engine: &Engine,
     shape: &ConvShape,
@@ -287,13 +328,86 @@ pub fn conv2d(
     out: &mut [f32],
     poison: bool,
 ) -> Result<()> {
-    let kernel = engine.pipeline(variant, shape)?;
-    let t = DeviceTensors::upload(engine, shape, x, w, bias)?;
-    if poison {
-        t.poison(engine);
+    let pieces = split::plan(shape, engine.max_binding())?;
+    let (wb, bb) = upload_weights(engine, shape, w, bias)?;
+    for piece in &pieces {
+        let runs = split::y_runs(shape, piece);
+        let Some(sub) = piece.shape else {
+            fill_padding_only(shape, w, bias, &runs, out);
+            continue;
+        };
+        let kernel = engine.pipeline(variant, &sub)?;
+        let xs = split::gather_x(shape, piece, &sub, x);
+        let t = DeviceTensors::with_weights(engine, &sub, &xs, wb.clone(), bb.clone())?;
+        if poison {
+            t.poison(engine);
+        }
+        t.run(engine, &kernel)?;
+        if let [(start, len)] = runs[..] {
+            t.read_y(engine, &mut out[start..start + len])?;
+        } else {
+            let mut tmp = vec![0f32; sub.y_len() as usize];
+            t.read_y(engine, &mut tmp)?;
+            for (chunk, (start, len)) in tmp.chunks(runs[0].1).zip(runs) {
+                out[start..start + len].copy_from_slice(chunk);
+            }
+        }
     }
-    t.run(engine, &kernel)?;
-    t.read_y(engine, out)
+    Ok(())
+}
+
+/// Output rows whose windows see only padding: the bias plus 0 * w, which is NaN where a
+/// weight is not finite (as in a zero-padded reference).
+fn fill_padding_only(shape: &ConvShape, w: &[f32], bias: Option<&[f32]>, runs: &[(usize, usize)], out: &mut [f32]) {
+    let per_k = (shape.cg() * shape.r * shape.s) as usize;
+    for (k, &(start, len)) in runs.iter().enumerate() {
+        let k = k % shape.k as usize;
+        let nan = w[k * per_k..(k + 1) * per_k].iter().any(|v| !v.is_finite());
+        let v = bias.map_or(0.0, |b| b[k]) + if nan { f32::NAN } else { 0.0 };
+        out[start..start + len].fill(v);
+    }
+}
+
+/// A conv2d on a GPU-resident input; the output stays on the GPU.
+pub fn conv2d_device(
+    engine: &Engine,
+    shape: &ConvShape,
+    variant: &Variant,
+    x: &DeviceArray,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    poison: bool,
+) -> Result<DeviceArray> {
+    let ys = check_binding(engine, "the output", shape.y_len())?;
+    let kernel = engine.pipeline(variant, shape)?;
+    let (wb, bb) = upload_weights(engine, shape, w, bias)?;
+    let y = engine.pool.take(OUTPUT, ys)?;
+    if poison {
+        poison_buffer(engine, &y, shape.y_len());
+    }
+    run_once(engine, &kernel, &bind_group(engine, &x.buf, &wb, bb.as_deref(), &y))?;
+    Ok(DeviceArray { buf: y, dims: shape.y_dims() })
+}
+
+impl DeviceArray {
+    /// Uploads a C-contiguous 4-D array.
+    pub fn upload(engine: &Engine, data: &[f32], dims: [usize; 4]) -> Result<Self> {
+        check_binding(engine, "the tensor", data.len() as u64)?;
+        Ok(DeviceArray { buf: upload_slice(engine, OUTPUT, data)?, dims })
+    }
+
+    pub fn len(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the tensor to the host.
+    pub fn read(&self, engine: &Engine, out: &mut [f32]) -> Result<()> {
+        read_f32(engine, &self.buf, out)
+    }
 }
 
 /// Deterministic pseudo-random values in [-1, 1), never all zero: timing and tuning inputs.

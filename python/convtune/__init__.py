@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _convtune
 from ._convtune import (
+    Tensor,
     ConvtuneError,
     DeviceLostError,
     NoAdapterError,
@@ -29,6 +30,9 @@ __version__: str = _convtune.__version__
 
 __all__ = [
     "conv2d",
+    "Tensor",
+    "to_device",
+    "memory_stats",
     "devices",
     "adapter_info",
     "default_variant",
@@ -124,7 +128,8 @@ def conv2d(
     """2-D convolution with PyTorch's semantics, computed on the GPU in float32.
 
     Args:
-        x: input, shape (N, C, H, W); anything ``np.asarray`` takes (or a torch CPU tensor).
+        x: input, shape (N, C, H, W); anything ``np.asarray`` takes (or a torch CPU tensor),
+            or a ``convtune.Tensor`` already on the GPU.
         w: weights, shape (K, C/groups, R, S).
         stride: int or (sh, sw), each >= 1.
         padding: int or (ph, pw) >= 0, or ``"valid"`` (no padding) or ``"same"`` (stride 1
@@ -136,16 +141,18 @@ def conv2d(
             default rule.
 
     Returns:
-        A new float32 array of shape (N, K, OH, OW).
+        A new float32 array of shape (N, K, OH, OW); a ``convtune.Tensor`` on the GPU when
+        ``x`` is one.
 
     Raises:
         TypeError: an argument of the wrong type or dtype.
         ValueError: a bad shape or parameter; the message names it.
         ConvtuneError: a GPU-side failure (subclasses name the kind).
     """
-    xa = _array(x, "x")
+    on_device = isinstance(x, Tensor)
+    xa = x if on_device else _array(x, "x")
     wa = _array(w, "w")
-    if xa.ndim != 4:
+    if not on_device and xa.ndim != 4:
         raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xa.shape}")
     if wa.ndim != 4:
         raise ValueError(f"w must be 4-D (K, C/groups, R, S), got shape {wa.shape}")
@@ -157,7 +164,26 @@ def conv2d(
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
     _, _, s, p, d, g, _ = _spec(xa.shape, wa.shape, stride, padding, dilation, groups, None)
+    if on_device:
+        return _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant)
     return _convtune.conv2d(xa, wa, ba, s, p, d, g, variant)
+
+
+def to_device(x: Any) -> Tensor:
+    """Uploads a 4-D array to the GPU as a float32 ``convtune.Tensor``.
+
+    ``conv2d`` accepts a Tensor as ``x`` and then returns a Tensor, so chained convolutions
+    keep their intermediates on the GPU; ``Tensor.numpy()`` copies one back.
+    """
+    xa = _array(x, "x")
+    if xa.ndim != 4:
+        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xa.shape}")
+    return _convtune.to_device(xa)
+
+
+def memory_stats() -> dict:
+    """GPU bytes convtune's buffer pool has in use and keeps for reuse, and buffers created."""
+    return _convtune.memory_stats()
 
 
 def _bias_len(bias: Union[None, int, bool], w_shape: Sequence[int]) -> Optional[int]:

@@ -1,0 +1,181 @@
+//! GPU buffer reuse: calls take buffers from a pool and give them back when dropped, so a
+//! stream of calls does not allocate on every call, and idle memory stays under a cap.
+
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Bytes of idle buffers the pool keeps (`CONVTUNE_POOL_MB` overrides).
+const DEFAULT_CAP: u64 = 1 << 30;
+
+pub struct Pool {
+    device: wgpu::Device,
+    free: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
+    idle: AtomicU64,
+    live: AtomicU64,
+    allocations: AtomicU64,
+    cap: u64,
+}
+
+/// Sizes are rounded up to one of eight steps per power of two: at most 12.5% waste, and
+/// nearby shapes share buffers.
+pub fn size_class(size: u64) -> u64 {
+    let size = size.max(16);
+    let e = 63 - size.leading_zeros() as u64;
+    if e < 4 {
+        return size.next_multiple_of(4);
+    }
+    let step = 1u64 << (e - 3);
+    size.next_multiple_of(step)
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolStats {
+    /// Bytes in buffers handed out and not yet returned.
+    pub live: u64,
+    /// Bytes in buffers kept for reuse.
+    pub idle: u64,
+    /// Buffers created since the engine started.
+    pub allocations: u64,
+}
+
+impl Pool {
+    pub fn new(device: wgpu::Device) -> Arc<Pool> {
+        let cap = std::env::var("CONVTUNE_POOL_MB")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(DEFAULT_CAP, |mb| mb << 20);
+        Arc::new(Pool {
+            device,
+            free: Mutex::new(HashMap::new()),
+            idle: AtomicU64::new(0),
+            live: AtomicU64::new(0),
+            allocations: AtomicU64::new(0),
+            cap,
+        })
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            live: self.live.load(Ordering::Relaxed),
+            idle: self.idle.load(Ordering::Relaxed),
+            allocations: self.allocations.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drops every idle buffer (after an out-of-memory error, or on request).
+    pub fn trim(&self) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, bufs) in free.drain() {
+            for b in bufs {
+                self.idle.fetch_sub(b.size(), Ordering::Relaxed);
+                b.destroy();
+            }
+        }
+    }
+
+    fn reuse(&self, key: (u32, u64)) -> Option<wgpu::Buffer> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = free.get_mut(&key)?.pop()?;
+        self.idle.fetch_sub(buf.size(), Ordering::Relaxed);
+        Some(buf)
+    }
+
+    fn create(&self, usage: wgpu::BufferUsages, size: u64) -> Result<wgpu::Buffer> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("convtune"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        match pollster::block_on(scope.pop()) {
+            None => {
+                self.allocations.fetch_add(1, Ordering::Relaxed);
+                Ok(buf)
+            }
+            Some(e) => Err(Error::OutOfMemory(format!("allocating {size} bytes: {e}"))),
+        }
+    }
+
+    /// A buffer of at least `size` bytes with `usage`.
+    pub fn take(self: &Arc<Self>, usage: wgpu::BufferUsages, size: u64) -> Result<PooledBuffer> {
+        let class = size_class(size);
+        let key = (usage.bits(), class);
+        let buf = match self.reuse(key) {
+            Some(b) => b,
+            None => match self.create(usage, class) {
+                Ok(b) => b,
+                // Idle buffers may be what fills the GPU: free them and try once more.
+                Err(_) => {
+                    self.trim();
+                    self.create(usage, class)?
+                }
+            },
+        };
+        self.live.fetch_add(class, Ordering::Relaxed);
+        Ok(PooledBuffer { buf: Some(buf), size, pool: self.clone() })
+    }
+
+    fn give_back(&self, buf: wgpu::Buffer) {
+        let size = buf.size();
+        self.live.fetch_sub(size, Ordering::Relaxed);
+        if self.idle.load(Ordering::Relaxed) + size > self.cap {
+            buf.destroy();
+            return;
+        }
+        self.idle.fetch_add(size, Ordering::Relaxed);
+        let key = (buf.usage().bits(), size);
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(buf);
+    }
+}
+
+/// A buffer on loan from the pool; returned when dropped.
+pub struct PooledBuffer {
+    buf: Option<wgpu::Buffer>,
+    /// The bytes asked for (the buffer may be larger).
+    pub size: u64,
+    pool: Arc<Pool>,
+}
+
+impl PooledBuffer {
+    /// A binding of exactly the bytes asked for.
+    pub fn binding(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: self,
+            offset: 0,
+            size: std::num::NonZeroU64::new(self.size),
+        })
+    }
+}
+
+impl Deref for PooledBuffer {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        self.buf.as_ref().expect("a pooled buffer is present until drop")
+    }
+}
+
+impl Drop for PooledBuffer {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            self.pool.give_back(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_class;
+
+    #[test]
+    fn size_classes_waste_at_most_an_eighth() {
+        for s in [1u64, 4, 17, 100, 1000, 4097, 123_456_789, 1 << 30] {
+            let c = size_class(s);
+            assert!(c >= s && c % 4 == 0);
+            assert!(c as f64 <= (s.max(16) as f64) * 1.125 + 4.0, "{s} -> {c}");
+        }
+    }
+}

@@ -1,0 +1,67 @@
+"""GPU-resident tensors: chained convolutions without host round trips."""
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune.reference import conv2d_reference, max_relative_error
+
+
+def test_round_trip_and_attributes():
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 7), dtype=np.float32)
+    t = convtune.to_device(x)
+    assert isinstance(t, convtune.Tensor)
+    assert t.shape == (2, 3, 5, 7) and t.dtype == "float32" and t.nbytes == x.nbytes
+    assert np.array_equal(t.numpy(), x)
+    assert "Tensor" in repr(t)
+
+
+def test_chained_convs_match_numpy_path():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 8, 20, 18), dtype=np.float32)
+    ws = [rng.standard_normal((8, 8, 3, 3), dtype=np.float32) for _ in range(3)]
+    b = rng.standard_normal(8, dtype=np.float32)
+    t = convtune.to_device(x)
+    ref = x.astype(np.float64)
+    for w in ws:
+        t = convtune.conv2d(t, w, padding=1, bias=b)
+        ref = conv2d_reference(ref, w, 1, 1, 1, 1, b)
+    assert isinstance(t, convtune.Tensor)
+    assert max_relative_error(t.numpy(), ref) <= 1e-5
+
+
+def test_tensor_input_with_all_parameters():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 6, 15, 11), dtype=np.float32)
+    w = rng.standard_normal((4, 3, 3, 2), dtype=np.float32)
+    y = convtune.conv2d(convtune.to_device(x), w, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
+    ref = conv2d_reference(x, w, (2, 1), (1, 2), (1, 2), 2)
+    assert max_relative_error(y.numpy(), ref) <= 1e-5
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="4-D"):
+        convtune.to_device(np.zeros((3, 3), np.float32) + 1)
+    with pytest.raises(TypeError, match="dtype"):
+        convtune.to_device(np.ones((1, 1, 2, 2), dtype=complex))
+    t = convtune.to_device(np.ones((1, 2, 4, 4), np.float32))
+    with pytest.raises(ValueError, match="C/groups"):
+        convtune.conv2d(t, np.ones((1, 3, 3, 3), np.float32))
+
+
+def test_many_calls_keep_gpu_memory_bounded():
+    """10,000 calls of mixed shapes: buffers come back to the pool, allocations stay few."""
+    rng = np.random.default_rng(3)
+    shapes = [((1, 3, 16, 16), (4, 3, 3, 3)), ((2, 4, 9, 7), (6, 4, 1, 1)), ((1, 8, 12, 12), (8, 1, 3, 3))]
+    data = [(rng.standard_normal(a, dtype=np.float32), rng.standard_normal(b, dtype=np.float32)) for a, b in shapes]
+    for i in range(200):  # warm the pool
+        x, w = data[i % 3]
+        convtune.conv2d(x, w, groups=8 if w.shape[1] == 1 else 1)
+    before = convtune.memory_stats()
+    for i in range(10_000):
+        x, w = data[i % 3]
+        convtune.conv2d(x, w, groups=8 if w.shape[1] == 1 else 1)
+    after = convtune.memory_stats()
+    assert after["live_bytes"] == 0
+    assert after["idle_bytes"] <= max(before["idle_bytes"], 1) * 2
+    assert after["allocations"] - before["allocations"] <= 10
