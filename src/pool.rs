@@ -15,8 +15,16 @@ pub struct Pool {
     free: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
     idle: AtomicU64,
     live: AtomicU64,
+    /// Live bytes in device-local buffers (read-back staging lives in host memory) and their
+    /// high-water mark since the last reset.
+    live_device: AtomicU64,
+    peak_device: AtomicU64,
     allocations: AtomicU64,
     cap: u64,
+}
+
+fn is_device_local(usage: wgpu::BufferUsages) -> bool {
+    !usage.contains(wgpu::BufferUsages::MAP_READ)
 }
 
 /// Sizes are rounded up to one of eight steps per power of two: at most 12.5% waste, and
@@ -39,6 +47,8 @@ pub struct PoolStats {
     pub idle: u64,
     /// Buffers created since the engine started.
     pub allocations: u64,
+    /// Most bytes of device-local buffers in use at once since the last `reset_peak`.
+    pub peak_device: u64,
 }
 
 impl Pool {
@@ -52,6 +62,8 @@ impl Pool {
             free: Mutex::new(HashMap::new()),
             idle: AtomicU64::new(0),
             live: AtomicU64::new(0),
+            live_device: AtomicU64::new(0),
+            peak_device: AtomicU64::new(0),
             allocations: AtomicU64::new(0),
             cap,
         })
@@ -62,7 +74,12 @@ impl Pool {
             live: self.live.load(Ordering::Relaxed),
             idle: self.idle.load(Ordering::Relaxed),
             allocations: self.allocations.load(Ordering::Relaxed),
+            peak_device: self.peak_device.load(Ordering::Relaxed),
         }
+    }
+
+    pub fn reset_peak(&self) {
+        self.peak_device.store(self.live_device.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Drops every idle buffer (after an out-of-memory error, or on request).
@@ -116,12 +133,19 @@ impl Pool {
             },
         };
         self.live.fetch_add(class, Ordering::Relaxed);
+        if is_device_local(usage) {
+            let now = self.live_device.fetch_add(class, Ordering::Relaxed) + class;
+            self.peak_device.fetch_max(now, Ordering::Relaxed);
+        }
         Ok(PooledBuffer { buf: Some(buf), size, pool: self.clone() })
     }
 
     fn give_back(&self, buf: wgpu::Buffer) {
         let size = buf.size();
         self.live.fetch_sub(size, Ordering::Relaxed);
+        if is_device_local(buf.usage()) {
+            self.live_device.fetch_sub(size, Ordering::Relaxed);
+        }
         if self.idle.load(Ordering::Relaxed) + size > self.cap {
             buf.destroy();
             return;

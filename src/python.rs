@@ -371,16 +371,22 @@ fn conv2d_tensor(
     Ok(PyTensor { inner, engine: eng })
 }
 
-/// GPU memory held by convtune's buffer pool: bytes in use, bytes kept for reuse, and how
-/// many buffers were created since the device was opened.
+/// GPU memory held by convtune's buffer pool: bytes in use, bytes kept for reuse, how many
+/// buffers were created since the device was opened, and the most device-local bytes in use
+/// at once since the last reset (`reset_peak=True` starts a new measurement after reading).
 #[pyfunction]
-fn memory_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+#[pyo3(signature = (reset_peak=false))]
+fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>> {
     let eng = py.detach(device::engine).py_err()?;
     let s = eng.pool.stats();
+    if reset_peak {
+        eng.pool.reset_peak();
+    }
     let d = PyDict::new(py);
     d.set_item("live_bytes", s.live)?;
     d.set_item("idle_bytes", s.idle)?;
     d.set_item("allocations", s.allocations)?;
+    d.set_item("peak_device_bytes", s.peak_device)?;
     Ok(d)
 }
 

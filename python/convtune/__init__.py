@@ -181,9 +181,14 @@ def to_device(x: Any) -> Tensor:
     return _convtune.to_device(xa)
 
 
-def memory_stats() -> dict:
-    """GPU bytes convtune's buffer pool has in use and keeps for reuse, and buffers created."""
-    return _convtune.memory_stats()
+def memory_stats(reset_peak: bool = False) -> dict:
+    """GPU memory of convtune's buffer pool.
+
+    Keys: ``live_bytes`` (in use), ``idle_bytes`` (kept for reuse), ``allocations`` (buffers
+    created so far), ``peak_device_bytes`` (most device-local bytes in use at once since the
+    last reset). ``reset_peak=True`` starts a new peak measurement after reading.
+    """
+    return _convtune.memory_stats(reset_peak)
 
 
 def _bias_len(bias: Union[None, int, bool], w_shape: Sequence[int]) -> Optional[int]:
