@@ -94,6 +94,7 @@ fn main(
     for (var k0: i32 = 0; k0 < KR; k0 = k0 + BK) {
         // Issue the next step's global loads now; past the end they load zeros.
         k_next = k0 + BK;
+{{ADVANCE}}
 {{FETCH}}
         let a_base = stage * A_STAGE;
         let b_base = stage * B_STAGE;

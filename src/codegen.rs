@@ -253,6 +253,11 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let aih{i} = (arem{i} / OW) * SH - PH;").unwrap();
         writeln!(s, "    let aiw{i} = (arem{i} % OW) * SW - PW;").unwrap();
         writeln!(s, "    let abase{i} = (apix{i} / OHW) * C * H * W + x_group + aih{i} * W + aiw{i};").unwrap();
+        // The slot's reduction index, kept as (channel, row, column) and advanced by
+        // carries each step instead of divided out of a flat index.
+        writeln!(s, "    var kc{i}: i32 = ak{i} / (R * S);").unwrap();
+        writeln!(s, "    var kh{i}: i32 = (ak{i} / S) % R;").unwrap();
+        writeln!(s, "    var kw{i}: i32 = ak{i} % S;").unwrap();
         writeln!(s, "    var pa{i}: f32;").unwrap();
     }
     // B slots: consecutive invocations take consecutive reduction indices of one weight
@@ -277,13 +282,10 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
     for i in 0..a_slots {
         let s = &mut fetch;
         writeln!(s, "    {{").unwrap();
-        writeln!(s, "        let kr = k_next + ak{i};").unwrap();
-        writeln!(s, "        let c = kr / (R * S);").unwrap();
-        writeln!(s, "        let rs = kr % (R * S);").unwrap();
-        writeln!(s, "        let ih = aih{i} + (rs / S) * DH;").unwrap();
-        writeln!(s, "        let iw = aiw{i} + (rs % S) * DW;").unwrap();
-        writeln!(s, "        let ok = aok{i} && kr < KR && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
-        writeln!(s, "        let idx = abase{i} + c * H * W + (rs / S) * DH * W + (rs % S) * DW;").unwrap();
+        writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
+        writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
+        writeln!(s, "        let ok = aok{i} && kc{i} < CG && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
+        writeln!(s, "        let idx = abase{i} + kc{i} * H * W + kh{i} * DH * W + kw{i} * DW;").unwrap();
         writeln!(s, "        pa{i} = select(0.0, x[select(0, idx, ok)], ok);").unwrap();
         writeln!(s, "    }}").unwrap();
     }
@@ -294,6 +296,18 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
         writeln!(s, "        pb{i} = select(0.0, w[select(0, bbase{i} + kr, ok)], ok);").unwrap();
         writeln!(s, "    }}").unwrap();
+    }
+    // Moving a slot's reduction index on by BK: add BK's (channel, row, column) digits, then
+    // carry. Each digit sum stays below twice its base, so one carry per digit suffices.
+    let mut advance = String::new();
+    let (ci, ri, si) = (gm.bk / (shape.r * shape.s), (gm.bk / shape.s) % shape.r, gm.bk % shape.s);
+    for i in 0..a_slots {
+        let s = &mut advance;
+        writeln!(s, "    kw{i} = kw{i} + {si};").unwrap();
+        writeln!(s, "    kh{i} = kh{i} + {ri};").unwrap();
+        writeln!(s, "    kc{i} = kc{i} + {ci};").unwrap();
+        writeln!(s, "    if (kw{i} >= S) {{ kw{i} = kw{i} - S; kh{i} = kh{i} + 1; }}").unwrap();
+        writeln!(s, "    if (kh{i} >= R) {{ kh{i} = kh{i} - R; kc{i} = kc{i} + 1; }}").unwrap();
     }
     let mut stage_store = String::new();
     for i in 0..a_slots {
@@ -379,6 +393,7 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
         ("B_SETUP", b_setup),
         ("ACC_DECL", acc),
         ("FETCH", fetch),
+        ("ADVANCE", advance),
         ("STAGE_STORE", stage_store),
         ("INNER", inner),
         ("STORE", store),
