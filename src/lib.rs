@@ -1,10 +1,13 @@
 //! convtune: autotuned conv2d on any Vulkan GPU, through wgpu.
 
+pub mod autotune;
+pub mod cache;
 pub mod codegen;
+pub mod device;
 pub mod error;
 pub mod params;
-pub mod variants;
-pub mod device;
 pub mod runner;
+pub mod tuner;
+pub mod variants;
 #[cfg(feature = "python")]
 mod python;
