@@ -308,7 +308,8 @@ fn lock(file: &Path) -> Result<Lock> {
 fn write_atomic(path: &Path, entries: Vec<Entry>) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let data = FileData { format: FORMAT.into(), format_version: FORMAT_VERSION, entries };
-    let json = serde_json::to_vec_pretty(&data).map_err(|e| Error::Cache(e.to_string()))?;
+    // Compact: a report lists every candidate, and the file is read whole.
+    let json = serde_json::to_vec(&data).map_err(|e| Error::Cache(e.to_string()))?;
     let io = |what: &str, e: std::io::Error| Error::Cache(format!("{what} {}: {e}", path.display()));
     let mut tmp = tempfile::Builder::new()
         .prefix(".tuning-")

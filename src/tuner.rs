@@ -88,9 +88,12 @@ pub struct CandidateResult {
     pub name: String,
     pub status: Status,
     /// GPU milliseconds of each timed run, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples_ms: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub median_ms: Option<f64>,
     /// Why it failed or was dropped (error message, measured error), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
 
@@ -250,7 +253,14 @@ pub fn estimated_cost(v: &Variant, shape: &ConvShape) -> f64 {
     }
 }
 
+/// Costs within this factor of each other are one "kind" of kernel to the model.
+const SAME_COST: f64 = 1.01;
+
 /// Every variant that can run `shape` on this adapter, likeliest winners first.
+///
+/// Variants the model cannot tell apart (equal estimated cost, e.g. differing only in
+/// workgroup shape) are spread out: the first of each cost level comes first, the others
+/// after, so a short budget still tries many kinds of kernel.
 pub fn ranked_candidates(shape: &ConvShape, limits: &wgpu::Limits) -> Vec<Variant> {
     let mut scored: Vec<(f64, String, Variant)> = variants::all_variants()
         .into_iter()
@@ -259,7 +269,18 @@ pub fn ranked_candidates(shape: &ConvShape, limits: &wgpu::Limits) -> Vec<Varian
         .collect();
     // Ties broken by name so the order is the same on every run.
     scored.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-    scored.into_iter().map(|(_, _, v)| v).collect()
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    let mut level = f64::NEG_INFINITY;
+    for (cost, _, v) in scored {
+        if cost > level * SAME_COST {
+            level = cost;
+            first.push(v);
+        } else {
+            rest.push(v);
+        }
+    }
+    first.extend(rest);
+    first
 }
 
 /// The order candidates are tried in: the default (the baseline every speed-up is measured
