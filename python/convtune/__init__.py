@@ -117,7 +117,14 @@ def _array(value: Any, name: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
-def _spec(x_shape, w_shape, stride, padding, dilation, groups, bias_len):
+_Spec = Tuple[
+    Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
+    Optional[int],
+]
+
+
+def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
+          bias_len: Optional[int]) -> _Spec:
     return (
         tuple(x_shape),
         tuple(w_shape),

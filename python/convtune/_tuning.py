@@ -146,7 +146,7 @@ class Progress:
 
     def _open(self, total: int, shape: str) -> Any:
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
         except ImportError:
             return False
         return tqdm(total=total, desc=f"tuning {shape}", file=self._stream, leave=False, unit="variant")
