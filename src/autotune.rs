@@ -91,7 +91,7 @@ pub fn budget(arg: Option<f64>) -> Result<Duration> {
             _ => return Ok(tuner::DEFAULT_BUDGET),
         },
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e6 {
+    if !(0.0..=1e6).contains(&secs) {
         return Err(Error::invalid(format!("{what} must be a number of seconds >= 0, got {secs}")));
     }
     Ok(Duration::from_secs_f64(secs))
