@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
 use crate::variants::{self, Variant};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `CONVTUNE_TUNE`.
@@ -72,7 +72,7 @@ impl Source {
 pub struct Choice {
     pub variant: Variant,
     pub source: Source,
-    pub report: Option<TuneReport>,
+    pub report: Option<Arc<TuneReport>>,
     pub warnings: Vec<String>,
 }
 
@@ -92,7 +92,7 @@ pub fn budget(arg: Option<f64>) -> Result<Duration> {
         },
     };
     if !(0.0..=1e6).contains(&secs) {
-        return Err(Error::invalid(format!("{what} must be a number of seconds >= 0, got {secs}")));
+        return Err(Error::invalid(format!("{what} must be between 0 and 1e6 seconds, got {secs}")));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -151,11 +151,11 @@ fn tune_and_store(
     cache: &Cache,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
     warnings: &mut Vec<String>,
-) -> Result<TuneReport> {
+) -> Result<Arc<TuneReport>> {
     let opts = TuneOptions { budget, ..TuneOptions::default() };
-    let report = tuner::tune(engine, shape, &opts, progress)?;
+    let report = Arc::new(tuner::tune(engine, shape, &opts, progress)?);
     print_line(&report);
-    let entry = Entry { key: CacheKey::new(&engine.desc, shape), report: report.clone() };
+    let entry = Entry { key: CacheKey::new(&engine.desc, shape), report: (*report).clone() };
     if let Err(e) = cache.put(vec![entry], warnings) {
         warnings.push(format!("{e}; the result is kept for this process only"));
     }

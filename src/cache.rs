@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 const FORMAT: &str = "convtune-tuning-cache";
@@ -249,13 +249,14 @@ fn stamp(path: &Path) -> Stamp {
 struct Snapshot {
     stamp: Stamp,
     loaded: bool,
-    entries: HashMap<CacheKey, TuneReport>,
+    /// Shared, not cloned: a report lists every candidate and lookups happen per call.
+    entries: HashMap<CacheKey, Arc<TuneReport>>,
 }
 
 impl Snapshot {
     fn absorb(&mut self, entries: Vec<Entry>) {
         for e in entries {
-            self.entries.insert(e.key, e.report);
+            self.entries.insert(e.key, Arc::new(e.report));
         }
     }
 }
@@ -349,7 +350,7 @@ impl Cache {
 
     /// The report stored for `key`. Reads the file only the first time, or when it changed
     /// since and the key is not known yet.
-    pub fn get(&self, key: &CacheKey, warnings: &mut Vec<String>) -> Option<TuneReport> {
+    pub fn get(&self, key: &CacheKey, warnings: &mut Vec<String>) -> Option<Arc<TuneReport>> {
         with_snapshot(&self.file, |snap| {
             if let Some(r) = snap.entries.get(key) {
                 return Some(r.clone());
@@ -399,7 +400,7 @@ impl Cache {
     pub fn entries(&self, warnings: &mut Vec<String>) -> Vec<Entry> {
         let Some(path) = &self.file else {
             return with_snapshot(&self.file, |s| {
-                s.entries.iter().map(|(k, r)| Entry { key: k.clone(), report: r.clone() }).collect()
+                s.entries.iter().map(|(k, r)| Entry { key: k.clone(), report: (**r).clone() }).collect()
             });
         };
         match read_file(path) {
@@ -519,7 +520,7 @@ mod tests {
         let e = entry(1, 8, "gemm_b32x32x8_t4x4");
         cache.put(vec![e.clone()], &mut w).unwrap();
         forget_memory();
-        assert_eq!(cache.get(&e.key, &mut w).unwrap(), e.report);
+        assert_eq!(*cache.get(&e.key, &mut w).unwrap(), e.report);
 
         let mut other_adapter = e.key.clone();
         other_adapter.adapter.device = 2;
@@ -550,7 +551,7 @@ mod tests {
             assert!(w[1].contains("replacing"), "{w:?}");
             forget_memory();
             let mut w = Vec::new();
-            assert_eq!(cache.get(&e.key, &mut w).unwrap(), e.report);
+            assert_eq!(*cache.get(&e.key, &mut w).unwrap(), e.report);
             assert!(w.is_empty());
         }
     }

@@ -452,6 +452,22 @@ impl Bench<'_> {
     }
 }
 
+/// `Bench::measure`, with a panic anywhere below it (a generator bug for one unusual
+/// variant and shape, say) recorded as that candidate's failure instead of ending tuning.
+fn measure_guarded(bench: &mut Bench, c: &Candidate, best_ms: Option<f64>, opts: &TuneOptions) -> Result<CandidateResult> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.measure(c, best_ms, opts))) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Ok(CandidateResult { detail: Some(format!("panicked: {msg}")), ..CandidateResult::new(c.name(), Status::Failed) })
+        }
+    }
+}
+
 /// Output of the reference variant on the tuning inputs.
 fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<Vec<f32>> {
     let kernel = engine.compile(&reference_variant(), &tensors.shape)?;
@@ -512,7 +528,7 @@ pub fn tune(
             results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
             continue;
         }
-        let r = bench.measure(c, best.map(|b| b.1), opts)?;
+        let r = measure_guarded(&mut bench, c, best.map(|b| b.1), opts)?;
         if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
             if best.is_none_or(|(_, b)| ms < b) {
                 best = Some((i, ms));
