@@ -200,6 +200,9 @@ const SHARED_LOAD: f64 = 1.0;
 /// The implicit-GEMM gather recomputes (c, r, s, ih, iw) per staged element.
 const GATHER_LOAD: f64 = 8.0;
 const BARRIER: f64 = 20.0;
+/// Per output of a GEMM tile: pixel coordinates, accumulator set-up and the store, paid
+/// once per output however short the reduction; it is what makes GEMM lose on tiny C.
+const GEMM_SETUP: f64 = 32.0;
 
 fn ceil_to(v: u64, m: u64) -> u64 {
     v.div_ceil(m.max(1)) * m.max(1)
@@ -244,7 +247,8 @@ pub fn estimated_cost(v: &Variant, shape: &ConvShape) -> f64 {
             let per_fma = 1.0
                 + SHARED_LOAD * (tm + tn) / (tm * tn)
                 + GATHER_LOAD * (1.0 / bm as f64 + 1.0 / bn as f64)
-                + BARRIER * 2.0 / (bk as f64 * tm * tn);
+                + BARRIER * 2.0 / (bk as f64 * tm * tn)
+                + GEMM_SETUP / red.max(1) as f64;
             fmas * per_fma / parallel_efficiency(tiles * v.invocations() as u64)
         }
         // A family the model does not know: as costly as the plainest direct kernel, so
@@ -603,9 +607,32 @@ mod tests {
         assert_eq!(ranked_candidates(&big, &limits)[0].family(), "gemm");
         let dw = shape([1, 64, 56, 56], [64, 1, 3, 3], 1, 64);
         assert_eq!(ranked_candidates(&dw, &limits)[0].family(), "direct");
+        let first_layer = shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1);
+        assert_eq!(ranked_candidates(&first_layer, &limits)[0].family(), "direct");
         // Larger register tiles rank ahead of small ones on a large problem.
         let first = ranked_candidates(&big, &limits)[0];
         assert!(first.knobs().iter().any(|&(k, v)| (k == "tm" || k == "tn") && v >= 8), "{first}");
+    }
+
+    /// Not a test of speed: prints the top of the ranking for the public suite, for eyeballing
+    /// (`cargo test --release --no-default-features -- --ignored --nocapture ranking_report`).
+    #[test]
+    #[ignore]
+    fn ranking_report() {
+        let limits = wgpu::Limits::default();
+        let suite: [([usize; 4], [usize; 4], i64, i64); 6] = [
+            ([32, 3, 224, 224], [64, 3, 7, 7], 3, 1),
+            ([32, 64, 56, 56], [64, 64, 3, 3], 1, 1),
+            ([32, 512, 7, 7], [512, 512, 3, 3], 1, 1),
+            ([32, 256, 56, 56], [64, 256, 1, 1], 0, 1),
+            ([1, 3, 225, 225], [32, 3, 3, 3], 0, 1),
+            ([1, 32, 28, 28], [32, 1, 3, 3], 1, 32),
+        ];
+        for (x, w, p, g) in suite {
+            let s = shape(x, w, p, g);
+            let top: Vec<String> = ranked_candidates(&s, &limits).iter().take(5).map(|v| v.to_string()).collect();
+            println!("{:40} {}", s.label(), top.join(" "));
+        }
     }
 
     #[test]
