@@ -178,7 +178,12 @@ def test_progress_callback_sees_every_candidate(tuning_env):
     d = _convtune.tune((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, None,
                        progress=lambda *a: calls.append(a))
     total = len(d["candidates"])
-    assert [c[0] for c in calls] == list(range(total + 1))
+    measured = [c for c in d["candidates"] if c["status"] != "skipped (budget)"]
+    # One call per measured candidate (skips are not progress), then one at the end.
+    done = [c[0] for c in calls]
+    assert len(calls) == len(measured) + 1
+    assert done[0] == 0 and done[-1] == total and done == sorted(set(done))
+    assert [c[2] for c in calls[:-1]] == [c["name"] for c in measured]
     assert all(c[1] == total for c in calls)
     assert calls[0][2] == d["default"]
     assert calls[0][3] == "1x4x10x10 k8 3x3 s1 p1"
