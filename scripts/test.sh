@@ -6,4 +6,8 @@ scripts/setup.sh
 echo "== cargo test"
 cargo test --release --no-default-features
 echo "== pytest"
+# conv2d tunes every new shape by default, and the correctness tests use hundreds of shapes:
+# run them untuned and away from the user's cache. The tuning tests set both themselves.
+export CONVTUNE_TUNE="${CONVTUNE_TUNE:-off}"
+export CONVTUNE_CACHE_DIR="${CONVTUNE_CACHE_DIR:-$(mktemp -d)}"
 exec .venv/bin/python -m pytest -q "$@"
