@@ -6,4 +6,5 @@ scripts/setup.sh
 echo "== cargo test"
 cargo test --release --no-default-features
 echo "== pytest"
+# tests/conftest.py runs the suite untuned, with a throwaway tuning cache.
 exec .venv/bin/python -m pytest -q "$@"

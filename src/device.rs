@@ -313,6 +313,18 @@ impl Engine {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(p.clone());
         }
+        // Compiling outside the map's lock lets other threads use cached pipelines meanwhile.
+        let pipeline = Arc::new(self.compile(variant, shape)?);
+        self.pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// Compiles (variant, shape) without caching the result: the tuner compiles dozens of
+    /// candidates per shape and only the winner is worth keeping.
+    pub fn compile(&self, variant: &Variant, shape: &ConvShape) -> Result<Compiled> {
         if !variant.fits(&self.limits) {
             return Err(Error::invalid(format!(
                 "variant {variant} needs {} invocations and {} bytes of workgroup memory; \
@@ -324,7 +336,6 @@ impl Engine {
             )));
         }
         let kernel = codegen::generate(variant, shape)?;
-        // Compiling outside the map's lock lets other threads use cached pipelines meanwhile.
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some("convtune conv2d"),
@@ -355,12 +366,7 @@ impl Engine {
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
         }
-        let pipeline = Arc::new(Compiled { pipeline, workgroups: kernel.workgroups });
-        self.pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, pipeline.clone());
-        Ok(pipeline)
+        Ok(Compiled { pipeline, workgroups: kernel.workgroups })
     }
 }
 

@@ -31,6 +31,9 @@ pub enum Error {
     /// The tuning cache could not be read or written (Python: convtune.ConvtuneError).
     #[error("tuning cache: {0}")]
     Cache(String),
+    /// Tuning was stopped by its progress callback (Python: whatever the callback raised).
+    #[error("tuning cancelled: {0}")]
+    Cancelled(String),
 }
 
 impl Error {

@@ -1,16 +1,21 @@
 //! The Python module `convtune._convtune`. Errors become Python exceptions here and only here.
 
+use crate::autotune::{self, Choice};
+use crate::cache::{self, Cache};
 use crate::device::{self, AdapterDesc, Engine};
 use crate::error::Error;
 use crate::params::{ConvShape, Padding};
 use crate::runner::{self, DeviceArray, DeviceTensors};
 use std::sync::Arc;
+use crate::tuner::{self, Progress, TuneReport};
 use crate::variants::{self, Variant};
 use numpy::{PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4, PyUntypedArrayMethods};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::ffi::CString;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 create_exception!(_convtune, ConvtuneError, PyRuntimeError, "A GPU-side failure in convtune.");
@@ -18,6 +23,7 @@ create_exception!(_convtune, NoAdapterError, ConvtuneError, "No usable GPU adapt
 create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU ran out of memory for this call.");
 create_exception!(_convtune, DeviceLostError, ConvtuneError, "The GPU device was lost; the next call opens a new one.");
 create_exception!(_convtune, ShaderError, ConvtuneError, "A generated shader failed to compile.");
+create_exception!(_convtune, ConvtuneWarning, PyUserWarning, "A recoverable problem: an unreadable tuning cache, a failed tuning run.");
 
 /// The one place where a convtune error becomes a Python exception.
 fn to_pyerr(e: Error) -> PyErr {
@@ -29,7 +35,7 @@ fn to_pyerr(e: Error) -> PyErr {
         Error::OutOfMemory(_) => OutOfMemoryError::new_err(msg),
         Error::DeviceLost(_) => DeviceLostError::new_err(msg),
         Error::Shader { .. } => ShaderError::new_err(msg),
-        Error::Gpu(_) | Error::Cache(_) => ConvtuneError::new_err(msg),
+        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) => ConvtuneError::new_err(msg),
     }
 }
 
@@ -85,12 +91,69 @@ fn parse_variant(name: &str) -> PyResult<Variant> {
     name.parse().py_err()
 }
 
-/// The variant a call runs: the one asked for, else the default rule. The tuner's seam.
-fn choose(engine: &Engine, shape: &ConvShape, asked: Option<&str>) -> PyResult<Variant> {
-    match asked {
-        Some(name) => parse_variant(name),
-        None => Ok(variants::default_variant(shape, &engine.limits)),
+/// Shows the warnings a choice met as Python warnings (`convtune.ConvtuneWarning`).
+fn emit_warnings(py: Python<'_>, warnings: &[String]) -> PyResult<()> {
+    let category = py.get_type::<ConvtuneWarning>();
+    for w in warnings {
+        let msg = CString::new(w.replace('\0', " ")).unwrap_or_default();
+        PyErr::warn(py, &category, &msg, 2)?;
     }
+    Ok(())
+}
+
+/// Bridges the tuner's progress reports to an optional Python callable, holding the GIL only
+/// for the call. Tuning runs with the GIL released, so this is also where Ctrl-C gets a
+/// chance to stop it.
+struct PyProgress {
+    callback: Option<Py<PyAny>>,
+    label: String,
+    /// What the callback (or a signal handler) raised; re-raised once tuning has stopped.
+    raised: Option<PyErr>,
+}
+
+impl PyProgress {
+    fn new(callback: Option<Py<PyAny>>, shape: &ConvShape) -> Self {
+        PyProgress { callback, label: shape.label(), raised: None }
+    }
+
+    fn report(&mut self, p: &Progress) -> Result<(), Error> {
+        Python::attach(|py| {
+            py.check_signals()?;
+            match &self.callback {
+                Some(cb) => cb.call1(py, (p.done, p.total, p.name, self.label.as_str())).map(|_| ()),
+                None => Ok(()),
+            }
+        })
+        .map_err(|e| {
+            self.raised = Some(e);
+            Error::Cancelled("the progress callback raised".into())
+        })
+    }
+
+    /// Turns a result into a Python one, re-raising the callback's own exception.
+    fn finish<T>(self, r: Result<T, Error>) -> PyResult<T> {
+        match (r, self.raised) {
+            (Err(Error::Cancelled(_)), Some(e)) => Err(e),
+            (r, _) => r.py_err(),
+        }
+    }
+}
+
+/// The variant a call runs: the one asked for, else what `CONVTUNE_TUNE` says (default rule,
+/// cache, or a tuning run). The GIL is released while it works.
+fn choose(
+    py: Python<'_>,
+    engine: &Engine,
+    shape: &ConvShape,
+    asked: Option<&str>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Choice> {
+    let forced = asked.map(parse_variant).transpose()?;
+    let mut bridge = PyProgress::new(progress, shape);
+    let r = py.detach(|| autotune::choose(engine, shape, forced, &mut |p| bridge.report(p)));
+    let choice = bridge.finish(r)?;
+    emit_warnings(py, &choice.warnings)?;
+    Ok(choice)
 }
 
 fn dims4(dims: &[usize], what: &str) -> PyResult<[usize; 4]> {
@@ -99,7 +162,7 @@ fn dims4(dims: &[usize], what: &str) -> PyResult<[usize; 4]> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
@@ -111,6 +174,7 @@ fn conv2d<'py>(
     dilation: (i64, i64),
     groups: i64,
     variant: Option<&str>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyArray4<f32>>> {
     let shape = shape_of(
         dims4(x.shape(), "x")?,
@@ -129,7 +193,7 @@ fn conv2d<'py>(
         None => None,
     };
     let eng = engine()?;
-    let v = choose(&eng, &shape, variant)?;
+    let v = choose(py, &eng, &shape, variant, progress)?.variant;
     // SAFETY: the array is fresh and owned here; every element is written before it is
     // returned (the kernels write all outputs; an error drops the array).
     let out = unsafe { PyArray4::<f32>::new(py, shape.y_dims(), false) };
@@ -261,7 +325,7 @@ fn time_variant(
 ) -> PyResult<(String, Vec<f64>)> {
     let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
     let eng = py.detach(device::engine).py_err()?;
-    let v = choose(&eng, &shape, variant)?;
+    let v = choose(py, &eng, &shape, variant, None)?.variant;
     let times = py
         .detach(|| -> Result<Vec<f64>, Error> {
             let kernel = eng.pipeline(&v, &shape)?;
@@ -276,6 +340,160 @@ fn time_variant(
         })
         .py_err()?;
     Ok((v.to_string(), times))
+}
+
+fn knobs_dict<'py>(py: Python<'py>, v: &Variant) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("family", v.family())?;
+    for (k, val) in v.knobs() {
+        d.set_item(k, val)?;
+    }
+    Ok(d)
+}
+
+fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("shape", r.shape.label())?;
+    d.set_item("winner", &r.winner)?;
+    d.set_item("default", &r.default)?;
+    d.set_item("reference", &r.reference)?;
+    d.set_item("default_ms", r.default_ms)?;
+    d.set_item("tuned_ms", r.tuned_ms)?;
+    d.set_item("speedup", r.speedup())?;
+    d.set_item("tuning_s", r.tuning_s)?;
+    d.set_item("budget_s", r.budget_s)?;
+    d.set_item("tuned_at", &r.tuned_at)?;
+    d.set_item("adapter", &r.adapter)?;
+    d.set_item("source", source)?;
+    let mut candidates = Vec::with_capacity(r.candidates.len());
+    for c in &r.candidates {
+        let cd = PyDict::new(py);
+        cd.set_item("name", &c.name)?;
+        match c.variant() {
+            Some(v) => cd.set_item("knobs", knobs_dict(py, &v)?)?,
+            None => cd.set_item("knobs", PyDict::new(py))?,
+        }
+        cd.set_item("status", c.status.as_str())?;
+        cd.set_item("median_ms", c.median_ms)?;
+        cd.set_item("samples", &c.samples_ms)?;
+        cd.set_item("detail", &c.detail)?;
+        candidates.push(cd);
+    }
+    d.set_item("candidates", candidates)?;
+    Ok(d)
+}
+
+/// Tunes one shape (or returns its cached report unless `force`); ignores `CONVTUNE_TUNE`.
+#[pyfunction]
+#[pyo3(signature = (x_shape, w_shape, stride, padding, dilation, groups, bias_len, budget=None, force=false, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn tune<'py>(
+    py: Python<'py>,
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    stride: (i64, i64),
+    padding: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    bias_len: Option<usize>,
+    budget: Option<f64>,
+    force: bool,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let budget = autotune::budget(budget).py_err()?;
+    let eng = py.detach(device::engine).py_err()?;
+    let mut bridge = PyProgress::new(progress, &shape);
+    let r = py.detach(|| autotune::tune(&eng, &shape, budget, force, &mut |p| bridge.report(p)));
+    let choice = bridge.finish(r)?;
+    emit_warnings(py, &choice.warnings)?;
+    let report = choice
+        .report
+        .as_ref()
+        .ok_or_else(|| ConvtuneError::new_err("tuning produced no report"))?;
+    report_dict(py, report, choice.source.as_str())
+}
+
+/// What conv2d would run for this shape and why, with the generated WGSL.
+#[pyfunction]
+#[pyo3(signature = (x_shape, w_shape, stride, padding, dilation, groups, bias_len, variant=None, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn explain<'py>(
+    py: Python<'py>,
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    stride: (i64, i64),
+    padding: PadArg,
+    dilation: (i64, i64),
+    groups: i64,
+    bias_len: Option<usize>,
+    variant: Option<&str>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let mode = autotune::Mode::from_env().py_err()?;
+    let eng = py.detach(device::engine).py_err()?;
+    let choice = choose(py, &eng, &shape, variant, progress)?;
+    let d = PyDict::new(py);
+    d.set_item("variant", choice.variant.to_string())?;
+    d.set_item("source", choice.source.as_str())?;
+    d.set_item("mode", mode.as_str())?;
+    d.set_item("shape", shape.label())?;
+    d.set_item("knobs", knobs_dict(py, &choice.variant)?)?;
+    d.set_item("wgsl", crate::codegen::generate(&choice.variant, &shape).py_err()?.source)?;
+    d.set_item("adapter", &eng.desc.name)?;
+    match &choice.report {
+        Some(r) => d.set_item("report", report_dict(py, r, choice.source.as_str())?)?,
+        None => d.set_item("report", py.None())?,
+    }
+    Ok(d)
+}
+
+/// The tuning cache file `CONVTUNE_CACHE_DIR` (or the user cache directory) names now.
+#[pyfunction]
+fn cache_path() -> Option<PathBuf> {
+    Cache::from_env().file().map(PathBuf::from)
+}
+
+/// Runs a cache operation with the GIL released and shows the warnings it met.
+fn with_warnings<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce(&mut Vec<String>) -> Result<T, Error> + Send,
+) -> PyResult<T> {
+    let mut warnings = Vec::new();
+    let r = py.detach(|| f(&mut warnings));
+    emit_warnings(py, &warnings)?;
+    r.py_err()
+}
+
+/// Writes every cache entry (all adapters) to `path`; returns how many.
+#[pyfunction]
+fn cache_export(py: Python<'_>, path: PathBuf) -> PyResult<usize> {
+    with_warnings(py, |w| Cache::from_env().export(&path, w))
+}
+
+/// Merges an exported file into the cache; returns how many entries it held.
+#[pyfunction]
+fn cache_import(py: Python<'_>, path: PathBuf) -> PyResult<usize> {
+    with_warnings(py, |w| Cache::from_env().import(&path, w))
+}
+
+/// Deletes the cache file and forgets its entries.
+#[pyfunction]
+fn cache_clear(py: Python<'_>) -> PyResult<()> {
+    with_warnings(py, |_| Cache::from_env().clear())
+}
+
+/// Tests: forget what this process remembers of any cache file.
+#[pyfunction]
+fn _reset_tuning_state() {
+    cache::forget_memory();
+}
+
+/// Tests: add a fast but wrong candidate to every tuning run.
+#[pyfunction]
+fn _inject_faulty_candidate(on: bool) {
+    tuner::set_inject_faulty(on);
 }
 
 /// A float32 NCHW tensor resident on the GPU. `conv2d` takes it as `x` and then returns one,
@@ -329,7 +547,7 @@ fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>) -> PyResult<PyTensor>
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
@@ -341,6 +559,7 @@ fn conv2d_tensor(
     dilation: (i64, i64),
     groups: i64,
     variant: Option<&str>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<PyTensor> {
     let shape = shape_of(
         x.inner.dims,
@@ -363,7 +582,7 @@ fn conv2d_tensor(
             "this Tensor lives on a GPU device that was lost; upload it again with to_device()",
         ));
     }
-    let v = choose(&eng, &shape, variant)?;
+    let v = choose(py, &eng, &shape, variant, progress)?.variant;
     let poison = POISON.load(Ordering::Relaxed);
     let inner = py
         .detach(|| runner::conv2d_device(&eng, &shape, &v, &x.inner, ws, bs, poison))
@@ -404,6 +623,7 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OutOfMemoryError", py.get_type::<OutOfMemoryError>())?;
     m.add("DeviceLostError", py.get_type::<DeviceLostError>())?;
     m.add("ShaderError", py.get_type::<ShaderError>())?;
+    m.add("ConvtuneWarning", py.get_type::<ConvtuneWarning>())?;
     m.add_function(wrap_pyfunction!(conv2d, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(adapter_info, m)?)?;
@@ -412,7 +632,15 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_variant, m)?)?;
     m.add_function(wrap_pyfunction!(wgsl, m)?)?;
     m.add_function(wrap_pyfunction!(time_variant, m)?)?;
+    m.add_function(wrap_pyfunction!(tune, m)?)?;
+    m.add_function(wrap_pyfunction!(explain, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_path, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_export, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_import, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_clear, m)?)?;
     m.add_function(wrap_pyfunction!(_set_poison, m)?)?;
+    m.add_function(wrap_pyfunction!(_reset_tuning_state, m)?)?;
+    m.add_function(wrap_pyfunction!(_inject_faulty_candidate, m)?)?;
     m.add_class::<PyTensor>()?;
     m.add_function(wrap_pyfunction!(to_device, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_tensor, m)?)?;

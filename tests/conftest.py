@@ -10,6 +10,14 @@ import pytest
 # Make tests/reference.py importable as `reference` whatever the import mode.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# conv2d tunes every new shape by default, and these tests use hundreds of shapes: run them
+# untuned and away from the user's cache. The tuning tests set both themselves.
+os.environ.setdefault("CONVTUNE_TUNE", "off")
+if "CONVTUNE_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["CONVTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="convtune-test-cache-")
+
 import convtune  # noqa: E402
 
 from reference import check_close, max_rel_err, reference_conv2d  # noqa: E402,F401

@@ -7,11 +7,24 @@
 Computation is float32. Inputs of other real numeric dtypes (float16, float64, signed and
 unsigned integers) are cast to float32; bool, complex, object, string and datetime arrays
 raise TypeError.
+
+Autotuning: the first call with a new shape times the kernel variants that fit it, checks
+each against a reference, and keeps the fastest in an on-disk cache (``cache_path()``).
+Environment, read at every call:
+
+- ``CONVTUNE_TUNE``: ``auto`` (default; tune new shapes, then use the cache), ``cached``
+  (use the cache when it has the shape, else the default rule; never tune) or ``off``
+  (the default rule only).
+- ``CONVTUNE_TUNE_BUDGET``: seconds of tuning per shape (default 3).
+- ``CONVTUNE_CACHE_DIR``: where the cache lives (default: the user cache directory).
+- ``CONVTUNE_PRINT_TUNING=1``: print one line per tuned shape to stderr.
+- ``CONVTUNE_PROGRESS=0``: no progress bar while tuning (it only shows on a terminal).
 """
 
 from __future__ import annotations
 
 import operator
+import os
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -20,11 +33,13 @@ from . import _convtune
 from ._convtune import (
     Tensor,
     ConvtuneError,
+    ConvtuneWarning,
     DeviceLostError,
     NoAdapterError,
     OutOfMemoryError,
     ShaderError,
 )
+from ._tuning import Explanation, Progress, TuneReport
 
 __version__: str = _convtune.__version__
 
@@ -40,7 +55,16 @@ __all__ = [
     "variant_knobs",
     "wgsl",
     "time_variant",
+    "tune",
+    "explain",
+    "cache_path",
+    "cache_export",
+    "cache_import",
+    "cache_clear",
+    "TuneReport",
+    "Explanation",
     "ConvtuneError",
+    "ConvtuneWarning",
     "NoAdapterError",
     "OutOfMemoryError",
     "DeviceLostError",
@@ -102,7 +126,14 @@ def _array(value: Any, name: str) -> np.ndarray:
     return arr.astype(np.float32, order="C", copy=False)
 
 
-def _spec(x_shape, w_shape, stride, padding, dilation, groups, bias_len):
+_Spec = Tuple[
+    Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
+    Optional[int],
+]
+
+
+def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
+          bias_len: Optional[int]) -> _Spec:
     return (
         tuple(x_shape),
         tuple(w_shape),
@@ -138,7 +169,7 @@ def conv2d(
         groups: C and K must both be divisible by it; ``groups == C`` is depthwise.
         bias: optional, shape (K,).
         variant: run this kernel variant (a name from ``variant_space()``) instead of the
-            default rule.
+            tuned or default one.
 
     Returns:
         A new float32 array of shape (N, K, OH, OW); a ``convtune.Tensor`` on the GPU when
@@ -148,6 +179,10 @@ def conv2d(
         TypeError: an argument of the wrong type or dtype.
         ValueError: a bad shape or parameter; the message names it.
         ConvtuneError: a GPU-side failure (subclasses name the kind).
+
+    Warns:
+        ConvtuneWarning: the tuning cache was unreadable, or tuning failed (the default
+            variant is used then).
     """
     on_device = isinstance(x, Tensor)
     xa = x if on_device else _array(x, "x")
@@ -164,9 +199,13 @@ def conv2d(
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
     _, _, s, p, d, g, _ = _spec(xa.shape, wa.shape, stride, padding, dilation, groups, None)
-    if on_device:
-        return _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant)
-    return _convtune.conv2d(xa, wa, ba, s, p, d, g, variant)
+    progress = Progress()
+    try:
+        if on_device:
+            return _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress)
+        return _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress)
+    finally:
+        progress.close()
 
 
 def to_device(x: Any) -> Tensor:
@@ -243,7 +282,10 @@ def time_variant(
     reps: int = 10,
     warmup: int = 2,
 ) -> Tuple[str, list]:
-    """GPU seconds of ``reps`` runs of ``variant`` (default: the default rule's) on random data.
+    """GPU seconds of ``reps`` runs of ``variant`` on random data.
+
+    Without ``variant``, times the variant ``conv2d`` would run (tuned, cached or default, as
+    ``CONVTUNE_TUNE`` says).
 
     Uses GPU timestamp queries when the adapter has them, else wall clock around a queue sync.
     Returns (variant name, list of seconds).
@@ -274,3 +316,106 @@ def variant_space() -> list:
 def variant_knobs(name: str) -> dict:
     """The knobs a variant is built with, e.g. ``{'family': 'direct', 'wg_x': 64, ...}``."""
     return _convtune.variant_knobs(name)
+
+
+def _budget(budget: Optional[float]) -> Optional[float]:
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)):
+        raise TypeError(f"budget must be a number of seconds, got {type(budget).__name__}")
+    return float(budget)
+
+
+def tune(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    stride: IntPair = 1,
+    padding: Padding = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    bias: Union[None, bool, int] = None,
+    *,
+    budget: Optional[float] = None,
+    force: bool = False,
+) -> TuneReport:
+    """Tunes conv2d for one shape and stores the winner in the tuning cache.
+
+    Returns the cached report when the cache already has the shape, unless ``force``.
+    Ignores ``CONVTUNE_TUNE``: calling it is asking for tuning.
+
+    Args:
+        x_shape, w_shape, stride, padding, dilation, groups: as for ``conv2d``.
+        bias: whether the calls have a bias (``True`` or its length).
+        budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 3. The default variant
+            and the few top-ranked candidates are timed even past the budget.
+        force: tune again even if the cache has the shape.
+    """
+    progress = Progress()
+    try:
+        d = _convtune.tune(
+            *_spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape)),
+            budget=_budget(budget),
+            force=bool(force),
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    return TuneReport.from_dict(d)
+
+
+def explain(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    stride: IntPair = 1,
+    padding: Padding = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    bias: Union[None, bool, int] = None,
+    *,
+    variant: Optional[str] = None,
+) -> Explanation:
+    """What ``conv2d`` runs for this shape and why: the variant, its knobs, its WGSL, where
+    the choice came from (``forced``, ``default``, ``cache`` or ``tuned``) and, when tuning
+    was involved, every candidate's time and status.
+
+    Decides exactly as ``conv2d`` would, so under ``CONVTUNE_TUNE=auto`` it tunes a shape
+    the cache does not have yet.
+    """
+    if variant is not None and not isinstance(variant, str):
+        raise TypeError(f"variant must be a str, got {type(variant).__name__}")
+    progress = Progress()
+    try:
+        d = _convtune.explain(
+            *_spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape)),
+            variant=variant,
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    return Explanation.from_dict(d)
+
+
+def cache_path() -> Optional[str]:
+    """The tuning cache file in use now (``None`` when there is no cache directory)."""
+    p = _convtune.cache_path()
+    return None if p is None else str(p)
+
+
+def cache_export(path: Union[str, "os.PathLike[str]"]) -> int:
+    """Writes every tuning result (all adapters) to ``path``; returns how many.
+
+    Import the file with ``cache_import`` on machines with the same GPU and driver; results
+    for other adapters or convtune versions are kept apart and never used there.
+    """
+    return _convtune.cache_export(os.fspath(path))
+
+
+def cache_import(path: Union[str, "os.PathLike[str]"]) -> int:
+    """Merges a file written by ``cache_export`` into the tuning cache; returns how many
+    entries it held. Raises ConvtuneError for a file that is not such an export."""
+    return _convtune.cache_import(os.fspath(path))
+
+
+def cache_clear() -> None:
+    """Deletes the tuning cache file and forgets what this process remembered of it."""
+    _convtune.cache_clear()

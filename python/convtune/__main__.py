@@ -1,12 +1,13 @@
-"""Command line: `python -m convtune {info,run}`."""
+"""Command line: `python -m convtune {info,run,tune,bench}`."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -100,10 +101,78 @@ def cmd_info(_args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    suite = SUITES[args.suite]
+def _timed(case: Case, variant: str, reps: int) -> Tuple[float, float]:
+    """Median GPU seconds of ``reps`` runs and their coefficient of variation."""
+    _, times = convtune.time_variant(
+        case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups, variant=variant, reps=reps
+    )
+    mean = statistics.fmean(times)
+    cv = statistics.stdev(times) / mean if len(times) > 1 and mean > 0 else 0.0
+    return statistics.median(times), cv
+
+
+def _speedup_rows(cases: List[Case], reps: int, chosen) -> List[List[str]]:
+    """One row per case: ``chosen(case)`` gives (variant, source, tuning seconds or None)."""
+    rows = []
+    for case in cases:
+        variant, source, tuning_s = chosen(case)
+        default = convtune.default_variant(case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups)
+        d_med, _ = _timed(case, default, reps)
+        t_med, t_cv = _timed(case, variant, reps)
+        rows.append([
+            case.label(), variant, source, f"{d_med * 1e3:.3f}", f"{t_med * 1e3:.3f}",
+            f"{d_med / t_med:.2f}x", f"{case.flops() / t_med / 1e9:.1f}", f"{t_cv * 100:.1f}%",
+            "-" if tuning_s is None else f"{tuning_s:.1f}",
+        ])
+        print(".", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return rows
+
+
+_SPEEDUP_HEADERS = [
+    "shape (N,C,H,W -> K, RxS, stride, pad)", "winner", "from", "default ms", "tuned ms",
+    "speed-up", "GFLOP/s", "CV", "tuning s",
+]
+
+
+def _print_adapter() -> None:
     info = convtune.adapter_info()
     print(f"adapter: {info['name']} ({info['backend']}, {info['type']})")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    _print_adapter()
+
+    def chosen(case: Case):
+        r = convtune.tune(
+            case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups,
+            budget=args.budget, force=args.force,
+        )
+        return r.winner, r.source, r.tuning_s
+
+    print(_table(_SPEEDUP_HEADERS, _speedup_rows(SUITES[args.suite], args.reps, chosen)))
+    print(f"ms: median of {args.reps} GPU-timed runs; CV: coefficient of variation of the winner's runs; "
+          f"cache: {convtune.cache_path()}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    _print_adapter()
+
+    def chosen(case: Case):
+        e = convtune.explain(case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups)
+        tuning = e.report.tuning_s if e.report is not None and e.source == "tuned" else None
+        return e.variant, e.source, tuning
+
+    print(_table(_SPEEDUP_HEADERS, _speedup_rows(SUITES[args.suite], args.reps, chosen)))
+    print(f"ms: median of {args.reps} GPU-timed runs; CV: coefficient of variation of the winner's runs; "
+          f"from: where the variant came from (CONVTUNE_TUNE={os.environ.get('CONVTUNE_TUNE', 'auto')})")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    suite = SUITES[args.suite]
+    _print_adapter()
     rng = np.random.default_rng(args.seed)
     rows = []
     worst = 0.0
@@ -116,8 +185,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         convtune.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups)
         e2e = time.perf_counter() - t0
+        chosen = convtune.explain(case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups)
         name, times = convtune.time_variant(
-            case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups, reps=args.reps
+            case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups,
+            variant=chosen.variant, reps=args.reps,
         )
         gpu = statistics.median(times)
         err = "-"
@@ -127,16 +198,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             worst = max(worst, e)
             err = f"{e:.1e}"
         rows.append([
-            case.label(), name, f"{gpu * 1e3:.3f}", f"{case.flops() / gpu / 1e9:.1f}",
+            case.label(), name, chosen.source, f"{gpu * 1e3:.3f}", f"{case.flops() / gpu / 1e9:.1f}",
             f"{e2e * 1e3:.2f}", f"{first * 1e3:.1f}", err,
         ])
         print(".", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     print(_table(
-        ["shape (N,C,H,W -> K, RxS, stride, pad)", "variant", "GPU ms", "GFLOP/s", "e2e ms", "first ms", "rel err"],
+        ["shape (N,C,H,W -> K, RxS, stride, pad)", "variant", "from", "GPU ms", "GFLOP/s", "e2e ms",
+         "first ms", "rel err"],
         rows,
     ))
-    print(f"GPU ms: median of {args.reps} timed runs; e2e: numpy in -> numpy out; first: includes shader compile.")
+    print(f"GPU ms: median of {args.reps} timed runs; e2e: numpy in -> numpy out; first: includes "
+          f"tuning (CONVTUNE_TUNE={os.environ.get('CONVTUNE_TUNE', 'auto')}) and shader compile.")
     if not args.no_check and worst > 1e-5:
         print(f"error: max relative error {worst:.2e} exceeds 1e-5", file=sys.stderr)
         return 1
@@ -152,9 +225,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     run.add_argument("--reps", type=int, default=10, help="timed runs per shape")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--no-check", action="store_true", help="skip the float64 reference check")
+    tune = sub.add_parser("tune", help="tune a shape suite and print each winner's speed-up over the default")
+    tune.add_argument("--suite", choices=sorted(SUITES), default="default")
+    tune.add_argument("--budget", type=float, default=None, help="tuning seconds per shape (default: CONVTUNE_TUNE_BUDGET or 3)")
+    tune.add_argument("--force", action="store_true", help="tune again even when the cache has a shape")
+    tune.add_argument("--reps", type=int, default=30, help="timed runs per variant for the table")
+    bench = sub.add_parser("bench", help="time the default and the tuned variant over a shape suite")
+    bench.add_argument("--suite", choices=sorted(SUITES), default="default")
+    bench.add_argument("--reps", type=int, default=30, help="timed runs per variant")
     args = p.parse_args(argv)
+    if getattr(args, "reps", 2) < 2:
+        p.error("--reps must be at least 2")
     try:
-        return {"info": cmd_info, "run": cmd_run}[args.cmd](args)
+        return {"info": cmd_info, "run": cmd_run, "tune": cmd_tune, "bench": cmd_bench}[args.cmd](args)
     except convtune.ConvtuneError as e:
         print(f"convtune: {e}", file=sys.stderr)
         return 2

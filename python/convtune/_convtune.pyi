@@ -1,0 +1,161 @@
+"""Type stubs for the native module ``convtune._convtune`` (built from src/python.rs).
+
+The public, documented API is the ``convtune`` package; these are its building blocks.
+Shape-taking functions receive already-normalised arguments: ``stride`` and ``dilation`` as
+(h, w) pairs, ``padding`` as an (h, w) pair or ``"same"``/``"valid"``, and ``bias_len`` as
+the bias length or ``None``.
+"""
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+__all__ = [
+    "__version__",
+    "ConvtuneError",
+    "NoAdapterError",
+    "OutOfMemoryError",
+    "DeviceLostError",
+    "ShaderError",
+    "ConvtuneWarning",
+    "conv2d",
+    "devices",
+    "adapter_info",
+    "variant_space",
+    "variant_knobs",
+    "default_variant",
+    "wgsl",
+    "time_variant",
+    "tune",
+    "explain",
+    "cache_path",
+    "cache_export",
+    "cache_import",
+    "cache_clear",
+    "_set_poison",
+    "_reset_tuning_state",
+    "_inject_faulty_candidate",
+    "Tensor",
+    "to_device",
+    "conv2d_tensor",
+    "memory_stats",
+]
+
+_Pair = Tuple[int, int]
+_Padding = Union[str, Tuple[int, int]]
+_Shape4 = Sequence[int]
+#: ``progress(done, total, candidate_name, shape_label)``; raising cancels tuning.
+_Progress = Callable[[int, int, str, str], Any]
+
+class ConvtuneError(RuntimeError): ...
+class NoAdapterError(ConvtuneError): ...
+class OutOfMemoryError(ConvtuneError): ...
+class DeviceLostError(ConvtuneError): ...
+class ShaderError(ConvtuneError): ...
+class ConvtuneWarning(UserWarning): ...
+
+def conv2d(
+    x: npt.NDArray[np.float32],
+    w: npt.NDArray[np.float32],
+    bias: Optional[npt.NDArray[np.float32]],
+    stride: _Pair,
+    padding: _Padding,
+    dilation: _Pair,
+    groups: int,
+    variant: Optional[str] = None,
+    progress: Optional[_Progress] = None,
+) -> npt.NDArray[np.float32]: ...
+def devices() -> List[Dict[str, Any]]: ...
+def adapter_info() -> Dict[str, Any]: ...
+def variant_space() -> List[str]: ...
+def variant_knobs(name: str) -> Dict[str, Union[str, int]]: ...
+def default_variant(
+    x_shape: _Shape4,
+    w_shape: _Shape4,
+    stride: _Pair,
+    padding: _Padding,
+    dilation: _Pair,
+    groups: int,
+    bias_len: Optional[int],
+) -> str: ...
+def wgsl(
+    variant: str,
+    x_shape: _Shape4,
+    w_shape: _Shape4,
+    stride: _Pair,
+    padding: _Padding,
+    dilation: _Pair,
+    groups: int,
+    bias_len: Optional[int],
+) -> str: ...
+def time_variant(
+    variant: Optional[str],
+    x_shape: _Shape4,
+    w_shape: _Shape4,
+    stride: _Pair,
+    padding: _Padding,
+    dilation: _Pair,
+    groups: int,
+    bias_len: Optional[int],
+    reps: int = 10,
+    warmup: int = 2,
+) -> Tuple[str, List[float]]: ...
+def tune(
+    x_shape: _Shape4,
+    w_shape: _Shape4,
+    stride: _Pair,
+    padding: _Padding,
+    dilation: _Pair,
+    groups: int,
+    bias_len: Optional[int],
+    budget: Optional[float] = None,
+    force: bool = False,
+    progress: Optional[_Progress] = None,
+) -> Dict[str, Any]: ...
+def explain(
+    x_shape: _Shape4,
+    w_shape: _Shape4,
+    stride: _Pair,
+    padding: _Padding,
+    dilation: _Pair,
+    groups: int,
+    bias_len: Optional[int],
+    variant: Optional[str] = None,
+    progress: Optional[_Progress] = None,
+) -> Dict[str, Any]: ...
+def cache_path() -> Optional[Path]: ...
+def cache_export(path: Union[str, os.PathLike[str]]) -> int: ...
+def cache_import(path: Union[str, os.PathLike[str]]) -> int: ...
+def cache_clear() -> None: ...
+def _set_poison(on: bool) -> None: ...
+def _reset_tuning_state() -> None: ...
+def _inject_faulty_candidate(on: bool) -> None: ...
+
+class Tensor:
+    """A float32 NCHW tensor resident on the GPU."""
+
+    @property
+    def shape(self) -> Tuple[int, int, int, int]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    def numpy(self) -> npt.NDArray[np.float32]: ...
+
+def to_device(x: npt.NDArray[np.float32]) -> Tensor: ...
+def conv2d_tensor(
+    x: Tensor,
+    w: npt.NDArray[np.float32],
+    bias: Optional[npt.NDArray[np.float32]],
+    stride: _Pair,
+    padding: _Padding,
+    dilation: _Pair,
+    groups: int,
+    variant: Optional[str] = None,
+    progress: Optional[_Progress] = None,
+) -> Tensor: ...
+def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...

@@ -1,0 +1,248 @@
+//! Which variant a call runs: forced by the caller, the default rule, a cached tuning result,
+//! or a fresh tuning run, as `CONVTUNE_TUNE` says. Every environment variable is read at
+//! call time.
+
+use crate::cache::{Cache, CacheKey, Entry};
+use crate::device::Engine;
+use crate::error::{Error, Result};
+use crate::params::ConvShape;
+use crate::tuner::{self, Progress, TuneOptions, TuneReport};
+use crate::variants::{self, Variant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `CONVTUNE_TUNE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Tune a shape the first time it is seen, then use the cache.
+    Auto,
+    /// The default rule only.
+    Off,
+    /// The cache when it has the shape, else the default rule; never tune.
+    Cached,
+}
+
+impl Mode {
+    pub fn from_env() -> Result<Mode> {
+        match std::env::var("CONVTUNE_TUNE") {
+            Err(_) => Ok(Mode::Auto),
+            Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" => Ok(Mode::Auto),
+                "off" => Ok(Mode::Off),
+                "cached" => Ok(Mode::Cached),
+                _ => Err(Error::invalid(format!(
+                    "CONVTUNE_TUNE must be 'auto', 'off' or 'cached', got {v:?}"
+                ))),
+            },
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Auto => "auto",
+            Mode::Off => "off",
+            Mode::Cached => "cached",
+        }
+    }
+}
+
+/// Where a choice came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Forced,
+    Default,
+    Cache,
+    Tuned,
+}
+
+impl Source {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Source::Forced => "forced",
+            Source::Default => "default",
+            Source::Cache => "cache",
+            Source::Tuned => "tuned",
+        }
+    }
+}
+
+/// A decision, with the tuning report behind it when there is one and any warnings met on
+/// the way (for the caller to show).
+#[derive(Clone, Debug)]
+pub struct Choice {
+    pub variant: Variant,
+    pub source: Source,
+    pub report: Option<Arc<TuneReport>>,
+    pub warnings: Vec<String>,
+}
+
+/// The tuning budget: the argument if given, else `CONVTUNE_TUNE_BUDGET` seconds, else the
+/// default.
+pub fn budget(arg: Option<f64>) -> Result<Duration> {
+    let (secs, what) = match arg {
+        Some(s) => (s, "budget".to_string()),
+        None => match std::env::var("CONVTUNE_TUNE_BUDGET") {
+            Ok(v) if !v.trim().is_empty() => {
+                let s = v.trim().parse::<f64>().map_err(|_| {
+                    Error::invalid(format!("CONVTUNE_TUNE_BUDGET must be a number of seconds, got {v:?}"))
+                })?;
+                (s, "CONVTUNE_TUNE_BUDGET".to_string())
+            }
+            _ => return Ok(tuner::DEFAULT_BUDGET),
+        },
+    };
+    if !(0.0..=1e6).contains(&secs) {
+        return Err(Error::invalid(format!("{what} must be between 0 and 1e6 seconds, got {secs}")));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// One tuning run at a time per process: runs would disturb each other's timings, and two
+/// threads meeting the same new shape should tune it once.
+static TUNING: Mutex<()> = Mutex::new(());
+
+/// A cached report is used only if its winner is still a variant this build and adapter can
+/// run, for this very shape.
+fn usable(report: &TuneReport, shape: &ConvShape, engine: &Engine) -> Option<Variant> {
+    let v = report.winner_variant().ok()?;
+    (report.shape == *shape && v.fits(&engine.limits)).then_some(v)
+}
+
+fn cached(engine: &Engine, shape: &ConvShape, cache: &Cache, warnings: &mut Vec<String>) -> Option<Choice> {
+    let key = CacheKey::new(&engine.desc, shape);
+    let report = cache.get(&key, warnings)?;
+    match usable(&report, shape, engine) {
+        Some(variant) => Some(Choice { variant, source: Source::Cache, report: Some(report), warnings: Vec::new() }),
+        None => {
+            warnings.push(format!(
+                "cached winner {:?} for {} cannot run here; ignoring the entry",
+                report.winner,
+                shape.label()
+            ));
+            None
+        }
+    }
+}
+
+fn print_line(report: &TuneReport) {
+    let on = std::env::var("CONVTUNE_PRINT_TUNING").is_ok_and(|v| !matches!(v.trim(), "" | "0"));
+    if !on {
+        return;
+    }
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |m| format!("{m:.3} ms"));
+    let speedup = report.speedup().map_or("-".to_string(), |s| format!("{s:.2}x"));
+    eprintln!(
+        "convtune: tuned {}: {} {} ({} over default {} {}), tuning {:.2} s",
+        report.shape.label(),
+        report.winner,
+        ms(report.tuned_ms),
+        speedup,
+        report.default,
+        ms(report.default_ms),
+        report.tuning_s
+    );
+}
+
+/// Tunes `shape` and stores the result. Must be called holding `TUNING`.
+fn tune_and_store(
+    engine: &Engine,
+    shape: &ConvShape,
+    budget: Duration,
+    cache: &Cache,
+    progress: &mut dyn FnMut(&Progress) -> Result<()>,
+    warnings: &mut Vec<String>,
+) -> Result<Arc<TuneReport>> {
+    let opts = TuneOptions { budget, ..TuneOptions::default() };
+    let report = Arc::new(tuner::tune(engine, shape, &opts, progress)?);
+    print_line(&report);
+    let entry = Entry { key: CacheKey::new(&engine.desc, shape), report: (*report).clone() };
+    if let Err(e) = cache.put(vec![entry], warnings) {
+        warnings.push(format!("{e}; the result is kept for this process only"));
+    }
+    Ok(report)
+}
+
+/// `convtune.tune()`: the cached report unless `force`, else a fresh tuning run. Ignores
+/// `CONVTUNE_TUNE`: the caller asked for tuning.
+pub fn tune(
+    engine: &Engine,
+    shape: &ConvShape,
+    budget: Duration,
+    force: bool,
+    progress: &mut dyn FnMut(&Progress) -> Result<()>,
+) -> Result<Choice> {
+    let cache = Cache::from_env();
+    let mut warnings = Vec::new();
+    let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+    if !force {
+        if let Some(mut c) = cached(engine, shape, &cache, &mut warnings) {
+            c.warnings = warnings;
+            return Ok(c);
+        }
+    }
+    let report = tune_and_store(engine, shape, budget, &cache, progress, &mut warnings)?;
+    let variant = report.winner_variant()?;
+    Ok(Choice { variant, source: Source::Tuned, report: Some(report), warnings })
+}
+
+/// The variant a conv2d call runs. Tuning failures never fail the call: they are reported as
+/// warnings and the default rule is used (cancellation and device loss do propagate).
+pub fn choose(
+    engine: &Engine,
+    shape: &ConvShape,
+    forced: Option<Variant>,
+    progress: &mut dyn FnMut(&Progress) -> Result<()>,
+) -> Result<Choice> {
+    let default = |warnings| Choice {
+        variant: variants::default_variant(shape, &engine.limits),
+        source: Source::Default,
+        report: None,
+        warnings,
+    };
+    if let Some(variant) = forced {
+        return Ok(Choice { variant, source: Source::Forced, report: None, warnings: Vec::new() });
+    }
+    let mode = Mode::from_env()?;
+    if mode == Mode::Off {
+        return Ok(default(Vec::new()));
+    }
+    let cache = Cache::from_env();
+    let mut warnings = Vec::new();
+    if let Some(mut c) = cached(engine, shape, &cache, &mut warnings) {
+        c.warnings = warnings;
+        return Ok(c);
+    }
+    if mode == Mode::Cached {
+        return Ok(default(warnings));
+    }
+    let budget = budget(None)?;
+    let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+    // Another thread may have tuned this shape while this one waited.
+    if let Some(mut c) = cached(engine, shape, &cache, &mut warnings) {
+        c.warnings = warnings;
+        return Ok(c);
+    }
+    match tune_and_store(engine, shape, budget, &cache, progress, &mut warnings) {
+        Ok(report) => {
+            let variant = report.winner_variant()?;
+            Ok(Choice { variant, source: Source::Tuned, report: Some(report), warnings })
+        }
+        Err(e @ (Error::Cancelled(_) | Error::DeviceLost(_))) => Err(e),
+        Err(e) => {
+            warnings.push(format!("tuning {} failed ({e}); using the default variant", shape.label()));
+            Ok(default(warnings))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_argument_is_checked() {
+        assert_eq!(budget(Some(0.5)).unwrap(), Duration::from_millis(500));
+        assert!(budget(Some(-1.0)).is_err());
+        assert!(budget(Some(f64::NAN)).is_err());
+    }
+}

@@ -1,0 +1,685 @@
+//! The autotuner: ranks the variants that can run a shape, times them on the GPU and picks the
+//! fastest one whose output matches a trusted reference.
+//!
+//! The tuner only sees `Variant`s through `all_variants()`, `suits()`, `fits()` and the engine;
+//! the cost model is the one place that looks inside a family, and it has a neutral answer for
+//! families it does not know.
+
+use crate::device::{Compiled, Engine};
+use crate::error::{Error, Result};
+use crate::params::ConvShape;
+use crate::runner::{random_data, DeviceTensors};
+use crate::variants::{self, Direct, Variant};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Default tuning budget per shape.
+pub const DEFAULT_BUDGET: Duration = Duration::from_secs(3);
+/// A candidate whose first samples are this much slower than the best so far is dropped.
+pub const PRUNE_RATIO: f64 = 1.5;
+/// Samples taken before the pruning check.
+const PRUNE_AFTER: u32 = 2;
+/// Largest max|a-b| / max|ref| a candidate may show against the reference.
+pub const TOLERANCE: f64 = 1e-5;
+/// Seeds of the tuning inputs; fixed so results are reproducible.
+const SEEDS: (u64, u64, u64) = (0x5EED_0001, 0x5EED_0002, 0x5EED_0003);
+
+/// The trusted variant: plain loops, one output per invocation. Its output is the reference
+/// every candidate is checked against, and the fallback when no candidate is valid.
+pub fn reference_variant() -> Variant {
+    Variant::Direct(Direct { wg_x: 64, wg_y: 1, unroll: 0, tk: 1, tw: 1 })
+}
+
+static INJECT_FAULTY: AtomicBool = AtomicBool::new(false);
+
+/// Test hook: when on, every tuning run adds a candidate that runs a real kernel but has half
+/// of its output destroyed, as a kernel that writes only part of the output would. It would
+/// win on speed if validation ever let it through.
+pub fn set_inject_faulty(on: bool) {
+    INJECT_FAULTY.store(on, Ordering::SeqCst);
+}
+
+pub fn inject_faulty() -> bool {
+    INJECT_FAULTY.load(Ordering::SeqCst)
+}
+
+/// What happened to one candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// Valid and fully timed.
+    #[serde(rename = "ok")]
+    Ok,
+    /// Valid, but its first samples were more than `PRUNE_RATIO` times the best so far.
+    #[serde(rename = "pruned")]
+    Pruned,
+    /// Its output did not match the reference.
+    #[serde(rename = "wrong")]
+    Wrong,
+    #[serde(rename = "compile error")]
+    CompileError,
+    #[serde(rename = "out of memory")]
+    OutOfMemory,
+    /// Any other failure while building or running it.
+    #[serde(rename = "error")]
+    Failed,
+    /// The tuning budget ran out before it was reached.
+    #[serde(rename = "skipped (budget)")]
+    SkippedBudget,
+}
+
+impl Status {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Pruned => "pruned",
+            Status::Wrong => "wrong",
+            Status::CompileError => "compile error",
+            Status::OutOfMemory => "out of memory",
+            Status::Failed => "error",
+            Status::SkippedBudget => "skipped (budget)",
+        }
+    }
+}
+
+/// One candidate's outcome, as reported and cached.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CandidateResult {
+    pub name: String,
+    pub status: Status,
+    /// GPU milliseconds of each timed run, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples_ms: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ms: Option<f64>,
+    /// Why it failed or was dropped (error message, measured error), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl CandidateResult {
+    fn new(name: String, status: Status) -> Self {
+        CandidateResult { name, status, samples_ms: Vec::new(), median_ms: None, detail: None }
+    }
+
+    /// The variant it ran; `None` for names that do not parse (the faulty test candidate
+    /// parses to the variant it copies).
+    pub fn variant(&self) -> Option<Variant> {
+        let name = self.name.strip_prefix(FAULTY_PREFIX).unwrap_or(&self.name);
+        name.parse().ok()
+    }
+}
+
+/// The outcome of tuning one shape: what the cache stores and `convtune.tune()` reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuneReport {
+    pub shape: ConvShape,
+    pub winner: String,
+    pub default: String,
+    pub reference: String,
+    pub default_ms: Option<f64>,
+    pub tuned_ms: Option<f64>,
+    /// Wall-clock seconds the tuning took, compilation included.
+    pub tuning_s: f64,
+    pub budget_s: f64,
+    /// UTC, ISO 8601.
+    pub tuned_at: String,
+    pub adapter: String,
+    pub candidates: Vec<CandidateResult>,
+}
+
+impl TuneReport {
+    /// default_ms / tuned_ms, when both were measured.
+    pub fn speedup(&self) -> Option<f64> {
+        match (self.default_ms, self.tuned_ms) {
+            (Some(d), Some(t)) if t > 0.0 => Some(d / t),
+            _ => None,
+        }
+    }
+
+    pub fn winner_variant(&self) -> Result<Variant> {
+        self.winner.parse()
+    }
+}
+
+/// Knobs of a tuning run.
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    pub budget: Duration,
+    /// Timed runs per candidate (the first `PRUNE_AFTER` decide on pruning).
+    pub samples: u32,
+    /// Top-ranked candidates timed whatever the budget says (the default always is).
+    pub must_time: usize,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions { budget: DEFAULT_BUDGET, samples: 7, must_time: 3 }
+    }
+}
+
+/// Reported to the progress callback before each candidate that is measured and once at the
+/// end (`done == total`, `name` empty).
+pub struct Progress<'a> {
+    pub done: usize,
+    pub total: usize,
+    pub name: &'a str,
+}
+
+const FAULTY_PREFIX: &str = "faulty:";
+
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    variant: Variant,
+    /// The test-only candidate whose output the tuner corrupts.
+    faulty: bool,
+    /// Timed even when the budget is spent.
+    must: bool,
+}
+
+impl Candidate {
+    fn name(&self) -> String {
+        if self.faulty {
+            format!("{FAULTY_PREFIX}{}", self.variant)
+        } else {
+            self.variant.to_string()
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Ranking
+// ----------------------------------------------------------------------------------------
+
+/// Invocations a GPU needs in flight before it is busy; fewer leave units idle.
+const BUSY_INVOCATIONS: f64 = 16384.0;
+/// Relative cost of a load through the cache hierarchy and of one from workgroup memory,
+/// per fused multiply-add.
+const GLOBAL_LOAD: f64 = 3.0;
+const SHARED_LOAD: f64 = 1.0;
+/// The implicit-GEMM gather recomputes (c, r, s, ih, iw) per staged element.
+const GATHER_LOAD: f64 = 8.0;
+const BARRIER: f64 = 20.0;
+/// Per output of a GEMM tile: pixel coordinates, accumulator set-up and the store, paid
+/// once per output however short the reduction; it is what makes GEMM lose on tiny C.
+const GEMM_SETUP: f64 = 32.0;
+
+fn ceil_to(v: u64, m: u64) -> u64 {
+    v.div_ceil(m.max(1)) * m.max(1)
+}
+
+/// Invocations a dispatch keeps busy, relative to what saturates a GPU.
+fn parallel_efficiency(invocations: u64) -> f64 {
+    (invocations as f64 / BUSY_INVOCATIONS).clamp(1e-3, 1.0)
+}
+
+/// A rough relative run time: multiply-adds actually executed (tile padding included) times
+/// the cost of each, divided by how well the dispatch fills the GPU. Only the order matters.
+pub fn estimated_cost(v: &Variant, shape: &ConvShape) -> f64 {
+    let (n, oh, ow) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64);
+    let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
+    let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
+    #[allow(unreachable_patterns)]
+    match *v {
+        Variant::Direct(d) => {
+            let (tk, tw) = (d.tk as u64, d.tw as u64);
+            let threads = n * oh * ow.div_ceil(tw) * groups * kg.div_ceil(tk);
+            let fmas = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk) * red) as f64;
+            // Each step loads tw inputs and tk weights for tk * tw multiply-adds.
+            let loads = (tk + tw) as f64 / (tk * tw) as f64;
+            // Looped windows redo the padding checks and index math per tap.
+            let unroll = match d.unroll {
+                0 => 1.3,
+                1 => 1.0,
+                _ => 0.95,
+            };
+            // Many live accumulators cost occupancy or spill.
+            let regs = if tk * tw > 16 { 1.2 } else { 1.0 };
+            fmas * (1.0 + GLOBAL_LOAD * loads) * unroll * regs
+                / parallel_efficiency(ceil_to(threads, v.invocations() as u64))
+        }
+        Variant::Gemm(g) => {
+            let (bm, bn, bk) = (g.bm as u64, g.bn as u64, g.bk as u64);
+            let m = n * oh * ow;
+            let tiles = m.div_ceil(bm) * kg.div_ceil(bn) * groups;
+            let fmas = (ceil_to(m, bm) * ceil_to(kg, bn) * groups * ceil_to(red, bk)) as f64;
+            let (tm, tn) = (g.tm as f64, g.tn as f64);
+            let per_fma = 1.0
+                + SHARED_LOAD * (tm + tn) / (tm * tn)
+                + GATHER_LOAD * (1.0 / bm as f64 + 1.0 / bn as f64)
+                + BARRIER * 2.0 / (bk as f64 * tm * tn)
+                + GEMM_SETUP / red.max(1) as f64;
+            fmas * per_fma / parallel_efficiency(tiles * v.invocations() as u64)
+        }
+        // A family the model does not know: as costly as the plainest direct kernel, so
+        // it is neither favoured nor buried.
+        _ => shape.flops() / 2.0 * (1.0 + 2.0 * GLOBAL_LOAD) * 1.3,
+    }
+}
+
+/// Costs within this factor of each other are one "kind" of kernel to the model.
+const SAME_COST: f64 = 1.01;
+
+/// Every variant that can run `shape` on this adapter, likeliest winners first.
+///
+/// Variants the model cannot tell apart (equal estimated cost, e.g. differing only in
+/// workgroup shape) are spread out: the first of each cost level comes first, the others
+/// after, so a short budget still tries many kinds of kernel.
+pub fn ranked_candidates(shape: &ConvShape, limits: &wgpu::Limits) -> Vec<Variant> {
+    let mut scored: Vec<(f64, String, Variant)> = variants::all_variants()
+        .into_iter()
+        .filter(|v| v.fits(limits) && variants::suits(v, shape))
+        .map(|v| (estimated_cost(&v, shape), v.to_string(), v))
+        .collect();
+    // Ties broken by name so the order is the same on every run.
+    scored.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    let mut level = f64::NEG_INFINITY;
+    for (cost, _, v) in scored {
+        if cost > level * SAME_COST {
+            level = cost;
+            first.push(v);
+        } else {
+            rest.push(v);
+        }
+    }
+    first.extend(rest);
+    first
+}
+
+/// The order candidates are tried in: the default (the baseline every speed-up is measured
+/// against, and the first bar for pruning), the faulty test candidate when injected, then
+/// the ranked list. The default and the top `must_time` ranked ones ignore the budget.
+fn timing_order(shape: &ConvShape, limits: &wgpu::Limits, opts: &TuneOptions, faulty: bool) -> Vec<Candidate> {
+    let default = variants::default_variant(shape, limits);
+    let mut order = vec![Candidate { variant: default, faulty: false, must: true }];
+    if faulty {
+        order.push(Candidate { variant: default, faulty: true, must: true });
+    }
+    let ranked = ranked_candidates(shape, limits).into_iter().filter(|v| *v != default);
+    for (i, variant) in ranked.enumerate() {
+        order.push(Candidate { variant, faulty: false, must: i < opts.must_time });
+    }
+    // The reference is the fallback; make sure it is in the report even if it does not suit.
+    let reference = reference_variant();
+    if !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(limits) {
+        order.push(Candidate { variant: reference, faulty: false, must: false });
+    }
+    order
+}
+
+// ----------------------------------------------------------------------------------------
+// Validation
+// ----------------------------------------------------------------------------------------
+
+/// Max |got - want| / max |want| over elements where the reference is a number; an error
+/// message if a candidate leaves a non-number where the reference has a number, or exceeds
+/// the tolerance.
+pub fn check_against(got: &[f32], want: &[f32]) -> std::result::Result<f64, String> {
+    if got.len() != want.len() {
+        return Err(format!("output has {} elements, reference {}", got.len(), want.len()));
+    }
+    let scale = want
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f64, |m, v| m.max(v.abs() as f64))
+        .max(f64::from(f32::MIN_POSITIVE));
+    let mut worst = 0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if w.is_nan() {
+            continue;
+        }
+        if !g.is_finite() && g != w {
+            return Err(format!("element {i} is {g} where the reference is {w}"));
+        }
+        if w.is_finite() {
+            worst = worst.max((g as f64 - w as f64).abs() / scale);
+        }
+    }
+    if worst > TOLERANCE {
+        return Err(format!("max relative error {worst:.2e} exceeds {TOLERANCE:.0e}"));
+    }
+    Ok(worst)
+}
+
+/// What a kernel writing only the first half of the output would leave behind.
+fn corrupt(out: &mut [f32]) {
+    let half = out.len() / 2;
+    for v in &mut out[half..] {
+        *v = f32::from_bits(crate::runner::POISON_BITS);
+    }
+    if let Some(first) = out.first_mut() {
+        *first += 1.0;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Measuring
+// ----------------------------------------------------------------------------------------
+
+/// Errors that end the whole tuning run instead of just one candidate.
+fn is_fatal(e: &Error) -> bool {
+    matches!(e, Error::DeviceLost(_) | Error::Cancelled(_))
+}
+
+fn failure(name: String, e: &Error) -> CandidateResult {
+    let status = match e {
+        Error::Shader { .. } => Status::CompileError,
+        Error::OutOfMemory(_) => Status::OutOfMemory,
+        _ => Status::Failed,
+    };
+    CandidateResult { detail: Some(e.to_string()), ..CandidateResult::new(name, status) }
+}
+
+pub fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let mid = s.len() / 2;
+    Some(if s.len() % 2 == 1 { s[mid] } else { (s[mid - 1] + s[mid]) / 2.0 })
+}
+
+/// Shared state of one tuning run.
+struct Bench<'a> {
+    engine: &'a Engine,
+    tensors: DeviceTensors,
+    reference: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl Bench<'_> {
+    /// One poisoned run and its output; this is also the warm-up, so first-run costs stay
+    /// out of the samples.
+    fn run_checked(&mut self, kernel: &Compiled) -> Result<()> {
+        self.tensors.poison(self.engine);
+        self.tensors.run(self.engine, kernel)?;
+        self.tensors.read_y(self.engine, &mut self.out)
+    }
+
+    fn time_ms(&self, kernel: &Compiled, reps: u32) -> Result<Vec<f64>> {
+        Ok(self.tensors.time(self.engine, kernel, reps)?.into_iter().map(|s| s * 1e3).collect())
+    }
+
+    /// Compiles, validates and times one candidate. `Err` only for errors that end tuning.
+    fn measure(&mut self, c: &Candidate, best_ms: Option<f64>, opts: &TuneOptions) -> Result<CandidateResult> {
+        let name = c.name();
+        let kernel = match self.engine.compile(&c.variant, &self.tensors.shape) {
+            Ok(k) => k,
+            Err(e) if is_fatal(&e) => return Err(e),
+            Err(e) => return Ok(failure(name, &e)),
+        };
+        match self.validate(&kernel, c.faulty) {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                return Ok(CandidateResult { detail: Some(why), ..CandidateResult::new(name, Status::Wrong) })
+            }
+            Err(e) if is_fatal(&e) => return Err(e),
+            Err(e) => return Ok(failure(name, &e)),
+        }
+        match self.sample(&kernel, best_ms, opts) {
+            Ok((status, samples)) => Ok(CandidateResult {
+                median_ms: median(&samples),
+                samples_ms: samples,
+                detail: (status == Status::Pruned).then(|| {
+                    format!("more than {PRUNE_RATIO}x the best so far after {PRUNE_AFTER} samples")
+                }),
+                ..CandidateResult::new(name, status)
+            }),
+            Err(e) if is_fatal(&e) => Err(e),
+            Err(e) => Ok(failure(name, &e)),
+        }
+    }
+
+    /// `Ok(Err(why))` when the output is wrong.
+    fn validate(&mut self, kernel: &Compiled, faulty: bool) -> Result<std::result::Result<(), String>> {
+        self.run_checked(kernel)?;
+        if faulty {
+            corrupt(&mut self.out);
+        }
+        Ok(check_against(&self.out, &self.reference).map(|_| ()))
+    }
+
+    fn sample(&self, kernel: &Compiled, best_ms: Option<f64>, opts: &TuneOptions) -> Result<(Status, Vec<f64>)> {
+        let first = PRUNE_AFTER.min(opts.samples.max(1));
+        let mut samples = self.time_ms(kernel, first)?;
+        if let (Some(best), Some(now)) = (best_ms, median(&samples)) {
+            if now > PRUNE_RATIO * best {
+                return Ok((Status::Pruned, samples));
+            }
+        }
+        if opts.samples > first {
+            samples.extend(self.time_ms(kernel, opts.samples - first)?);
+        }
+        Ok((Status::Ok, samples))
+    }
+}
+
+/// `Bench::measure`, with a panic anywhere below it (a generator bug for one unusual
+/// variant and shape, say) recorded as that candidate's failure instead of ending tuning.
+fn measure_guarded(bench: &mut Bench, c: &Candidate, best_ms: Option<f64>, opts: &TuneOptions) -> Result<CandidateResult> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.measure(c, best_ms, opts))) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Ok(CandidateResult { detail: Some(format!("panicked: {msg}")), ..CandidateResult::new(c.name(), Status::Failed) })
+        }
+    }
+}
+
+/// Output of the reference variant on the tuning inputs.
+fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<Vec<f32>> {
+    let kernel = engine.compile(&reference_variant(), &tensors.shape)?;
+    tensors.poison(engine);
+    tensors.run(engine, &kernel)?;
+    let mut out = vec![0f32; tensors.shape.y_len() as usize];
+    tensors.read_y(engine, &mut out)?;
+    Ok(out)
+}
+
+/// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn iso_utc(secs: u64) -> String {
+    // Days to civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn now_iso() -> String {
+    iso_utc(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
+}
+
+/// Tunes `shape` on `engine`. Candidates that fail in any way are recorded and skipped; the
+/// winner is always a candidate whose output matched the reference, else the reference
+/// itself. `progress` is called before each candidate; an error from it cancels tuning.
+/// Errors: the inputs or the reference could not be set up, the device was lost, or
+/// `progress` cancelled.
+pub fn tune(
+    engine: &Engine,
+    shape: &ConvShape,
+    opts: &TuneOptions,
+    progress: &mut dyn FnMut(&Progress) -> Result<()>,
+) -> Result<TuneReport> {
+    let start = Instant::now();
+    let order = timing_order(shape, &engine.limits, opts, inject_faulty());
+    let x = random_data(shape.x_len() as usize, SEEDS.0);
+    let w = random_data(shape.w_len() as usize, SEEDS.1);
+    let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
+    let tensors = DeviceTensors::upload(engine, shape, &x, &w, b.as_deref())?;
+    let reference = reference_output(engine, &tensors)?;
+    let mut bench = Bench { engine, out: vec![0f32; reference.len()], tensors, reference };
+
+    let total = order.len();
+    let mut results = Vec::with_capacity(total);
+    let mut best: Option<(usize, f64)> = None;
+    for (i, c) in order.iter().enumerate() {
+        if !c.must && start.elapsed() > opts.budget {
+            // Not reported to `progress`: hundreds of instant skips are not progress.
+            results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
+            continue;
+        }
+        progress(&Progress { done: i, total, name: &c.name() })?;
+        let r = measure_guarded(&mut bench, c, best.map(|b| b.1), opts)?;
+        if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
+            if best.is_none_or(|(_, b)| ms < b) {
+                best = Some((i, ms));
+            }
+        }
+        results.push(r);
+    }
+    progress(&Progress { done: total, total, name: "" })?;
+
+    let default = order[0].variant;
+    let winner = best.map_or_else(reference_variant, |(i, _)| order[i].variant);
+    let timed = |v: Variant| {
+        results.iter().find(|r| r.name == v.to_string()).and_then(|r| r.median_ms)
+    };
+    Ok(TuneReport {
+        shape: *shape,
+        winner: winner.to_string(),
+        default: default.to_string(),
+        reference: reference_variant().to_string(),
+        default_ms: timed(default),
+        tuned_ms: timed(winner),
+        tuning_s: start.elapsed().as_secs_f64(),
+        budget_s: opts.budget.as_secs_f64(),
+        tuned_at: now_iso(),
+        adapter: engine.desc.name.clone(),
+        candidates: results,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::engine;
+    use crate::params::Padding;
+
+    fn shape(x: [usize; 4], w: [usize; 4], pad: i64, groups: i64) -> ConvShape {
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(pad, pad), (1, 1), groups, None).unwrap()
+    }
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso_utc(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn check_rejects_nan_and_large_errors() {
+        let want = [1.0f32, -2.0, 4.0];
+        assert!(check_against(&[1.0, -2.0, 4.0], &want).is_ok());
+        assert!(check_against(&[1.0, -2.0, 4.00001], &want).is_ok());
+        assert!(check_against(&[1.0, f32::NAN, 4.0], &want).is_err());
+        assert!(check_against(&[1.0, -2.0, 4.01], &want).is_err());
+        // Where the reference itself is NaN, the candidate is not judged.
+        assert!(check_against(&[1.0, 0.0, 4.0], &[1.0, f32::NAN, 4.0]).is_ok());
+        let mut out = vec![1.0f32; 8];
+        corrupt(&mut out);
+        assert!(check_against(&out, &[1.0; 8]).is_err());
+    }
+
+    #[test]
+    fn ranking_prefers_gemm_for_large_problems_and_direct_for_depthwise() {
+        let limits = wgpu::Limits::default();
+        let big = shape([8, 256, 28, 28], [256, 256, 3, 3], 1, 1);
+        assert_eq!(ranked_candidates(&big, &limits)[0].family(), "gemm");
+        let dw = shape([1, 64, 56, 56], [64, 1, 3, 3], 1, 64);
+        assert_eq!(ranked_candidates(&dw, &limits)[0].family(), "direct");
+        let first_layer = shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1);
+        assert_eq!(ranked_candidates(&first_layer, &limits)[0].family(), "direct");
+        // Larger register tiles rank ahead of small ones on a large problem.
+        let first = ranked_candidates(&big, &limits)[0];
+        assert!(first.knobs().iter().any(|&(k, v)| (k == "tm" || k == "tn") && v >= 8), "{first}");
+    }
+
+    /// Not a test of speed: prints the top of the ranking for the public suite, for eyeballing
+    /// (`cargo test --release --no-default-features -- --ignored --nocapture ranking_report`).
+    #[test]
+    #[ignore]
+    fn ranking_report() {
+        let limits = wgpu::Limits::default();
+        let suite: [([usize; 4], [usize; 4], i64, i64); 6] = [
+            ([32, 3, 224, 224], [64, 3, 7, 7], 3, 1),
+            ([32, 64, 56, 56], [64, 64, 3, 3], 1, 1),
+            ([32, 512, 7, 7], [512, 512, 3, 3], 1, 1),
+            ([32, 256, 56, 56], [64, 256, 1, 1], 0, 1),
+            ([1, 3, 225, 225], [32, 3, 3, 3], 0, 1),
+            ([1, 32, 28, 28], [32, 1, 3, 3], 1, 32),
+        ];
+        for (x, w, p, g) in suite {
+            let s = shape(x, w, p, g);
+            let top: Vec<String> = ranked_candidates(&s, &limits).iter().take(5).map(|v| v.to_string()).collect();
+            println!("{:40} {}", s.label(), top.join(" "));
+        }
+    }
+
+    #[test]
+    fn candidates_fit_and_suit() {
+        let limits = wgpu::Limits::downlevel_defaults();
+        let s = shape([1, 3, 32, 32], [8, 3, 3, 3], 0, 1);
+        let c = ranked_candidates(&s, &limits);
+        assert!(!c.is_empty());
+        assert!(c.iter().all(|v| v.fits(&limits) && variants::suits(v, &s)));
+        let order = timing_order(&s, &limits, &TuneOptions::default(), true);
+        assert_eq!(order[0].variant, variants::default_variant(&s, &limits));
+        assert!(order[1].faulty && order[1].must);
+        assert_eq!(order.iter().filter(|c| c.must).count(), 2 + 3);
+    }
+
+    #[test]
+    fn tuning_picks_a_valid_winner_and_never_the_faulty_candidate() {
+        let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let s = shape([1, 4, 12, 12], [8, 4, 3, 3], 1, 1);
+        set_inject_faulty(true);
+        let opts = TuneOptions { budget: Duration::from_millis(300), samples: 3, must_time: 2 };
+        let mut calls = 0;
+        let report = tune(&e, &s, &opts, &mut |_| {
+            calls += 1;
+            Ok(())
+        });
+        set_inject_faulty(false);
+        let report = report.unwrap();
+        let skipped = report.candidates.iter().filter(|c| c.status == Status::SkippedBudget).count();
+        assert_eq!(calls, report.candidates.len() - skipped + 1);
+        let faulty = report.candidates.iter().find(|c| c.name.starts_with(FAULTY_PREFIX)).unwrap();
+        assert_eq!(faulty.status, Status::Wrong);
+        assert!(!report.winner.starts_with(FAULTY_PREFIX));
+        let win = report.candidates.iter().find(|c| c.name == report.winner).unwrap();
+        assert_eq!(win.status, Status::Ok);
+        assert!(report.tuned_ms.unwrap() <= report.default_ms.unwrap());
+        assert!(report.candidates.iter().any(|c| c.status == Status::SkippedBudget));
+    }
+
+    #[test]
+    fn a_cancelling_callback_stops_tuning() {
+        let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let s = shape([1, 2, 6, 6], [2, 2, 3, 3], 0, 1);
+        let r = tune(&e, &s, &TuneOptions::default(), &mut |p| {
+            if p.done == 1 { Err(Error::Cancelled("stop".into())) } else { Ok(()) }
+        });
+        assert!(matches!(r, Err(Error::Cancelled(_))));
+    }
+}

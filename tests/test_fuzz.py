@@ -1,0 +1,1039 @@
+"""Property-based fuzz of ``convtune.conv2d`` (hypothesis).
+
+Every generated call must either
+
+* return a float32 array that matches the float64 reference (``reference_conv2d`` on the
+  inputs cast to float32, as the dtype policy says), with NaN and +/-Inf in exactly the
+  reference's positions (the reference zero-pads and multiplies, so ``0 * inf = nan`` at the
+  border is the ground truth), or
+* raise one of the documented exceptions.
+
+On top of that, an independent model of the documented argument rules says *which* outcome is
+allowed: a well-formed call must succeed, an argument of the wrong type or dtype must raise
+TypeError, a bad shape or parameter (including an output too large to represent, more than
+2**31 - 1 elements) must raise ValueError (where a call has both kinds of problem, either is
+accepted), and a zero-size tensor may raise ValueError or return a correctly shaped empty
+array. ConvtuneError (a GPU-side failure) is never acceptable for these small problems.
+Any other exception type, or a crash, fails.
+
+The fuzz covers shapes (batch 0-3, channels 0-8, H/W 0-12, kernels 0-5), groups, stride,
+padding (int, pair, 'same', 'valid', 1000, absurd values), dilation, bias
+present/absent/wrong, the kernel variant, dtypes (float16/32/64/longdouble, signed and
+unsigned ints, byte-swapped, and the rejected bool/complex/object/str/bytes/datetime/void),
+memory layouts (Fortran order, negative strides, strided and transposed views, zero-stride
+broadcasts, read-only, unaligned, nested lists, memoryviews), NaN/Inf values and wrong types
+everywhere (None, str, float stride, nested lists of the wrong depth, dict, set, object
+arrays, complex, ...).
+
+Environment:
+    CONVTUNE_FUZZ_EXAMPLES  examples of the in-process fuzz (default 150)
+    CONVTUNE_FUZZ_SUBPROCESS_EXAMPLES  examples of the crash-guard fuzz in a child (default 40)
+    CONVTUNE_FUZZ_SEED      unset: derandomized (reproducible); an int: that seed;
+                            'random': a fresh seed, printed in the failure message
+    CONVTUNE_FUZZ_SHRINK=1  let hypothesis shrink a failing example (slower)
+
+A failing example is printed as a ``Case(...)`` repr; the arrays are built from it
+deterministically (``materialize``), so ``check_case(<that repr>)`` replays it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from typing import Any, Optional, Tuple
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+import convtune
+from reference import check_close, reference_conv2d, resolve_padding
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+N_EXAMPLES = int(os.environ.get("CONVTUNE_FUZZ_EXAMPLES", "150"))
+N_SUBPROCESS_EXAMPLES = int(os.environ.get("CONVTUNE_FUZZ_SUBPROCESS_EXAMPLES", "40"))
+_SEED_ENV = os.environ.get("CONVTUNE_FUZZ_SEED", "").strip()
+if _SEED_ENV.lower() == "random":
+    FUZZ_SEED: Optional[int] = random.SystemRandom().randrange(2**32)
+elif _SEED_ENV:
+    FUZZ_SEED = int(_SEED_ENV)
+else:
+    FUZZ_SEED = None  # derandomized
+SHRINK = os.environ.get("CONVTUNE_FUZZ_SHRINK", "") == "1"
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+# Largest output the strategy may produce for a call that is expected to run (elements);
+# 'padding=1000' on both axes of a 1x1x1x1 kernel gives ~4.0e6.
+MAX_RUN_OUTPUT = 5_000_000
+# ... and the largest multiply-add count.
+MAX_RUN_MACS = 30_000_000
+
+
+# --------------------------------------------------------------------------------------------
+# Case description: plain data with a readable repr; arrays are built from it on demand.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Arr:
+    """A numeric array argument: shape, dtype, memory layout and how to fill it."""
+
+    shape: Tuple[int, ...]
+    dtype: str = "float32"
+    layout: str = "c"
+    seed: int = 0
+    fill: str = "normal"  # normal | ints | scaled:<exp> | zeros
+    specials: Tuple[Tuple[int, float], ...] = ()  # (flat index modulo size, nan/inf/-inf)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    """A value that is not a numeric array of floats/ints (kind names one, see BAD_VALUES)."""
+
+    kind: str
+    shape: Tuple[int, ...] = (1, 1, 2, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    x: Any
+    w: Any
+    bias: Any = None
+    stride: Any = 1
+    padding: Any = 0
+    dilation: Any = 1
+    groups: Any = 1
+    variant: Any = None
+    style: str = "kw"  # kw | pos | minimal
+    tags: Tuple[str, ...] = ()
+
+
+class _Opaque:
+    """An arbitrary object with no array interface."""
+
+    def __repr__(self):
+        return "_Opaque()"
+
+
+def _bad_value(bad: Bad):
+    """The object for a Bad spec (fresh each call: a generator is single use)."""
+    shape = bad.shape
+    ones = np.ones(shape)
+    k = bad.kind
+    if k == "none":
+        return None
+    if k == "str":
+        return "abc"
+    if k == "bytes":
+        return b"\x00\x01\x02\x03"
+    if k == "int":
+        return 3
+    if k == "float":
+        return 2.5
+    if k == "complex":
+        return 1 + 2j
+    if k == "dict":
+        return {"x": ones}
+    if k == "set":
+        return {1.0, 2.0}
+    if k == "object":
+        return _Opaque()
+    if k == "generator":
+        return (float(i) for i in range(4))
+    if k == "ragged":
+        return [[[[1.0, 2.0]], [[1.0]]]]
+    if k == "depth-1":  # nested list one level too shallow
+        return ones[0].tolist()
+    if k == "depth+1":  # one level too deep
+        return ones[None].tolist()
+    if k == "depth-2":
+        return ones[0, 0].tolist()
+    if k == "empty-list":
+        return []
+    if k == "0d-array":
+        return np.array(1.5, np.float32)
+    if k == "1d-array":
+        return np.ones(4, np.float32)
+    if k == "list-with-none":
+        v = ones.tolist()
+        v[0][0][0][0] = None
+        return v
+    if k == "list-of-str":
+        return np.full(shape, "1").tolist()
+    if k == "list-of-bool":
+        return np.ones(shape, bool).tolist()
+    if k == "list-of-complex":
+        return (ones + 1j).tolist()
+    if k == "object-array":
+        return ones.astype(object)
+    if k == "object-array-of-arrays":
+        a = np.empty(2, dtype=object)
+        a[0], a[1] = ones, ones
+        return a
+    raise AssertionError(f"unknown Bad kind {k!r}")
+
+
+BAD_ARRAY_KINDS = (
+    "none", "str", "bytes", "int", "float", "complex", "dict", "set", "object", "generator",
+    "ragged", "depth-1", "depth+1", "depth-2", "empty-list", "0d-array", "1d-array",
+    "list-with-none", "list-of-str", "list-of-bool", "list-of-complex", "object-array",
+    "object-array-of-arrays",
+)
+
+GOOD_DTYPES = (
+    "float32", "float64", "float16", "longdouble", "int8", "int16", "int32", "int64", "uint8",
+    "uint16", "uint32", "uint64", ">f4", ">f8", "<f4", ">i4",
+)
+BAD_DTYPES = (
+    "bool", "complex64", "complex128", "object", "U4", "S4", "datetime64[s]",
+    "timedelta64[ms]", "void",
+)
+LAYOUTS = (
+    "c", "fortran", "reversed", "reversed-last", "strided", "transposed", "broadcast",
+    "readonly", "unaligned", "byteswapped", "list", "memoryview",
+)
+
+
+def _values(spec: Arr) -> np.ndarray:
+    """float64 values of the spec in C order (specials included)."""
+    rng = np.random.default_rng(spec.seed)
+    shape = spec.shape
+    if spec.fill == "ints":
+        v = rng.integers(-3, 4, size=shape).astype(np.float64)
+    elif spec.fill == "zeros":
+        v = np.zeros(shape)
+    elif spec.fill.startswith("scaled:"):
+        v = rng.standard_normal(shape) * 10.0 ** int(spec.fill.split(":")[1])
+    else:
+        v = rng.standard_normal(shape)
+    size = v.size
+    if size:
+        flat = v.reshape(-1)
+        for idx, val in spec.specials:
+            flat[idx % size] = val
+    return v
+
+
+def _with_dtype(v: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "void":
+        return np.zeros(v.shape, dtype=[("a", "<f4")])
+    dt = np.dtype(dtype)
+    kind = dt.kind
+    if kind in "iu":
+        v = np.nan_to_num(v, nan=0.0, posinf=3.0, neginf=-3.0)
+        v = np.clip(np.round(v), 0 if kind == "u" else -100, 100)
+        return v.astype(dt)
+    if kind == "b":
+        return v > 0
+    if kind == "c":
+        return (v + 0.5j * v).astype(dt)
+    if kind == "O":
+        return v.astype(object)
+    if kind in "US":
+        return v.astype(dt)
+    if kind in "mM":
+        return np.nan_to_num(v).astype(np.int64).astype(dt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return v.astype(dt)
+
+
+def _layout(a: np.ndarray, layout: str, seed: int):
+    """`a`'s values (up to the broadcast layout, which repeats one slice) in another layout."""
+    rng = np.random.default_rng(seed + 7919)
+    nd = a.ndim
+    if layout == "c":
+        return np.ascontiguousarray(a)
+    if layout == "fortran":
+        return np.asfortranarray(a)
+    if layout in ("reversed", "reversed-last"):
+        axes = [nd - 1] if layout == "reversed-last" else [
+            i for i in range(nd) if rng.random() < 0.5
+        ] or [0]
+        sl = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(nd))
+        base = np.ascontiguousarray(a[sl])
+        return base[sl]  # negative strides, same values as a
+    if layout == "strided":
+        steps = [int(rng.integers(1, 4)) for _ in range(nd)]
+        offs = [int(rng.integers(0, 2)) for _ in range(nd)]
+        base = np.full([d * st_ + o for d, st_, o in zip(a.shape, steps, offs)], 7, a.dtype)
+        sl = tuple(slice(o, o + d * st_, st_) for d, st_, o in zip(a.shape, steps, offs))
+        base[sl] = a
+        return base[sl]
+    if layout == "transposed":
+        perm = rng.permutation(nd)
+        base = np.ascontiguousarray(a.transpose(perm))
+        return base.transpose(np.argsort(perm))
+    if layout == "broadcast":
+        axis = int(rng.integers(0, nd)) if nd else 0
+        if nd == 0 or a.shape[axis] == 0:
+            return a
+        return np.broadcast_to(a.take([0], axis=axis), a.shape)  # zero stride, read-only
+    if layout == "readonly":
+        b = a.copy()
+        b.flags.writeable = False
+        return b
+    if layout == "unaligned":
+        if a.dtype.itemsize <= 1 or a.dtype.kind == "O":
+            return a
+        buf = np.zeros(a.nbytes + 1, np.uint8)
+        b = buf[1:].view(a.dtype).reshape(a.shape)
+        b[...] = a
+        return b
+    if layout == "byteswapped":
+        if a.dtype.kind == "O":
+            return a
+        return a.astype(a.dtype.newbyteorder())
+    if layout == "list":
+        return a.tolist()
+    if layout == "memoryview":
+        if a.dtype.kind in "OmMV":
+            return a
+        return memoryview(np.ascontiguousarray(a))
+    raise AssertionError(f"unknown layout {layout!r}")
+
+
+def materialize_array(spec):
+    if spec is None:
+        return None
+    if isinstance(spec, Bad):
+        return _bad_value(spec)
+    assert isinstance(spec, Arr), spec
+    return _layout(_with_dtype(_values(spec), spec.dtype), spec.layout, spec.seed)
+
+
+def materialize(case: Case):
+    """The call's (args, kwargs) for conv2d."""
+    x = materialize_array(case.x)
+    w = materialize_array(case.w)
+    b = materialize_array(case.bias)
+    params = dict(stride=case.stride, padding=case.padding, dilation=case.dilation,
+                  groups=case.groups)
+    if case.style == "pos":
+        args = (x, w, case.stride, case.padding, case.dilation, case.groups, b)
+        kwargs = {}
+    else:
+        args = (x, w)
+        defaults = dict(stride=1, padding=0, dilation=1, groups=1)
+        kwargs = {}
+        for name, v in params.items():
+            if case.style == "minimal" and type(v) is int and v == defaults[name]:
+                continue
+            kwargs[name] = v
+        if b is not None or case.style != "minimal":
+            kwargs["bias"] = b
+    if case.variant is not None or case.style == "kw":
+        kwargs["variant"] = case.variant
+    return args, kwargs
+
+
+# --------------------------------------------------------------------------------------------
+# The model of the documented argument rules
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Expect:
+    type_problems: list
+    value_problems: list
+    big: list  # valid but beyond int32: the library may compute them or refuse with ValueError
+    empty_shape: Optional[tuple] = None  # zero-size input: an empty result of this shape is OK
+    out_shape: Optional[tuple] = None
+    macs: int = 0
+
+    @property
+    def allowed(self):
+        if self.type_problems or self.value_problems:
+            out = set()
+            if self.type_problems:
+                out.add("TypeError")
+            if self.value_problems:
+                out.add("ValueError")
+            return out
+        if self.big:
+            return {"ok", "ValueError"}
+        return {"ok"}
+
+    def reasons(self) -> str:
+        parts = [f"type: {p}" for p in self.type_problems]
+        parts += [f"value: {p}" for p in self.value_problems]
+        parts += [f"big: {p}" for p in self.big]
+        return "; ".join(parts) or "a well-formed call"
+
+
+def _model_int(v, name, e: Expect):
+    if isinstance(v, (bool, np.bool_)):
+        e.type_problems.append(f"{name} is a bool")
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        e.type_problems.append(f"{name} is a {type(v).__name__}")
+        return None
+
+
+def _model_range(i, name, lo, e: Expect):
+    if i < lo:
+        e.value_problems.append(f"{name}={i} < {lo}")
+        return False
+    if i > UINT32_MAX:
+        e.value_problems.append(f"{name}={i} is too large")
+        return False
+    if i > INT32_MAX:
+        e.big.append(f"{name}={i}")
+    return True
+
+
+def _model_pair(v, name, lo, e: Expect):
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            e.value_problems.append(f"{name} has {len(v)} values")
+            return None
+        items = [_model_int(a, name, e) for a in v]
+    else:
+        i = _model_int(v, name, e)
+        items = [i, i]
+    if any(i is None for i in items):
+        return None
+    ok = [_model_range(i, name, lo, e) for i in items]
+    return tuple(items) if all(ok) else None
+
+
+_VARIANTS = None
+
+
+def _fitting_variants():
+    global _VARIANTS
+    if _VARIANTS is None:
+        limit = convtune.adapter_info()["limits"]["max_compute_workgroup_storage_size"]
+        out = {}
+        for name in convtune.variant_space():
+            k = convtune.variant_knobs(name)
+            if k["family"] == "gemm":
+                fits = 4 * k["bk"] * (k["bm"] + k["bn"] + 1) <= limit
+            else:
+                fits = k["wg_x"] * k["wg_y"] <= 1024
+            out[name] = (fits, k)
+        _VARIANTS = out
+    return _VARIANTS
+
+
+def _model_array(value, name, want_ndim, e: Expect):
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        e.type_problems.append(f"{name} cannot be converted ({err})")
+        return None
+    ok = True
+    if a.dtype.kind not in "fiu":
+        e.type_problems.append(f"{name} has dtype {a.dtype}")
+        ok = False
+    if a.ndim != want_ndim:
+        e.value_problems.append(f"{name} is {a.ndim}-D")
+        ok = False
+    return a if ok else None
+
+
+def expected_outcome(args, kwargs) -> Expect:
+    """What the documentation allows for conv2d(*args, **kwargs)."""
+    call = dict(stride=1, padding=0, dilation=1, groups=1, bias=None, variant=None)
+    names = ("x", "w", "stride", "padding", "dilation", "groups", "bias")
+    call.update(zip(names, args))
+    call.update(kwargs)
+    e = Expect([], [], [])
+    x = _model_array(call["x"], "x", 4, e)
+    w = _model_array(call["w"], "w", 4, e)
+    b = None
+    if call["bias"] is not None:
+        b = _model_array(call["bias"], "bias", 1, e)
+    variant = call["variant"]
+    if variant is not None:
+        if not isinstance(variant, str):
+            e.type_problems.append(f"variant is a {type(variant).__name__}")
+        elif variant not in _fitting_variants():
+            e.value_problems.append(f"unknown variant {variant!r}")
+        elif not _fitting_variants()[variant][0]:
+            e.value_problems.append(f"variant {variant} exceeds the adapter")
+    stride = _model_pair(call["stride"], "stride", 1, e)
+    dilation = _model_pair(call["dilation"], "dilation", 1, e)
+    pad = call["padding"]
+    if isinstance(pad, str):
+        if pad not in ("same", "valid"):
+            e.value_problems.append(f"padding={pad!r}")
+            padding = None
+        else:
+            padding = pad
+    else:
+        padding = _model_pair(pad, "padding", 0, e)
+    groups = _model_int(call["groups"], "groups", e)
+    if groups is not None and not _model_range(groups, "groups", 1, e):
+        groups = None
+    if e.type_problems or e.value_problems:
+        return e
+    if x is None or w is None or (call["bias"] is not None and b is None):
+        return e
+    n, c, h, wd = (int(d) for d in x.shape)
+    k, cg, r, s = (int(d) for d in w.shape)
+    g = groups
+    if c % g:
+        e.value_problems.append(f"C={c} not divisible by groups={g}")
+    if k % g:
+        e.value_problems.append(f"K={k} not divisible by groups={g}")
+    if cg != c // g:
+        e.value_problems.append(f"w.shape[1]={cg} != C/groups={c // g}")
+    if r == 0 or s == 0:
+        e.value_problems.append("kernel size 0")
+    if b is not None and b.shape[0] != k:
+        e.value_problems.append(f"bias has {b.shape[0]} elements, K={k}")
+    if padding == "same" and stride != (1, 1):
+        e.value_problems.append(f"padding='same' with stride {stride}")
+    if e.value_problems:
+        return e
+    (pt, pb), (pl, pr) = resolve_padding(padding, (r, s), dilation)
+    eff_r = dilation[0] * (r - 1) + 1
+    eff_s = dilation[1] * (s - 1) + 1
+    if h + pt + pb < eff_r or wd + pl + pr < eff_s:
+        e.value_problems.append("kernel larger than the padded input")
+        return e
+    oh = (h + pt + pb - eff_r) // stride[0] + 1
+    ow = (wd + pl + pr - eff_s) // stride[1] + 1
+    e.out_shape = (n, k, oh, ow)
+    if 0 in (n, c, h, wd, k):
+        e.value_problems.append(f"zero-size tensor x{x.shape} w{w.shape}")
+        e.empty_shape = e.out_shape
+        return e
+    count = n * k * oh * ow
+    if count > INT32_MAX:
+        e.value_problems.append(f"output has {count} elements")
+        return e
+    e.macs = count * cg * r * s
+    return e
+
+
+# --------------------------------------------------------------------------------------------
+# The property
+# --------------------------------------------------------------------------------------------
+
+DOCUMENTED = (TypeError, ValueError, convtune.ConvtuneError)
+
+
+def _kind(e: BaseException) -> str:
+    if isinstance(e, convtune.ConvtuneError):
+        return "ConvtuneError"
+    if isinstance(e, TypeError):
+        return "TypeError"
+    if isinstance(e, ValueError):
+        return "ValueError"
+    return type(e).__name__
+
+
+def _snapshot(v):
+    if isinstance(v, np.ndarray) and v.dtype.kind in "fiu":
+        return (v, v.copy())
+    return None
+
+
+def _compare(got, ref, where: str):
+    assert isinstance(got, np.ndarray), f"returned {type(got).__name__} [{where}]"
+    assert got.shape == ref.shape, f"shape {got.shape} != reference {ref.shape} [{where}]"
+    assert got.dtype == np.float32, f"dtype {got.dtype} [{where}]"
+    for label, fn in (("+inf", np.isposinf), ("-inf", np.isneginf)):
+        g, r = fn(got), fn(ref)
+        if not np.array_equal(g, r):
+            extra = np.argwhere(g & ~r)
+            missing = np.argwhere(r & ~g)
+            raise AssertionError(
+                f"{label} positions differ [{where}]: {len(extra)} {label} where the reference "
+                f"is not (first {extra[:5].tolist()}, reference there "
+                f"{ref[tuple(extra[:5].T)].tolist()}), {len(missing)} missing (first "
+                f"{missing[:5].tolist()}, got there {got[tuple(missing[:5].T)].tolist()})"
+            )
+    inf = np.isinf(ref)
+    check_close(np.where(inf, np.float32(0), got).astype(np.float32), np.where(inf, 0.0, ref),
+                context=where)
+
+
+def check_case(case: Case) -> str:
+    """Runs one case; raises AssertionError if the property fails. Returns the outcome."""
+    args, kwargs = materialize(case)
+    expect = expected_outcome(args, kwargs)
+    where = f"{case!r}; model: {expect.reasons()}"
+    if "ok" in expect.allowed:
+        # The strategy keeps runnable cases cheap; this guards the strategy itself.
+        assert np.prod(expect.out_shape) <= MAX_RUN_OUTPUT, f"strategy: output too big [{where}]"
+        assert expect.macs <= MAX_RUN_MACS, f"strategy: too many MACs [{where}]"
+    snaps = [s for s in map(_snapshot, list(args) + list(kwargs.values())) if s is not None]
+    try:
+        got = convtune.conv2d(*args, **kwargs)
+    except KeyboardInterrupt:
+        raise
+    except DOCUMENTED as e:
+        kind = _kind(e)
+        assert kind in expect.allowed, (
+            f"conv2d raised {type(e).__module__}.{type(e).__name__}: {e}\n"
+            f"allowed: {sorted(expect.allowed)} [{where}]"
+        )
+        return "raised " + kind
+    except BaseException as e:  # noqa: BLE001 - anything else (a pyo3 panic too) is a bug
+        raise AssertionError(
+            f"conv2d raised an undocumented {type(e).__module__}.{type(e).__name__}: {e} "
+            f"[{where}]"
+        ) from e
+    for orig, copy in snaps:
+        assert np.array_equal(orig, copy, equal_nan=orig.dtype.kind == "f"), (
+            f"conv2d modified an input [{where}]"
+        )
+    if "ok" not in expect.allowed:
+        if (expect.empty_shape is not None and isinstance(got, np.ndarray)
+                and got.shape == expect.empty_shape and got.dtype == np.float32):
+            return "empty"
+        raise AssertionError(
+            f"conv2d returned {type(got).__name__} of shape {getattr(got, 'shape', None)} but "
+            f"should have raised {sorted(expect.allowed)} (true output shape "
+            f"{expect.out_shape}) [{where}]"
+        )
+    call = dict(zip(("x", "w", "stride", "padding", "dilation", "groups", "bias"), args))
+    call.update(kwargs)
+    call.pop("variant", None)
+    x32 = np.asarray(call.pop("x")).astype(np.float32)
+    w32 = np.asarray(call.pop("w")).astype(np.float32)
+    b = call.pop("bias", None)
+    b32 = None if b is None else np.asarray(b).astype(np.float32)
+    with np.errstate(all="ignore"):
+        ref = reference_conv2d(x32, w32, bias=b32, **call)
+    _compare(got, ref, where)
+    return "ok"
+
+
+# --------------------------------------------------------------------------------------------
+# Strategies
+# --------------------------------------------------------------------------------------------
+
+
+def rare(draw, percent: int) -> bool:
+    """True with about `percent` % probability. Hypothesis favours small integers, so the
+    rare branch is the top of the range."""
+    return draw(st.integers(0, 99)) >= 100 - percent
+
+
+def weighted(*pairs):
+    """sampled_from with integer weights: weighted((value, weight), ...)."""
+    return st.sampled_from([v for v, n in pairs for _ in range(n)])
+
+
+BIG = (INT32_MAX, 2**31, UINT32_MAX, 2**32, 2**40, 2**62, 2**62 + 1, 2**63, 2**64, -(2**63))
+BAD_PARAMS = (
+    None, "1", 1.5, 2.0, np.float64(1.0), np.float32(2.0), True, False, np.bool_(True), 1j,
+    {}, {"h": 1}, _Opaque(), b"1", [1], (1, 2, 3), (), ((1, 1), (1, 1)), (1, None), (1, 1.0),
+    np.array([1, 1]), [True, 1], -1, 0, 2**64, -(2**64), float("nan"),
+)
+BAD_PADDINGS = ("SAME", "full", "", "same ", b"same", None, 0.5, -1, (0, -2), [1, 2, 3],
+                True, ("same", "same"), np.float16(1))
+BAD_VARIANTS = ("bogus", "", "direct", "gemm_b64x64", 123, b"direct_wg64x1_u1_k1w1", 1.0)
+
+
+@st.composite
+def arrays(draw, shape, role: str, tags: list):
+    """An Arr (usually) for `shape`, or a Bad value (rarely)."""
+    if rare(draw, 3):
+        kind = draw(st.sampled_from(BAD_ARRAY_KINDS))
+        tags.append(f"bad-{role}:{kind}")
+        return Bad(kind, tuple(max(d, 1) for d in shape) if len(shape) == 4 else (1, 1, 2, 2))
+    dtype = draw(weighted(("float32", 60), ("good", 33), ("bad", 4)))
+    if dtype == "good":
+        dtype = draw(st.sampled_from(GOOD_DTYPES))
+    elif dtype == "bad":
+        dtype = draw(st.sampled_from(BAD_DTYPES))
+        tags.append(f"bad-dtype:{dtype}")
+    layout = draw(weighted(("c", 30), ("other", 70)))
+    if layout == "other":
+        layout = draw(st.sampled_from(LAYOUTS))
+    fill = draw(weighted(("normal", 8), ("ints", 2), ("scaled", 1), ("zeros", 1)))
+    if fill == "scaled":
+        fill = f"scaled:{draw(st.integers(-12, 8))}"
+    specials = ()
+    if np.dtype("f4" if dtype == "void" else dtype).kind in "fcO" and rare(draw, 22):
+        specials = tuple(draw(st.lists(
+            st.tuples(st.integers(0, 10**6), st.sampled_from([np.nan, np.inf, -np.inf])),
+            min_size=1, max_size=3)))
+        tags.append("specials")
+    tags.append(f"layout:{layout}")
+    tags.append(f"dtype:{dtype}")
+    return Arr(tuple(shape), dtype, layout, draw(st.integers(0, 2**31)), fill, specials)
+
+
+def _pair_value(draw, a: int, b: int):
+    """(a, b) in one of the accepted spellings."""
+    if a == b:
+        form = draw(weighted(("int", 5), ("tuple", 2), ("list", 1), ("np", 1), ("np0d", 1)))
+    else:
+        form = draw(weighted(("tuple", 3), ("list", 1), ("nptuple", 1)))
+    if form == "int":
+        return a
+    if form == "np":
+        return np.int64(a)
+    if form == "np0d":
+        return np.array(a)
+    if form == "list":
+        return [a, b]
+    if form == "nptuple":
+        return (np.int32(a), np.uint8(b))
+    return (a, b)
+
+
+@st.composite
+def cases(draw):
+    tags: list = []
+    regime = draw(weighted(("normal", 84), ("huge-pad", 9), ("absurd", 7)))
+    tags.append(f"regime:{regime}")
+    small = regime == "huge-pad"
+
+    # Groups and channels.
+    gmode = draw(weighted(("one", 6), ("divisor", 3), ("depthwise", 2)))
+    if small:
+        gmode = "one"
+    if gmode == "depthwise":
+        c = draw(st.integers(1, 8))
+        g, cg = c, 1
+        kg = draw(st.integers(1, max(1, 8 // c)))
+    else:
+        g = 1 if gmode == "one" else draw(st.sampled_from([2, 3, 4]))
+        cg = draw(weighted((0, 1), (1, 8), (2, 6), (3, 4), (4, 3), (5, 2), (8, 1)))
+        cg = min(cg, 8 // g)
+        kg = draw(weighted((0, 1), (1, 8), (2, 6), (3, 4), (4, 2), (8, 1)))
+        kg = min(kg, max(1, 8 // g)) if kg else 0
+        c = g * cg
+    if small:
+        cg, kg, c = min(cg, 2), min(kg, 2), min(c, 2)
+    k = g * kg
+    n = draw(weighted((0, 1), (1, 12), (2, 6), (3, 4)))
+    h = draw(weighted((0, 1), ("draw", 30)))
+    h = draw(st.integers(1, 12)) if h == "draw" else 0
+    wd = draw(weighted((0, 1), ("draw", 30)))
+    wd = draw(st.integers(1, 12)) if wd == "draw" else 0
+    r = draw(weighted((0, 1), (1, 10), (2, 8), (3, 12), (4, 4), (5, 4)))
+    s = draw(weighted((0, 1), (1, 10), (2, 8), (3, 12), (4, 4), (5, 4)))
+    if small:
+        n = min(n, 1)
+        r, s = min(r, 3), min(s, 3)
+
+    # Parameters.
+    sh = draw(weighted((1, 6), (2, 3), (3, 2)))
+    sw = draw(weighted((1, 6), (2, 3), (3, 2))) if draw(st.booleans()) else sh
+    dh = draw(weighted((1, 8), (2, 2), (3, 1)))
+    dw = draw(weighted((1, 8), (2, 2), (3, 1))) if draw(st.booleans()) else dh
+    pmode = draw(weighted(("int", 5), ("pair", 3), ("same", 2), ("valid", 1)))
+    if pmode == "same":
+        padding: Any = "same"
+        if not rare(draw, 10):  # 'same' needs stride 1 (usually respected)
+            sh = sw = 1
+    elif pmode == "valid":
+        padding = "valid"
+    else:
+        ph = draw(st.integers(0, 3))
+        pw = draw(st.integers(0, 3)) if pmode == "pair" else ph
+        padding = _pair_value(draw, ph, pw)
+    if regime == "huge-pad":
+        big = draw(st.sampled_from([1000, 1001]))
+        which = draw(weighted(("h", 3), ("w", 3), ("both", 2)))
+        if which == "both":
+            n, c, k, g, cg = min(n, 1), min(c, 1), min(k, 1), 1, min(c, 1)
+            r, s = min(r, 2), min(s, 2)
+            padding = draw(st.sampled_from([big, (big, big), [big, big]]))
+        else:
+            other = draw(st.integers(0, 3))
+            padding = (big, other) if which == "h" else (other, big)
+        tags.append(f"huge-pad:{which}")
+    stride: Any = _pair_value(draw, sh, sw)
+    dilation: Any = _pair_value(draw, dh, dw)
+    groups: Any = g if not rare(draw, 10) else draw(
+        st.sampled_from([np.int64(g), np.array(g), np.uint8(g % 256)]))
+
+    # Rarely break the shape consistency.
+    w_cg, w_k = cg, k
+    breakage = 99 - draw(st.integers(0, 99))  # low draws are hypothesis's favourites
+    if breakage < 3:
+        w_cg = cg + draw(st.sampled_from([-1, 1]))
+        tags.append("break:cg")
+    elif breakage < 5:
+        w_k = k + 1
+        tags.append("break:k")
+    elif breakage < 7:
+        groups = g + 1
+        tags.append("break:groups")
+    w_cg = max(w_cg, 0)
+
+    x_spec = draw(arrays((n, c, h, wd), "x", tags))
+    w_spec = draw(arrays((w_k, w_cg, r, s), "w", tags))
+    bmode = draw(weighted(("none", 45), ("ok", 45), ("wrong", 10)))
+    bias: Any = None
+    if bmode == "ok":
+        bias = draw(arrays((w_k,), "bias", tags))
+    elif bmode == "wrong":
+        wrong = draw(st.sampled_from(["short", "long", "2d", "0d", "bad"]))
+        shape = {"short": (max(w_k - 1, 0),), "long": (w_k + 1,), "2d": (1, w_k),
+                 "0d": ()}.get(wrong, (w_k,))
+        bias = draw(arrays(shape, "bias", tags)) if wrong != "bad" else Bad(
+            draw(st.sampled_from(BAD_ARRAY_KINDS)), (1, 1, 2, 2))
+        tags.append(f"bias-wrong:{wrong}")
+    tags.append(f"bias:{bmode}")
+
+    # Absurd parameter values.
+    if regime == "absurd":
+        which = draw(st.sampled_from(["stride", "padding", "dilation", "groups"]))
+        v = draw(st.sampled_from(BIG))
+        form = draw(st.sampled_from(["both", "first", "second"]))
+        val = v if form == "both" else ((v, 1) if form == "first" else (1, v))
+        if which == "stride":
+            stride = val
+        elif which == "padding":
+            padding = val
+        elif which == "dilation":
+            dilation = val
+        else:
+            groups = v
+        tags.append(f"absurd:{which}")
+
+    # Wrong types in the parameters.
+    for name in ("stride", "padding", "dilation", "groups"):
+        if rare(draw, 3):
+            pool = BAD_PADDINGS if name == "padding" else BAD_PARAMS
+            bad = draw(st.sampled_from(pool))
+            tags.append(f"bad-param:{name}")
+            if name == "stride":
+                stride = bad
+            elif name == "padding":
+                padding = bad
+            elif name == "dilation":
+                dilation = bad
+            else:
+                groups = bad
+
+    # The variant: usually the default rule.
+    vmode = draw(weighted(("default", 82), ("named", 14), ("bad", 4)))
+    variant = None
+    if vmode == "named":
+        rr, ss = max(r, 1), max(s, 1)
+        names = sorted(
+            name for name, (fits, kn) in _fitting_variants().items()
+            if fits and (kn["family"] == "gemm"
+                         or rr * ss * kn["tk"] * kn["tw"] * max(kn["unroll"], 1) <= 256)
+        )
+        variant = draw(st.sampled_from(names))
+        tags.append(f"variant:{variant.split('_')[0]}")
+    elif vmode == "bad":
+        variant = draw(st.sampled_from(BAD_VARIANTS))
+        tags.append("bad-variant")
+    style = draw(weighted(("kw", 3), ("pos", 2), ("minimal", 2)))
+    return Case(x_spec, w_spec, bias, stride, padding, dilation, groups, variant, style,
+                tuple(tags))
+
+
+def _settings(n: int):
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if SHRINK else [])
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=FUZZ_SEED is None,
+        database=None,
+        phases=phases,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+
+
+def _seeded(fn):
+    return hypothesis_seed(FUZZ_SEED)(fn) if FUZZ_SEED is not None else fn
+
+
+# Explicit examples that must always run: the headline layouts and values.
+_RNG_SEED = 12345
+EXAMPLES = [
+    # Negative strides (x[..., ::-1]) and Fortran weights, NaN/Inf, bias.
+    Case(Arr((2, 3, 7, 9), "float32", "reversed-last", 1, "normal", ((5, np.inf), (40, np.nan))),
+         Arr((4, 3, 3, 2), "float32", "fortran", 2), Arr((4,), "float32", "strided", 3),
+         stride=(2, 1), padding=1, tags=("example",)),
+    # An infinite weight multiplies the zero padding: NaN on the border, +-inf inside.
+    Case(Arr((1, 2, 6, 5), "float64", "c", 4, "ints"),
+         Arr((3, 2, 3, 3), "float32", "transposed", 5, "normal", ((0, np.inf),)),
+         padding="same", tags=("example",)),
+    # Huge padding on both axes (cheap: 1x1 everything), and on one axis.
+    Case(Arr((1, 1, 3, 4), "float32", "c", 6), Arr((1, 1, 1, 2), "float16", "c", 7),
+         padding=1000, tags=("example",)),
+    Case(Arr((2, 2, 5, 5), "int16", "broadcast", 8, "ints"), Arr((2, 2, 3, 3), ">f4", "c", 9),
+         Arr((2,), "float32", "list", 10), padding=(1000, 1), dilation=(2, 1), tags=("example",)),
+    # Depthwise with a named GEMM variant, unaligned and read-only inputs.
+    Case(Arr((2, 4, 9, 8), "float32", "unaligned", 11), Arr((8, 1, 3, 3), "float32", "readonly", 12),
+         groups=4, variant="gemm_b32x32x8_t4x4", padding=(0, 2), tags=("example",)),
+    # Kernel larger than the padded input; zero-size batch; wrong types.
+    Case(Arr((1, 2, 3, 3)), Arr((1, 2, 5, 5)), padding=0, tags=("example",)),
+    Case(Arr((0, 2, 3, 3)), Arr((1, 2, 2, 2)), tags=("example",)),
+    Case(Bad("dict"), Arr((1, 2, 2, 2)), stride=1.5, tags=("example",)),
+    Case(Arr((1, 2, 4, 4), "complex64"), Arr((1, 2, 2, 2), "bool"), tags=("example",)),
+    Case(Bad("depth-1"), Arr((1, 2, 2, 2)), bias=Bad("none"), tags=("example",)),
+]
+
+
+def _with_examples(fn):
+    for case in reversed(EXAMPLES):
+        fn = example(case=case)(fn)
+    return fn
+
+
+def _run_fuzz(n: int, log=None):
+    """Runs the in-process fuzz; returns Counters of tags and outcomes."""
+    seen_tags: Counter = Counter()
+    outcomes: Counter = Counter()
+
+    @_seeded
+    @_settings(n)
+    @_with_examples
+    @given(case=cases())
+    def fuzz_conv2d(case):
+        if log is not None:
+            log(case)
+        outcome = check_case(case)
+        outcomes[outcome] += 1
+        for t in case.tags:
+            seen_tags[t, outcome == "ok"] += 1
+
+    try:
+        fuzz_conv2d()
+    except AssertionError as e:
+        if FUZZ_SEED is not None:
+            raise AssertionError(f"{e}\n(CONVTUNE_FUZZ_SEED={FUZZ_SEED})") from e
+        raise
+    return seen_tags, outcomes
+
+
+def test_fuzz_conv2d():
+    tags, outcomes = _run_fuzz(N_EXAMPLES)
+    total = sum(outcomes.values())
+    assert total >= min(N_EXAMPLES, 100), outcomes
+    if FUZZ_SEED is not None or N_EXAMPLES < 150:
+        return
+    # The derandomized default run covers what it is meant to (so a strategy edit that
+    # silently stops generating, say, negative strides is noticed).
+    computed = {t for (t, ok), _ in tags.items() if ok}
+    raised = {t for (t, ok), _ in tags.items() if not ok}
+    assert outcomes["ok"] >= 0.4 * total, outcomes
+    assert outcomes["raised TypeError"] >= 5 and outcomes["raised ValueError"] >= 10, outcomes
+    for layout in LAYOUTS:
+        assert f"layout:{layout}" in computed, (layout, sorted(computed))
+    for want in ("specials", "huge-pad:both", "huge-pad:h", "regime:absurd", "bias:ok",
+                 "bias:none", "variant:gemm", "variant:direct", "dtype:float16", "dtype:>f4"):
+        assert want in computed, (want, sorted(computed))
+    assert any(t.startswith("bad-x:") or t.startswith("bad-w:") for t in raised), sorted(raised)
+    assert any(t.startswith("bad-dtype:") for t in raised), sorted(raised)
+    assert any(t.startswith("bad-param:") for t in raised), sorted(raised)
+    assert any(t.startswith("bias-wrong:") for t in raised), sorted(raised)
+
+
+# --------------------------------------------------------------------------------------------
+# The same property in a child process, so an abort or segfault is a test failure
+# --------------------------------------------------------------------------------------------
+
+
+def _subprocess_main(n: int) -> int:
+    """Entry point of the child: a smaller, differently seeded fuzz, each case printed first."""
+    import faulthandler
+    import traceback
+
+    faulthandler.enable()
+    convtune._convtune._set_poison(True)
+    count = [0]
+
+    def log(case):
+        count[0] += 1
+        print(f"CASE {count[0]}: {case!r}", flush=True)
+
+    @_seeded
+    @_settings(n)
+    @given(case=cases())
+    def fuzz_conv2d_in_child(case):
+        log(case)
+        check_case(case)
+
+    try:
+        fuzz_conv2d_in_child()
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        return 1
+    print(f"DONE {count[0]} cases", flush=True)
+    return 0
+
+
+def test_fuzz_in_subprocess_never_crashes():
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {TESTS_DIR!r})
+        import test_fuzz
+        sys.exit(test_fuzz._subprocess_main({N_SUBPROCESS_EXAMPLES}))
+    """)
+    env = dict(os.environ)
+    if FUZZ_SEED is not None:
+        env["CONVTUNE_FUZZ_SEED"] = str(FUZZ_SEED)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, timeout=300, cwd=TESTS_DIR)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        last = [ln for ln in out.splitlines() if ln.startswith("CASE ")][-1:]
+        pytest.fail(f"the child fuzz hung (> 300 s); last case started: {last}")
+    if proc.returncode == 0:
+        assert f"DONE" in proc.stdout, proc.stdout[-2000:]
+        return
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CASE ")]
+    last = lines[-1] if lines else "(none)"
+    rc = proc.returncode
+    how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+    pytest.fail(
+        f"the child fuzz failed ({how}) after {len(lines)} cases.\n"
+        f"Last case started: {last}\n--- stderr (tail) ---\n{proc.stderr[-6000:]}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Regression: output sizes computed in 32 bits
+# --------------------------------------------------------------------------------------------
+
+OVERFLOW_CASES = [
+    # (x shape, w shape, kwargs): true output shapes with more than 2**31 - 1 elements
+    ((1, 1, 3, 3), (1, 1, 1, 1), dict(padding=2**31 - 1)),
+    ((1, 1, 3, 3), (1, 1, 1, 1), dict(padding=(2**31 - 1, 0))),
+    ((1, 1, 3, 3), (1, 1, 1, 1), dict(padding=(0, 2**31 - 1))),
+    ((1, 1, 3, 3), (1, 1, 1, 1), dict(padding=(2**31, 0))),
+    ((1, 1, 3, 3), (1, 1, 1, 1), dict(padding=2**32 - 1)),
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", OVERFLOW_CASES,
+                         ids=[str(c[2]) for c in OVERFLOW_CASES])
+def test_output_size_overflow_is_a_value_error(x_shape, w_shape, kwargs):
+    """The output shape must be computed without wrapping at 2**32: an output of more than
+    2**31 - 1 elements is a ValueError, never a small wrong-shaped result or a ShaderError."""
+    x = np.ones(x_shape, np.float32)
+    w = np.ones(w_shape, np.float32)
+    from reference import output_shape
+
+    true = output_shape(x_shape, w_shape, kwargs.get("stride", 1), kwargs.get("padding", 0),
+                        kwargs.get("dilation", 1))
+    assert int(np.prod(true, dtype=object)) > INT32_MAX
+    try:
+        got = convtune.conv2d(x, w, **kwargs)
+    except ValueError:
+        return
+    except convtune.ConvtuneError as e:
+        pytest.fail(f"{type(e).__name__} instead of ValueError (true output shape {true}): "
+                    f"{str(e)[:300]}")
+    pytest.fail(f"returned shape {got.shape} (values {got.ravel()[:4]}), but the true output "
+                f"shape is {true}")
