@@ -35,7 +35,7 @@ pub fn size_class(size: u64) -> u64 {
     if e < 4 {
         return size.next_multiple_of(4);
     }
-    let step = 1u64 << (e - 3);
+    let step = (1u64 << (e - 3)).max(4);
     size.next_multiple_of(step)
 }
 

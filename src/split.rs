@@ -141,13 +141,13 @@ mod tests {
         // One image of x is 480 bytes: a 1000-byte binding holds two images.
         let p = plan(&s, 1000).unwrap();
         assert_eq!(p.len(), 2);
-        // 200 bytes: bands; every output row covered exactly once, each band's shape exact.
-        let p = plan(&s, 200).unwrap();
+        // 240 bytes: bands; every output row covered exactly once, each band's shape exact.
+        let p = plan(&s, 240).unwrap();
         let mut covered = vec![0; (s.n * s.oh()) as usize];
         for piece in &p {
             let sub = piece.shape.unwrap();
             assert_eq!(sub.oh(), piece.rows);
-            assert!(bytes(sub.x_len()) <= 200 && bytes(sub.y_len()) <= 200);
+            assert!(bytes(sub.x_len()) <= 240 && bytes(sub.y_len()) <= 240);
             for r in piece.oh0..piece.oh0 + piece.rows {
                 covered[(piece.n0 * s.oh() + r) as usize] += 1;
             }
