@@ -335,6 +335,7 @@ fn time_variant(
             let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref())?;
             if warmup > 0 {
                 t.time(&eng, &kernel, warmup)?;
+                t.warm(&eng, &kernel, std::time::Duration::from_millis(100))?;
             }
             t.time(&eng, &kernel, reps)
         })

@@ -212,6 +212,28 @@ impl DeviceTensors {
         read_f32(engine, &self.y, out)
     }
 
+    /// Keeps the GPU busy with `kernel` for at least `min` of wall time. GPUs lower their
+    /// clocks when idle (an idle H200 was read at 345 MHz against 1980 MHz under load), and
+    /// a kernel timed right after a pause — a shader compile, say — runs up to 5x slower
+    /// than under load; timing should see the clocks a busy program gets.
+    pub fn warm(&self, engine: &Engine, kernel: &Compiled, min: Duration) -> Result<()> {
+        let bg = self.bind_group(engine);
+        let start = Instant::now();
+        let mut batch = 1;
+        while start.elapsed() < min {
+            scoped(engine, || -> Result<()> {
+                let mut enc = engine.device.create_command_encoder(&Default::default());
+                for _ in 0..batch {
+                    encode(engine, &mut enc, kernel, &bg, None)?;
+                }
+                let idx = engine.queue.submit([enc.finish()]);
+                wait(engine, Some(idx))
+            })??;
+            batch = (batch * 2).min(256);
+        }
+        Ok(())
+    }
+
     /// GPU time of `reps` runs of `kernel`, in seconds each: timestamp queries around each
     /// dispatch where the adapter has them, else wall clock around a queue sync.
     pub fn time(&self, engine: &Engine, kernel: &Compiled, reps: u32) -> Result<Vec<f64>> {

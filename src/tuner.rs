@@ -143,6 +143,9 @@ impl TuneReport {
 }
 
 /// Knobs of a tuning run.
+/// Busy time before each candidate's samples (see `DeviceTensors::warm`).
+const CANDIDATE_WARM_UP: Duration = Duration::from_millis(15);
+
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
     pub budget: Duration,
@@ -402,6 +405,11 @@ impl Bench<'_> {
         Ok(self.tensors.time(self.engine, kernel, reps)?.into_iter().map(|s| s * 1e3).collect())
     }
 
+    /// Brings the GPU back to load clocks after the compile that preceded this candidate.
+    fn warm(&self, kernel: &Compiled) -> Result<()> {
+        self.tensors.warm(self.engine, kernel, CANDIDATE_WARM_UP)
+    }
+
     /// Compiles, validates and times one candidate. `Err` only for errors that end tuning.
     fn measure(&mut self, c: &Candidate, best_ms: Option<f64>, opts: &TuneOptions) -> Result<CandidateResult> {
         let name = c.name();
@@ -442,6 +450,7 @@ impl Bench<'_> {
     }
 
     fn sample(&self, kernel: &Compiled, best_ms: Option<f64>, opts: &TuneOptions) -> Result<(Status, Vec<f64>)> {
+        self.warm(kernel)?;
         let first = PRUNE_AFTER.min(opts.samples.max(1));
         let mut samples = self.time_ms(kernel, first)?;
         if let (Some(best), Some(now)) = (best_ms, median(&samples)) {
