@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::params::{ConvShape, Padding};
 use crate::runner::{self, DeviceArray, DeviceTensors};
 use std::sync::Arc;
+use std::time::Duration;
 use crate::tuner::{self, Progress, TuneReport};
 use crate::variants::{self, Variant};
 use numpy::{PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4, PyUntypedArrayMethods};
@@ -335,7 +336,7 @@ fn time_variant(
             let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref())?;
             if warmup > 0 {
                 t.time(&eng, &kernel, warmup)?;
-                t.warm(&eng, &kernel, std::time::Duration::from_millis(100))?;
+                t.settle(&eng, &kernel, Duration::from_millis(100), Duration::from_secs(1))?;
             }
             t.time(&eng, &kernel, reps)
         })

@@ -212,26 +212,28 @@ impl DeviceTensors {
         read_f32(engine, &self.y, out)
     }
 
-    /// Keeps the GPU busy with `kernel` for at least `min` of wall time. GPUs lower their
-    /// clocks when idle (an idle H200 was read at 345 MHz against 1980 MHz under load), and
-    /// a kernel timed right after a pause — a shader compile, say — runs up to 5x slower
-    /// than under load; timing should see the clocks a busy program gets.
-    pub fn warm(&self, engine: &Engine, kernel: &Compiled, min: Duration) -> Result<()> {
-        let bg = self.bind_group(engine);
+    /// Runs `kernel` until its run time settles: two consecutive batches whose medians agree
+    /// within 3%, after at least `min` and at most `max` of wall time. GPUs lower their
+    /// clocks when idle (an idle H200 was read at 345 MHz against 1980 MHz under load) and
+    /// take a while to raise them: right after a pause — a shader compile, the end of a
+    /// tuning run — a kernel was seen to run 3-5x slower for tens of runs in a row.
+    pub fn settle(&self, engine: &Engine, kernel: &Compiled, min: Duration, max: Duration) -> Result<()> {
         let start = Instant::now();
-        let mut batch = 1;
-        while start.elapsed() < min {
-            scoped(engine, || -> Result<()> {
-                let mut enc = engine.device.create_command_encoder(&Default::default());
-                for _ in 0..batch {
-                    encode(engine, &mut enc, kernel, &bg, None)?;
-                }
-                let idx = engine.queue.submit([enc.finish()]);
-                wait(engine, Some(idx))
-            })??;
-            batch = (batch * 2).min(256);
+        let mut reps = 4;
+        let mut prev: Option<f64> = None;
+        loop {
+            let times = self.time(engine, kernel, reps)?;
+            let med = median(&times);
+            let settled = prev.is_some_and(|p| (med - p).abs() <= 0.03 * p.min(med));
+            if (settled && start.elapsed() >= min) || start.elapsed() >= max {
+                return Ok(());
+            }
+            // Batches of at least ~5 ms, so one batch spans more than a clock step.
+            if times.iter().sum::<f64>() < 5e-3 {
+                reps = (reps * 2).min(1024);
+            }
+            prev = Some(med);
         }
-        Ok(())
     }
 
     /// GPU time of `reps` runs of `kernel`, in seconds each: timestamp queries around each
@@ -430,6 +432,12 @@ impl DeviceArray {
     pub fn read(&self, engine: &Engine, out: &mut [f32]) -> Result<()> {
         read_f32(engine, &self.buf, out)
     }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Deterministic pseudo-random values in [-1, 1), never all zero: timing and tuning inputs.

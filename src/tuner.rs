@@ -143,8 +143,8 @@ impl TuneReport {
 }
 
 /// Knobs of a tuning run.
-/// Busy time before each candidate's samples (see `DeviceTensors::warm`).
-const CANDIDATE_WARM_UP: Duration = Duration::from_millis(15);
+/// Least and most busy time before each candidate's samples (see `DeviceTensors::settle`).
+const CANDIDATE_WARM_UP: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(300));
 
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
@@ -407,7 +407,7 @@ impl Bench<'_> {
 
     /// Brings the GPU back to load clocks after the compile that preceded this candidate.
     fn warm(&self, kernel: &Compiled) -> Result<()> {
-        self.tensors.warm(self.engine, kernel, CANDIDATE_WARM_UP)
+        self.tensors.settle(self.engine, kernel, CANDIDATE_WARM_UP.0, CANDIDATE_WARM_UP.1)
     }
 
     /// Compiles, validates and times one candidate. `Err` only for errors that end tuning.
