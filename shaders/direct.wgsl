@@ -43,6 +43,10 @@ fn main(
 ) {
     // The grid is folded into 2D to stay under the per-dimension workgroup limit.
     let block = wid.y * nwg.x + wid.x;
+    // Zero padding as a value the compiler cannot see: the dispatch is always one workgroup
+    // deep in z. A literal 0.0 lets it fold fma(0.0, w, acc) into acc where a padding mask
+    // is known at compile time, which loses the NaN that 0 * NaN (or 0 * inf) must give.
+    let pad0 = bitcast<f32>(nwg.z - 1u);
     let sp_block = block % SP_BLOCKS;
     let rest = block / SP_BLOCKS;
     let k_block = rest % K_BLOCKS;

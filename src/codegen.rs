@@ -142,7 +142,7 @@ fn direct(d: &Direct, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
                 for j in 0..tw {
                     writeln!(
                         out,
-                        "{indent}        let xv{j} = select(0.0, x[xc + o{r}_{j}_{s}], m{r}_{j}_{s});"
+                        "{indent}        let xv{j} = select(pad0, x[xc + o{r}_{j}_{s}], m{r}_{j}_{s});"
                     )
                     .unwrap();
                 }
@@ -172,7 +172,7 @@ fn direct(d: &Direct, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
             let ind = "                ";
             writeln!(main, "{ind}let iw{j} = (ow0 + {j}) * SW - PW + s * DW;").unwrap();
             writeln!(main, "{ind}let ok{j} = rok && iw{j} >= 0 && iw{j} < W;").unwrap();
-            writeln!(main, "{ind}let xv{j} = select(0.0, x[select(0, xc + ih * W + iw{j}, ok{j})], ok{j});")
+            writeln!(main, "{ind}let xv{j} = select(pad0, x[select(0, xc + ih * W + iw{j}, ok{j})], ok{j});")
                 .unwrap();
         }
         for i in 0..tk {
@@ -286,7 +286,7 @@ fn gemm(gm: &Gemm, variant: &Variant, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
         writeln!(s, "        let ok = aok{i} && kc{i} < CG && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
         writeln!(s, "        let idx = abase{i} + kc{i} * H * W + kh{i} * DH * W + kw{i} * DW;").unwrap();
-        writeln!(s, "        pa{i} = select(0.0, x[select(0, idx, ok)], ok);").unwrap();
+        writeln!(s, "        pa{i} = select(pad0, x[select(0, idx, ok)], ok);").unwrap();
         writeln!(s, "    }}").unwrap();
     }
     for i in 0..b_slots {

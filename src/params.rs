@@ -35,10 +35,20 @@ pub struct ConvShape {
     pub bias: bool,
 }
 
+/// Strides, paddings and dilations beyond this are rejected: kernels do their index
+/// arithmetic in 32 bits, and no real convolution comes near it.
+pub const MAX_PARAM: i64 = 65535;
+
 fn pair_at_least(name: &str, v: (i64, i64), min: i64) -> Result<(u32, u32)> {
     if v.0 < min || v.1 < min {
         return Err(Error::invalid(format!(
             "{name} must be >= {min} in both dimensions, got ({}, {})",
+            v.0, v.1
+        )));
+    }
+    if v.0 > MAX_PARAM || v.1 > MAX_PARAM {
+        return Err(Error::invalid(format!(
+            "{name} must be <= {MAX_PARAM} in both dimensions, got ({}, {})",
             v.0, v.1
         )));
     }
@@ -131,6 +141,12 @@ impl ConvShape {
         };
         let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
         let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
+        if padded_h > i32::MAX as u64 || padded_w > i32::MAX as u64 {
+            return Err(Error::invalid(format!(
+                "padded input {padded_h}x{padded_w} is too large (at most {} per dimension)",
+                i32::MAX
+            )));
+        }
         if padded_h < eff_r || padded_w < eff_s {
             return Err(Error::invalid(format!(
                 "kernel {r}x{s} (dilated to {eff_r}x{eff_s}) is larger than the padded input \

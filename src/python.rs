@@ -336,7 +336,8 @@ fn time_variant(
             let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref())?;
             if warmup > 0 {
                 t.time(&eng, &kernel, warmup)?;
-                t.settle(&eng, &kernel, Duration::from_millis(100), Duration::from_secs(1))?;
+                // Half a second of load brings an idle GPU to its load clocks (see `settle`).
+                t.settle(&eng, &kernel, Duration::from_millis(500), Duration::from_secs(2))?;
             }
             t.time(&eng, &kernel, reps)
         })

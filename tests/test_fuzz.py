@@ -27,21 +27,31 @@ arrays, complex, ...).
 
 Environment:
     CONVTUNE_FUZZ_EXAMPLES  examples of the in-process fuzz (default 150)
-    CONVTUNE_FUZZ_SUBPROCESS_EXAMPLES  examples of the crash-guard fuzz in a child (default 40)
+    CONVTUNE_FUZZ_SUBPROCESS_EXAMPLES  examples of the crash-guard fuzz in a child (default 60)
     CONVTUNE_FUZZ_SEED      unset: derandomized (reproducible); an int: that seed;
                             'random': a fresh seed, printed in the failure message
-    CONVTUNE_FUZZ_SHRINK=1  let hypothesis shrink a failing example (slower)
+    CONVTUNE_FUZZ_SHRINK=1  stop at the first generated failure and let hypothesis shrink it
+                            (slower; the explicit examples are skipped). By default every
+                            failure is collected and the run reports one example per kind.
+
+conftest.py runs everything untuned (CONVTUNE_TUNE=off); the child process inherits that.
 
 A failing example is printed as a ``Case(...)`` repr; the arrays are built from it
-deterministically (``materialize``), so ``check_case(<that repr>)`` replays it.
+deterministically (``materialize``), so it replays outside the fuzz:
+
+    cd tests && CONVTUNE_TUNE=off python -c "from test_fuzz import *; \
+        from numpy import nan, inf, array; replay(Case(...))"
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -50,17 +60,17 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 import convtune
-from reference import check_close, reference_conv2d, resolve_padding
+from reference import check_close, output_shape, reference_conv2d, resolve_padding
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 N_EXAMPLES = int(os.environ.get("CONVTUNE_FUZZ_EXAMPLES", "150"))
-N_SUBPROCESS_EXAMPLES = int(os.environ.get("CONVTUNE_FUZZ_SUBPROCESS_EXAMPLES", "40"))
+N_SUBPROCESS_EXAMPLES = int(os.environ.get("CONVTUNE_FUZZ_SUBPROCESS_EXAMPLES", "60"))
 _SEED_ENV = os.environ.get("CONVTUNE_FUZZ_SEED", "").strip()
 if _SEED_ENV.lower() == "random":
     FUZZ_SEED: Optional[int] = random.SystemRandom().randrange(2**32)
@@ -98,7 +108,7 @@ class Arr:
 
 @dataclasses.dataclass(frozen=True)
 class Bad:
-    """A value that is not a numeric array of floats/ints (kind names one, see BAD_VALUES)."""
+    """A value that is not a numeric array of floats/ints (kind: one of BAD_ARRAY_KINDS)."""
 
     kind: str
     shape: Tuple[int, ...] = (1, 1, 2, 2)
@@ -202,6 +212,8 @@ LAYOUTS = (
     "c", "fortran", "reversed", "reversed-last", "strided", "transposed", "broadcast",
     "readonly", "unaligned", "byteswapped", "list", "memoryview",
 )
+# x only: a convtune.Tensor already on the GPU (conv2d then returns a Tensor).
+X_LAYOUTS = LAYOUTS + ("device",)
 
 
 def _values(spec: Arr) -> np.ndarray:
@@ -225,6 +237,11 @@ def _values(spec: Arr) -> np.ndarray:
 
 
 def _with_dtype(v: np.ndarray, dtype: str) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return _with_dtype_(v, dtype)
+
+
+def _with_dtype_(v: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "void":
         return np.zeros(v.shape, dtype=[("a", "<f4")])
     dt = np.dtype(dtype)
@@ -250,7 +267,10 @@ def _with_dtype(v: np.ndarray, dtype: str) -> np.ndarray:
 def _layout(a: np.ndarray, layout: str, seed: int):
     """`a`'s values (up to the broadcast layout, which repeats one slice) in another layout."""
     rng = np.random.default_rng(seed + 7919)
+    a = np.asarray(a)
     nd = a.ndim
+    if nd == 0:  # a 0-d array stays 0-d (views and contiguity mean nothing for it)
+        return a.tolist() if layout == "list" else a
     if layout == "c":
         return np.ascontiguousarray(a)
     if layout == "fortran":
@@ -308,7 +328,12 @@ def materialize_array(spec):
     if isinstance(spec, Bad):
         return _bad_value(spec)
     assert isinstance(spec, Arr), spec
-    return _layout(_with_dtype(_values(spec), spec.dtype), spec.layout, spec.seed)
+    a = _with_dtype(_values(spec), spec.dtype)
+    if spec.layout == "device":
+        if a.dtype.kind in "fiu" and a.ndim == 4 and a.size:
+            return convtune.to_device(a)
+        return a
+    return _layout(a, spec.layout, spec.seed)
 
 
 def materialize(case: Case):
@@ -349,6 +374,9 @@ class Expect:
     empty_shape: Optional[tuple] = None  # zero-size input: an empty result of this shape is OK
     out_shape: Optional[tuple] = None
     macs: int = 0
+    # A variant named by the caller may exceed the adapter's workgroup limits: a ValueError
+    # that says so ("the adapter allows") is then also a correct answer.
+    named_variant: Optional[str] = None
 
     @property
     def allowed(self):
@@ -412,6 +440,8 @@ _VARIANTS = None
 
 
 def _fitting_variants():
+    """{name: (likely fits the adapter, knobs)}. "Likely": the GEMM staging estimate assumes
+    double buffering; the runner has the last word (see check_case)."""
     global _VARIANTS
     if _VARIANTS is None:
         limit = convtune.adapter_info()["limits"]["max_compute_workgroup_storage_size"]
@@ -419,7 +449,7 @@ def _fitting_variants():
         for name in convtune.variant_space():
             k = convtune.variant_knobs(name)
             if k["family"] == "gemm":
-                fits = 4 * k["bk"] * (k["bm"] + k["bn"] + 1) <= limit
+                fits = 2 * 4 * k["bk"] * (k["bm"] + k["bn"] + 1) <= limit
             else:
                 fits = k["wg_x"] * k["wg_y"] <= 1024
             out[name] = (fits, k)
@@ -428,6 +458,8 @@ def _fitting_variants():
 
 
 def _model_array(value, name, want_ndim, e: Expect):
+    if name == "x" and isinstance(value, convtune.Tensor):
+        return np.empty(value.shape, np.float32)  # only its shape matters to the model
     try:
         a = np.asarray(value)
     except (TypeError, ValueError) as err:
@@ -461,8 +493,8 @@ def expected_outcome(args, kwargs) -> Expect:
             e.type_problems.append(f"variant is a {type(variant).__name__}")
         elif variant not in _fitting_variants():
             e.value_problems.append(f"unknown variant {variant!r}")
-        elif not _fitting_variants()[variant][0]:
-            e.value_problems.append(f"variant {variant} exceeds the adapter")
+        else:
+            e.named_variant = variant
     stride = _model_pair(call["stride"], "stride", 1, e)
     dilation = _model_pair(call["dilation"], "dilation", 1, e)
     pad = call["padding"]
@@ -526,6 +558,10 @@ def expected_outcome(args, kwargs) -> Expect:
 DOCUMENTED = (TypeError, ValueError, convtune.ConvtuneError)
 
 
+class TooExpensive(Exception):
+    """A valid case whose output is too large to compute here (skipped, not a failure)."""
+
+
 def _kind(e: BaseException) -> str:
     if isinstance(e, convtune.ConvtuneError):
         return "ConvtuneError"
@@ -567,17 +603,25 @@ def check_case(case: Case) -> str:
     args, kwargs = materialize(case)
     expect = expected_outcome(args, kwargs)
     where = f"{case!r}; model: {expect.reasons()}"
-    if "ok" in expect.allowed:
-        # The strategy keeps runnable cases cheap; this guards the strategy itself.
-        assert np.prod(expect.out_shape) <= MAX_RUN_OUTPUT, f"strategy: output too big [{where}]"
-        assert expect.macs <= MAX_RUN_MACS, f"strategy: too many MACs [{where}]"
+    if "ok" in expect.allowed and (math.prod(expect.out_shape) > MAX_RUN_OUTPUT
+                                   or expect.macs > MAX_RUN_MACS):
+        # The strategy keeps runnable cases cheap; only an absurd (beyond int32) stride or
+        # dilation with an absurd padding can give a valid but huge output. Not run.
+        if expect.big:
+            raise TooExpensive(where)
+        raise AssertionError(f"strategy bug: an expensive case [{where}]")
     snaps = [s for s in map(_snapshot, list(args) + list(kwargs.values())) if s is not None]
+    on_device = isinstance(args[0], convtune.Tensor)
+    host_x = _with_dtype(_values(case.x), case.x.dtype) if on_device else None
     try:
         got = convtune.conv2d(*args, **kwargs)
     except KeyboardInterrupt:
         raise
     except DOCUMENTED as e:
         kind = _kind(e)
+        if (kind == "ValueError" and expect.named_variant
+                and "the adapter allows" in str(e)):
+            return "raised ValueError"
         assert kind in expect.allowed, (
             f"conv2d raised {type(e).__module__}.{type(e).__name__}: {e}\n"
             f"allowed: {sorted(expect.allowed)} [{where}]"
@@ -592,6 +636,14 @@ def check_case(case: Case) -> str:
         assert np.array_equal(orig, copy, equal_nan=orig.dtype.kind == "f"), (
             f"conv2d modified an input [{where}]"
         )
+    if on_device:
+        assert isinstance(got, convtune.Tensor), (
+            f"conv2d of a Tensor returned {type(got).__name__} [{where}]"
+        )
+        assert tuple(got.shape) == tuple(expect.out_shape or ()), (
+            f"Tensor shape {got.shape} != {expect.out_shape} [{where}]"
+        )
+        got = got.numpy()
     if "ok" not in expect.allowed:
         if (expect.empty_shape is not None and isinstance(got, np.ndarray)
                 and got.shape == expect.empty_shape and got.dtype == np.float32):
@@ -604,7 +656,8 @@ def check_case(case: Case) -> str:
     call = dict(zip(("x", "w", "stride", "padding", "dilation", "groups", "bias"), args))
     call.update(kwargs)
     call.pop("variant", None)
-    x32 = np.asarray(call.pop("x")).astype(np.float32)
+    x32 = np.asarray(host_x if on_device else call.pop("x")).astype(np.float32)
+    call.pop("x", None)
     w32 = np.asarray(call.pop("w")).astype(np.float32)
     b = call.pop("bias", None)
     b32 = None if b is None else np.asarray(b).astype(np.float32)
@@ -614,20 +667,42 @@ def check_case(case: Case) -> str:
     return "ok"
 
 
+def replay(case: Case) -> str:
+    """check_case with output poisoning on, as under pytest (for replaying a printed case)."""
+    convtune._convtune._set_poison(True)
+    return check_case(case)
+
+
 # --------------------------------------------------------------------------------------------
 # Strategies
 # --------------------------------------------------------------------------------------------
 
 
+def _scramble(v: int) -> int:
+    return ((v + 0x7F4A7C15) * 0x9E3779B1) % 2**32
+
+
+def choice(seq):
+    """sampled_from, but roughly uniform. Inside a large composite, hypothesis draws each
+    choice's simplest value (index 0, the integer 0) far more often than the others, which
+    would make the first element of every list and every 'rare' branch common; the drawn
+    integer is scrambled first."""
+    seq = tuple(seq)
+    return st.integers(0, 2**32 - 1).map(lambda v: seq[_scramble(v) % len(seq)])
+
+
+def pick(draw, seq):
+    return draw(choice(seq))
+
+
 def rare(draw, percent: int) -> bool:
-    """True with about `percent` % probability. Hypothesis favours small integers, so the
-    rare branch is the top of the range."""
-    return draw(st.integers(0, 99)) >= 100 - percent
+    """True with about `percent` % probability."""
+    return draw(choice(range(100))) < percent
 
 
 def weighted(*pairs):
-    """sampled_from with integer weights: weighted((value, weight), ...)."""
-    return st.sampled_from([v for v, n in pairs for _ in range(n)])
+    """choice with integer weights: weighted((value, weight), ...)."""
+    return choice([v for v, n in pairs for _ in range(n)])
 
 
 BIG = (INT32_MAX, 2**31, UINT32_MAX, 2**32, 2**40, 2**62, 2**62 + 1, 2**63, 2**64, -(2**63))
@@ -642,28 +717,29 @@ BAD_VARIANTS = ("bogus", "", "direct", "gemm_b64x64", 123, b"direct_wg64x1_u1_k1
 
 
 @st.composite
-def arrays(draw, shape, role: str, tags: list):
-    """An Arr (usually) for `shape`, or a Bad value (rarely)."""
-    if rare(draw, 3):
-        kind = draw(st.sampled_from(BAD_ARRAY_KINDS))
+def arrays(draw, shape, role: str, tags: list, bad_value=False, bad_dtype=False):
+    """An Arr for `shape` in a castable dtype, or (when asked) a Bad value or a rejected dtype."""
+    if bad_value:
+        kind = pick(draw, BAD_ARRAY_KINDS)
         tags.append(f"bad-{role}:{kind}")
         return Bad(kind, tuple(max(d, 1) for d in shape) if len(shape) == 4 else (1, 1, 2, 2))
-    dtype = draw(weighted(("float32", 60), ("good", 33), ("bad", 4)))
-    if dtype == "good":
-        dtype = draw(st.sampled_from(GOOD_DTYPES))
-    elif dtype == "bad":
-        dtype = draw(st.sampled_from(BAD_DTYPES))
+    if bad_dtype:
+        dtype = pick(draw, BAD_DTYPES)
         tags.append(f"bad-dtype:{dtype}")
-    layout = draw(weighted(("c", 30), ("other", 70)))
+    else:
+        dtype = draw(weighted(("float32", 3), ("other", 2)))
+        if dtype == "other":
+            dtype = pick(draw, GOOD_DTYPES)
+    layout = draw(weighted(("c", 1), ("other", 3)))
     if layout == "other":
-        layout = draw(st.sampled_from(LAYOUTS))
+        layout = pick(draw, X_LAYOUTS if role == "x" else LAYOUTS)
     fill = draw(weighted(("normal", 8), ("ints", 2), ("scaled", 1), ("zeros", 1)))
     if fill == "scaled":
         fill = f"scaled:{draw(st.integers(-12, 8))}"
     specials = ()
-    if np.dtype("f4" if dtype == "void" else dtype).kind in "fcO" and rare(draw, 22):
+    if np.dtype("f4" if dtype == "void" else dtype).kind in "fcO" and rare(draw, 20):
         specials = tuple(draw(st.lists(
-            st.tuples(st.integers(0, 10**6), st.sampled_from([np.nan, np.inf, -np.inf])),
+            st.tuples(st.integers(0, 10**6), choice([np.nan, np.inf, -np.inf])),
             min_size=1, max_size=3)))
         tags.append("specials")
     tags.append(f"layout:{layout}")
@@ -690,41 +766,63 @@ def _pair_value(draw, a: int, b: int):
     return (a, b)
 
 
+# What an invalid (or absurd) case gets wrong; one or two of these per such case.
+CORRUPTIONS = (
+    "bad-x", "bad-w", "bad-bias", "bad-dtype-x", "bad-dtype-w", "bad-dtype-bias", "bias-wrong",
+    "bad-stride", "bad-padding", "bad-dilation", "bad-groups", "bad-variant", "break-cg",
+    "break-k", "break-groups", "zero", "same-stride", "absurd", "absurd", "absurd",
+)
+# Share of cases with corruptions (the rest are well-formed, up to a kernel larger than the
+# padded input, which small random shapes produce now and then).
+CORRUPT_PERCENT = 40
+
+
 @st.composite
 def cases(draw):
     tags: list = []
-    regime = draw(weighted(("normal", 84), ("huge-pad", 9), ("absurd", 7)))
+    corrupt = set()
+    if rare(draw, CORRUPT_PERCENT):
+        corrupt = {pick(draw, CORRUPTIONS) for _ in range(draw(choice([1, 1, 2])))}
+        tags += [f"corrupt:{c}" for c in sorted(corrupt)]
+    regime = "huge-pad" if not corrupt and rare(draw, 12) else "normal"
     tags.append(f"regime:{regime}")
     small = regime == "huge-pad"
 
-    # Groups and channels.
+    # Groups and channels (sampled_from: hypothesis draws small integers far more often).
     gmode = draw(weighted(("one", 6), ("divisor", 3), ("depthwise", 2)))
     if small:
         gmode = "one"
     if gmode == "depthwise":
-        c = draw(st.integers(1, 8))
+        c = draw(choice(range(1, 9)))
         g, cg = c, 1
-        kg = draw(st.integers(1, max(1, 8 // c)))
+        kg = draw(choice(range(1, max(1, 8 // c) + 1)))
     else:
-        g = 1 if gmode == "one" else draw(st.sampled_from([2, 3, 4]))
-        cg = draw(weighted((0, 1), (1, 8), (2, 6), (3, 4), (4, 3), (5, 2), (8, 1)))
+        g = 1 if gmode == "one" else draw(choice([2, 3, 4]))
+        cg = draw(weighted((1, 8), (2, 6), (3, 4), (4, 3), (5, 2), (8, 1)))
         cg = min(cg, 8 // g)
-        kg = draw(weighted((0, 1), (1, 8), (2, 6), (3, 4), (4, 2), (8, 1)))
-        kg = min(kg, max(1, 8 // g)) if kg else 0
+        kg = draw(weighted((1, 8), (2, 6), (3, 4), (4, 2), (8, 1)))
+        kg = min(kg, max(1, 8 // g))
         c = g * cg
     if small:
         cg, kg, c = min(cg, 2), min(kg, 2), min(c, 2)
-    k = g * kg
-    n = draw(weighted((0, 1), (1, 12), (2, 6), (3, 4)))
-    h = draw(weighted((0, 1), ("draw", 30)))
-    h = draw(st.integers(1, 12)) if h == "draw" else 0
-    wd = draw(weighted((0, 1), ("draw", 30)))
-    wd = draw(st.integers(1, 12)) if wd == "draw" else 0
-    r = draw(weighted((0, 1), (1, 10), (2, 8), (3, 12), (4, 4), (5, 4)))
-    s = draw(weighted((0, 1), (1, 10), (2, 8), (3, 12), (4, 4), (5, 4)))
+    n = draw(weighted((1, 12), (2, 6), (3, 4)))
+    h = draw(choice(range(1, 13)))
+    wd = draw(choice(range(1, 13)))
+    r = draw(weighted((3, 12), (1, 10), (2, 8), (4, 4), (5, 4)))
+    s = draw(weighted((3, 12), (1, 10), (2, 8), (4, 4), (5, 4)))
     if small:
         n = min(n, 1)
         r, s = min(r, 3), min(s, 3)
+    if "zero" in corrupt:  # one zero-size dimension
+        zero = draw(choice(["n", "c", "h", "w", "k", "r", "s"]))
+        tags.append(f"zero:{zero}")
+        n, h, wd, r, s = [0 if zero == z else v for z, v in
+                          zip("nhwrs", (n, h, wd, r, s))]
+        if zero == "c":
+            cg = c = 0
+        if zero == "k":
+            kg = 0
+    k = g * kg
 
     # Parameters.
     sh = draw(weighted((1, 6), (2, 3), (3, 2)))
@@ -732,66 +830,82 @@ def cases(draw):
     dh = draw(weighted((1, 8), (2, 2), (3, 1)))
     dw = draw(weighted((1, 8), (2, 2), (3, 1))) if draw(st.booleans()) else dh
     pmode = draw(weighted(("int", 5), ("pair", 3), ("same", 2), ("valid", 1)))
+    if "same-stride" in corrupt:
+        pmode = "same"
     if pmode == "same":
         padding: Any = "same"
-        if not rare(draw, 10):  # 'same' needs stride 1 (usually respected)
+        if "same-stride" in corrupt:  # 'same' needs stride 1
+            sh = draw(choice([2, 3]))
+        else:
             sh = sw = 1
     elif pmode == "valid":
         padding = "valid"
     else:
-        ph = draw(st.integers(0, 3))
-        pw = draw(st.integers(0, 3)) if pmode == "pair" else ph
+        ph = draw(choice(range(4)))
+        pw = draw(choice(range(4))) if pmode == "pair" else ph
         padding = _pair_value(draw, ph, pw)
     if regime == "huge-pad":
-        big = draw(st.sampled_from([1000, 1001]))
+        big = draw(choice([1000, 1001]))
         which = draw(weighted(("h", 3), ("w", 3), ("both", 2)))
         if which == "both":
             n, c, k, g, cg = min(n, 1), min(c, 1), min(k, 1), 1, min(c, 1)
             r, s = min(r, 2), min(s, 2)
-            padding = draw(st.sampled_from([big, (big, big), [big, big]]))
+            padding = draw(choice([big, (big, big), [big, big]]))
         else:
-            other = draw(st.integers(0, 3))
+            other = draw(choice(range(4)))
             padding = (big, other) if which == "h" else (other, big)
         tags.append(f"huge-pad:{which}")
+    if "zero" not in corrupt and not rare(draw, 20):
+        # Mostly keep the dilated kernel within the padded input (small random images with
+        # 5x5 kernels, dilation 3 and no padding would otherwise be empty convolutions often).
+        (pt, pb), (pl, pr) = resolve_padding(
+            padding if isinstance(padding, str) else tuple(np.broadcast_to(padding, 2)),
+            (r, s), (dh, dw))
+        eff_r, eff_s = dh * (r - 1) + 1, dw * (s - 1) + 1
+        if h + pt + pb < eff_r:
+            h = eff_r - pt - pb + pick(draw, range(3))
+        if wd + pl + pr < eff_s:
+            wd = eff_s - pl - pr + pick(draw, range(3))
     stride: Any = _pair_value(draw, sh, sw)
     dilation: Any = _pair_value(draw, dh, dw)
     groups: Any = g if not rare(draw, 10) else draw(
-        st.sampled_from([np.int64(g), np.array(g), np.uint8(g % 256)]))
+        choice([np.int64(g), np.array(g), np.uint8(g % 256)]))
 
-    # Rarely break the shape consistency.
+    # Shape consistency.
     w_cg, w_k = cg, k
-    breakage = 99 - draw(st.integers(0, 99))  # low draws are hypothesis's favourites
-    if breakage < 3:
-        w_cg = cg + draw(st.sampled_from([-1, 1]))
-        tags.append("break:cg")
-    elif breakage < 5:
+    if "break-cg" in corrupt:
+        w_cg = max(cg + draw(choice([-1, 1])), 0)
+    if "break-k" in corrupt:
         w_k = k + 1
-        tags.append("break:k")
-    elif breakage < 7:
-        groups = g + 1
-        tags.append("break:groups")
-    w_cg = max(w_cg, 0)
+    if "break-groups" in corrupt:
+        groups = g + draw(choice([1, 2]))
 
-    x_spec = draw(arrays((n, c, h, wd), "x", tags))
-    w_spec = draw(arrays((w_k, w_cg, r, s), "w", tags))
-    bmode = draw(weighted(("none", 45), ("ok", 45), ("wrong", 10)))
+    x_spec = draw(arrays((n, c, h, wd), "x", tags, "bad-x" in corrupt, "bad-dtype-x" in corrupt))
+    w_spec = draw(arrays((w_k, w_cg, r, s), "w", tags, "bad-w" in corrupt,
+                         "bad-dtype-w" in corrupt))
+    bias_bad = {"bias-wrong", "bad-bias", "bad-dtype-bias"} & corrupt
+    bmode = "bad" if bias_bad else draw(weighted(("none", 1), ("ok", 1)))
     bias: Any = None
     if bmode == "ok":
         bias = draw(arrays((w_k,), "bias", tags))
-    elif bmode == "wrong":
-        wrong = draw(st.sampled_from(["short", "long", "2d", "0d", "bad"]))
-        shape = {"short": (max(w_k - 1, 0),), "long": (w_k + 1,), "2d": (1, w_k),
-                 "0d": ()}.get(wrong, (w_k,))
-        bias = draw(arrays(shape, "bias", tags)) if wrong != "bad" else Bad(
-            draw(st.sampled_from(BAD_ARRAY_KINDS)), (1, 1, 2, 2))
-        tags.append(f"bias-wrong:{wrong}")
+    elif bmode == "bad":
+        if "bias-wrong" in corrupt:
+            wrong = draw(choice(["short", "long", "2d", "0d"]))
+            shape = {"short": (max(w_k - 1, 0),), "long": (w_k + 1,), "2d": (1, w_k),
+                     "0d": ()}[wrong]
+            tags.append(f"bias-wrong:{wrong}")
+        else:
+            shape = (w_k,)
+        bias = draw(arrays(shape, "bias", tags, "bad-bias" in corrupt,
+                           "bad-dtype-bias" in corrupt))
     tags.append(f"bias:{bmode}")
 
-    # Absurd parameter values.
-    if regime == "absurd":
-        which = draw(st.sampled_from(["stride", "padding", "dilation", "groups"]))
-        v = draw(st.sampled_from(BIG))
-        form = draw(st.sampled_from(["both", "first", "second"]))
+    # Absurd parameter values (some valid but beyond int32, most with gigantic outputs).
+    if "absurd" in corrupt:
+        which = draw(weighted(("padding", 3), ("stride", 1), ("dilation", 1), ("groups", 1)))
+        # Weighted towards the int32/uint32 boundaries.
+        v = draw(weighted(*[(b, 3 if b in (INT32_MAX, 2**31, UINT32_MAX) else 1) for b in BIG]))
+        form = draw(choice(["both", "first", "second"]))
         val = v if form == "both" else ((v, 1) if form == "first" else (1, v))
         if which == "stride":
             stride = val
@@ -803,47 +917,42 @@ def cases(draw):
             groups = v
         tags.append(f"absurd:{which}")
 
-    # Wrong types in the parameters.
-    for name in ("stride", "padding", "dilation", "groups"):
-        if rare(draw, 3):
-            pool = BAD_PADDINGS if name == "padding" else BAD_PARAMS
-            bad = draw(st.sampled_from(pool))
-            tags.append(f"bad-param:{name}")
-            if name == "stride":
-                stride = bad
-            elif name == "padding":
-                padding = bad
-            elif name == "dilation":
-                dilation = bad
-            else:
-                groups = bad
+    # Wrong types or values in the parameters.
+    tags += [f"bad-param:{c[4:]}" for c in sorted(corrupt)
+             if c in ("bad-stride", "bad-padding", "bad-dilation", "bad-groups")]
+    if "bad-stride" in corrupt:
+        stride = pick(draw, BAD_PARAMS)
+    if "bad-padding" in corrupt:
+        padding = pick(draw, BAD_PADDINGS)
+    if "bad-dilation" in corrupt:
+        dilation = pick(draw, BAD_PARAMS)
+    if "bad-groups" in corrupt:
+        groups = pick(draw, BAD_PARAMS)
 
     # The variant: usually the default rule.
-    vmode = draw(weighted(("default", 82), ("named", 14), ("bad", 4)))
     variant = None
-    if vmode == "named":
+    if "bad-variant" in corrupt:
+        variant = pick(draw, BAD_VARIANTS)
+    elif rare(draw, 15):
         rr, ss = max(r, 1), max(s, 1)
         names = sorted(
             name for name, (fits, kn) in _fitting_variants().items()
             if fits and (kn["family"] == "gemm"
                          or rr * ss * kn["tk"] * kn["tw"] * max(kn["unroll"], 1) <= 256)
         )
-        variant = draw(st.sampled_from(names))
+        variant = pick(draw, names)
         tags.append(f"variant:{variant.split('_')[0]}")
-    elif vmode == "bad":
-        variant = draw(st.sampled_from(BAD_VARIANTS))
-        tags.append("bad-variant")
     style = draw(weighted(("kw", 3), ("pos", 2), ("minimal", 2)))
     return Case(x_spec, w_spec, bias, stride, padding, dilation, groups, variant, style,
                 tuple(tags))
 
 
-def _settings(n: int):
+def _settings(n: int, child: bool = False):
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if SHRINK else [])
     return settings(
         max_examples=n,
         deadline=None,
-        derandomize=FUZZ_SEED is None,
+        derandomize=FUZZ_SEED is None and not child,
         database=None,
         phases=phases,
         suppress_health_check=list(HealthCheck),
@@ -851,35 +960,54 @@ def _settings(n: int):
     )
 
 
-def _seeded(fn):
-    return hypothesis_seed(FUZZ_SEED)(fn) if FUZZ_SEED is not None else fn
+# The child's fixed seed when the parent is derandomized (so the two runs see different cases).
+CHILD_SEED = 20_240_612
 
 
-# Explicit examples that must always run: the headline layouts and values.
-_RNG_SEED = 12345
+def _seeded(fn, child: bool = False):
+    if FUZZ_SEED is not None:
+        return hypothesis_seed(FUZZ_SEED + (1 if child else 0))(fn)
+    if child:
+        return hypothesis_seed(CHILD_SEED)(fn)
+    return fn
+
+
+# Explicit examples that always run, whatever hypothesis generates: every layout in a
+# well-formed call, NaN/Inf, huge padding, and a few error paths.
 EXAMPLES = [
     # Negative strides (x[..., ::-1]) and Fortran weights, NaN/Inf, bias.
     Case(Arr((2, 3, 7, 9), "float32", "reversed-last", 1, "normal", ((5, np.inf), (40, np.nan))),
          Arr((4, 3, 3, 2), "float32", "fortran", 2), Arr((4,), "float32", "strided", 3),
          stride=(2, 1), padding=1, tags=("example",)),
     # An infinite weight multiplies the zero padding: NaN on the border, +-inf inside.
-    Case(Arr((1, 2, 6, 5), "float64", "c", 4, "ints"),
+    Case(Arr((1, 2, 6, 5), "float64", "reversed", 4, "ints"),
          Arr((3, 2, 3, 3), "float32", "transposed", 5, "normal", ((0, np.inf),)),
          padding="same", tags=("example",)),
     # Huge padding on both axes (cheap: 1x1 everything), and on one axis.
-    Case(Arr((1, 1, 3, 4), "float32", "c", 6), Arr((1, 1, 1, 2), "float16", "c", 7),
+    Case(Arr((1, 1, 3, 4), "float32", "memoryview", 6), Arr((1, 1, 1, 2), "float16", "c", 7),
          padding=1000, tags=("example",)),
     Case(Arr((2, 2, 5, 5), "int16", "broadcast", 8, "ints"), Arr((2, 2, 3, 3), ">f4", "c", 9),
          Arr((2,), "float32", "list", 10), padding=(1000, 1), dilation=(2, 1), tags=("example",)),
-    # Depthwise with a named GEMM variant, unaligned and read-only inputs.
-    Case(Arr((2, 4, 9, 8), "float32", "unaligned", 11), Arr((8, 1, 3, 3), "float32", "readonly", 12),
-         groups=4, variant="gemm_b32x32x8_t4x4", padding=(0, 2), tags=("example",)),
+    # Depthwise with a named GEMM variant; read-only and byte-swapped inputs.
+    Case(Arr((2, 4, 9, 8), "float32", "byteswapped", 11),
+         Arr((8, 1, 3, 3), "float32", "readonly", 12), groups=4, variant="gemm_b32x32x8_t4x4", padding=(0, 2), tags=("example",)),
+    # x already on the GPU; nested lists; uint8.
+    Case(Arr((1, 3, 6, 6), "float32", "device", 13),
+         Arr((2, 3, 2, 2), "uint8", "list", 14, "ints"), stride=2, tags=("example",)),
+    # Unaligned float32 and float64 arrays.
+    Case(Arr((1, 2, 5, 4), "float64", "unaligned", 15),
+         Arr((2, 2, 3, 3), "float32", "unaligned", 16), Arr((2,), "float32", "unaligned", 17),
+         padding=1, tags=("example",)),
     # Kernel larger than the padded input; zero-size batch; wrong types.
     Case(Arr((1, 2, 3, 3)), Arr((1, 2, 5, 5)), padding=0, tags=("example",)),
     Case(Arr((0, 2, 3, 3)), Arr((1, 2, 2, 2)), tags=("example",)),
     Case(Bad("dict"), Arr((1, 2, 2, 2)), stride=1.5, tags=("example",)),
     Case(Arr((1, 2, 4, 4), "complex64"), Arr((1, 2, 2, 2), "bool"), tags=("example",)),
     Case(Bad("depth-1"), Arr((1, 2, 2, 2)), bias=Bad("none"), tags=("example",)),
+    Case(Arr((1, 2, 4, 4)), Arr((1, 2, 2, 2)), padding=2**31 - 1, tags=("example",)),
+    # A one-column input: kernel column 0 only ever sees padding, and holds a NaN.
+    Case(Arr((1, 2, 6, 1)), Arr((2, 2, 3, 3), "float32", "c", 18, "normal", ((0, np.nan),)),
+         padding=1, tags=("example",)),
 ]
 
 
@@ -889,53 +1017,87 @@ def _with_examples(fn):
     return fn
 
 
-def _run_fuzz(n: int, log=None):
-    """Runs the in-process fuzz; returns Counters of tags and outcomes."""
+def _signature(message: str) -> str:
+    """A failure's kind: its first line without the case and with numbers blanked."""
+    head = message.splitlines()[0] if message else ""
+    head = head.split(" [Case(")[0]
+    return re.sub(r"(?<![A-Za-z_\d])\d+", "N", head)[:160]
+
+
+class Failures:
+    """Property failures collected over a run: the count, and the first case of each kind."""
+
+    def __init__(self):
+        self.count = 0
+        self.first = {}  # signature -> (message, case)
+
+    def add(self, message: str, case: Case):
+        self.count += 1
+        self.first.setdefault(_signature(message), (message, case))
+
+    def report(self, examples: int) -> str:
+        seed = f" (CONVTUNE_FUZZ_SEED={FUZZ_SEED})" if FUZZ_SEED is not None else ""
+        lines = [f"{self.count} of {examples} examples failed the property{seed}; "
+                 f"{len(self.first)} kind(s), the first example of each "
+                 f"(replay with check_case(<Case>)):"]
+        for i, (sig, (msg, case)) in enumerate(self.first.items(), 1):
+            lines.append(f"--- {i}. {sig}\n{msg[:3000]}")
+        return "\n".join(lines)
+
+
+def _run_fuzz(n: int, given_name: str, explicit: bool, child: bool = False, log=None):
+    """Runs a fuzz of n generated examples (plus the explicit ones). By default every failure is
+    collected and the run goes on, so one run reports every kind of failure it met; with
+    CONVTUNE_FUZZ_SHRINK=1 the first failure propagates and hypothesis shrinks it."""
     seen_tags: Counter = Counter()
     outcomes: Counter = Counter()
+    failures = Failures()
 
-    @_seeded
-    @_settings(n)
-    @_with_examples
-    @given(case=cases())
-    def fuzz_conv2d(case):
+    def body(case):
         if log is not None:
             log(case)
-        outcome = check_case(case)
+        try:
+            outcome = check_case(case)
+        except TooExpensive:
+            reject()
+        except AssertionError as e:
+            if SHRINK:
+                raise
+            failures.add(str(e), case)
+            outcome = "FAILED"
         outcomes[outcome] += 1
         for t in case.tags:
             seen_tags[t, outcome == "ok"] += 1
 
-    try:
-        fuzz_conv2d()
-    except AssertionError as e:
-        if FUZZ_SEED is not None:
-            raise AssertionError(f"{e}\n(CONVTUNE_FUZZ_SEED={FUZZ_SEED})") from e
-        raise
-    return seen_tags, outcomes
+    body.__name__ = body.__qualname__ = given_name
+    fn = given(case=cases())(body)
+    if explicit and not SHRINK:  # shrinking is for generated failures
+        fn = _with_examples(fn)
+    fn = _seeded(_settings(n, child)(fn), child)
+    fn()
+    return seen_tags, outcomes, failures
 
 
 def test_fuzz_conv2d():
-    tags, outcomes = _run_fuzz(N_EXAMPLES)
+    tags, outcomes, failures = _run_fuzz(N_EXAMPLES, "fuzz_conv2d", explicit=True)
     total = sum(outcomes.values())
+    assert failures.count == 0, failures.report(total) + f"\noutcomes: {dict(outcomes)}"
     assert total >= min(N_EXAMPLES, 100), outcomes
     if FUZZ_SEED is not None or N_EXAMPLES < 150:
         return
-    # The derandomized default run covers what it is meant to (so a strategy edit that
-    # silently stops generating, say, negative strides is noticed).
+    # The run covers what it is meant to (so a strategy edit that silently stops generating,
+    # say, wrong types is noticed). Kept coarse: the derandomized stream changes with the
+    # hypothesis version; the explicit examples pin every layout.
     computed = {t for (t, ok), _ in tags.items() if ok}
     raised = {t for (t, ok), _ in tags.items() if not ok}
-    assert outcomes["ok"] >= 0.4 * total, outcomes
-    assert outcomes["raised TypeError"] >= 5 and outcomes["raised ValueError"] >= 10, outcomes
-    for layout in LAYOUTS:
+    assert outcomes["ok"] >= 0.35 * total, outcomes
+    assert outcomes["raised TypeError"] >= 3 and outcomes["raised ValueError"] >= 8, outcomes
+    for layout in X_LAYOUTS:
         assert f"layout:{layout}" in computed, (layout, sorted(computed))
-    for want in ("specials", "huge-pad:both", "huge-pad:h", "regime:absurd", "bias:ok",
-                 "bias:none", "variant:gemm", "variant:direct", "dtype:float16", "dtype:>f4"):
+    for want in ("specials", "bias:ok", "bias:none", "regime:huge-pad"):
         assert want in computed, (want, sorted(computed))
-    assert any(t.startswith("bad-x:") or t.startswith("bad-w:") for t in raised), sorted(raised)
-    assert any(t.startswith("bad-dtype:") for t in raised), sorted(raised)
-    assert any(t.startswith("bad-param:") for t in raised), sorted(raised)
-    assert any(t.startswith("bias-wrong:") for t in raised), sorted(raised)
+    assert sum(t.startswith("dtype:") and t != "dtype:float32" for t in computed) >= 4
+    assert sum(t.startswith("corrupt:") for t in raised) >= 8, sorted(raised)
 
 
 # --------------------------------------------------------------------------------------------
@@ -944,32 +1106,56 @@ def test_fuzz_conv2d():
 
 
 def _subprocess_main(n: int) -> int:
-    """Entry point of the child: a smaller, differently seeded fuzz, each case printed first."""
+    """Entry point of the child: a smaller, differently seeded fuzz, each case printed before
+    it runs (so a crash names it). Exit status 0: all passed; 1: property failures."""
     import faulthandler
-    import traceback
 
     faulthandler.enable()
     convtune._convtune._set_poison(True)
+    assert os.environ.get("CONVTUNE_TUNE") == "off", "the child must run untuned (see the parent)"
     count = [0]
 
     def log(case):
         count[0] += 1
         print(f"CASE {count[0]}: {case!r}", flush=True)
 
-    @_seeded
-    @_settings(n)
-    @given(case=cases())
-    def fuzz_conv2d_in_child(case):
-        log(case)
-        check_case(case)
-
-    try:
-        fuzz_conv2d_in_child()
-    except Exception:  # noqa: BLE001
-        traceback.print_exc()
+    _, outcomes, failures = _run_fuzz(n, "fuzz_conv2d_in_child", explicit=False, child=True,
+                                      log=log)
+    print(f"DONE {count[0]} cases: {dict(outcomes)}", flush=True)
+    if failures.count:
+        print(failures.report(count[0]), file=sys.stderr, flush=True)
         return 1
-    print(f"DONE {count[0]} cases", flush=True)
     return 0
+
+
+def _run_child(code: str, timeout: int = 300) -> Optional[str]:
+    """Runs `code` in a fresh interpreter; None when it exits 0, else why it failed, naming the
+    last "CASE ..." line it printed (the case that was running when it died)."""
+    env = dict(os.environ)
+    env["CONVTUNE_TUNE"] = "off"  # as in conftest (which also set a private cache dir)
+    if FUZZ_SEED is not None:
+        env["CONVTUNE_FUZZ_SEED"] = str(FUZZ_SEED)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        last = [ln for ln in out.splitlines() if ln.startswith("CASE ")][-1:]
+        return f"the child fuzz hung (> {timeout} s); last case started: {last}"
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CASE ")]
+    done = [ln for ln in proc.stdout.splitlines() if ln.startswith("DONE ")]
+    rc = proc.returncode
+    if rc == 0:
+        return None
+    if rc == 1 and done:  # the child ran to the end; some cases failed the property
+        return f"child fuzz: {done[0]}\n{proc.stderr[-12000:]}"
+    last = lines[-1] if lines else "(none)"
+    how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+    return (
+        f"the child fuzz process died ({how}) after starting {len(lines)} cases.\n"
+        f"Last case started (the likely culprit): {last}\n"
+        f"--- stderr (tail) ---\n{proc.stderr[-6000:]}"
+    )
 
 
 def test_fuzz_in_subprocess_never_crashes():
@@ -979,27 +1165,23 @@ def test_fuzz_in_subprocess_never_crashes():
         import test_fuzz
         sys.exit(test_fuzz._subprocess_main({N_SUBPROCESS_EXAMPLES}))
     """)
-    env = dict(os.environ)
-    if FUZZ_SEED is not None:
-        env["CONVTUNE_FUZZ_SEED"] = str(FUZZ_SEED)
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, timeout=300, cwd=TESTS_DIR)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        last = [ln for ln in out.splitlines() if ln.startswith("CASE ")][-1:]
-        pytest.fail(f"the child fuzz hung (> 300 s); last case started: {last}")
-    if proc.returncode == 0:
-        assert f"DONE" in proc.stdout, proc.stdout[-2000:]
-        return
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CASE ")]
-    last = lines[-1] if lines else "(none)"
-    rc = proc.returncode
-    how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
-    pytest.fail(
-        f"the child fuzz failed ({how}) after {len(lines)} cases.\n"
-        f"Last case started: {last}\n--- stderr (tail) ---\n{proc.stderr[-6000:]}"
-    )
+    problem = _run_child(code)
+    if problem:
+        pytest.fail(problem)
+
+
+def test_crash_guard_names_the_case_that_killed_the_child():
+    """The harness itself: a child that aborts mid-case is reported with that case."""
+    code = textwrap.dedent("""
+        import os
+        print("CASE 1: Case(fine)", flush=True)
+        print("CASE 2: Case(the culprit)", flush=True)
+        os.abort()
+    """)
+    problem = _run_child(code, timeout=60)
+    assert problem is not None
+    assert "died" in problem and "Case(the culprit)" in problem, problem
+    assert f"signal {signal.SIGABRT.value}" in problem or "exit status" in problem, problem
 
 
 # --------------------------------------------------------------------------------------------
@@ -1023,8 +1205,6 @@ def test_output_size_overflow_is_a_value_error(x_shape, w_shape, kwargs):
     2**31 - 1 elements is a ValueError, never a small wrong-shaped result or a ShaderError."""
     x = np.ones(x_shape, np.float32)
     w = np.ones(w_shape, np.float32)
-    from reference import output_shape
-
     true = output_shape(x_shape, w_shape, kwargs.get("stride", 1), kwargs.get("padding", 0),
                         kwargs.get("dilation", 1))
     assert int(np.prod(true, dtype=object)) > INT32_MAX
@@ -1037,3 +1217,96 @@ def test_output_size_overflow_is_a_value_error(x_shape, w_shape, kwargs):
                     f"{str(e)[:300]}")
     pytest.fail(f"returned shape {got.shape} (values {got.ravel()[:4]}), but the true output "
                 f"shape is {true}")
+
+
+# --------------------------------------------------------------------------------------------
+# Regression: unaligned float32 arrays
+# --------------------------------------------------------------------------------------------
+
+
+def _unaligned(a: np.ndarray) -> np.ndarray:
+    buf = np.zeros(a.nbytes + 1, np.uint8)
+    u = buf[1:].view(a.dtype).reshape(a.shape)
+    u[...] = a
+    assert not u.flags.aligned and u.flags.c_contiguous
+    return u
+
+
+@pytest.mark.parametrize("which", ["x", "w", "bias"])
+def test_unaligned_float32_arrays_are_accepted(which):
+    """A C-contiguous float32 array at an odd address is a valid array ("anything np.asarray
+    takes"); it must not be refused with "not contiguous or is misaligned"."""
+    rng = np.random.default_rng(31)
+    arrs = dict(x=rng.standard_normal((1, 2, 5, 5), dtype=np.float32),
+                w=rng.standard_normal((3, 2, 3, 3), dtype=np.float32),
+                bias=rng.standard_normal(3, dtype=np.float32))
+    ref = reference_conv2d(arrs["x"], arrs["w"], padding=1, bias=arrs["bias"])
+    arrs[which] = _unaligned(arrs[which])
+    got = convtune.conv2d(arrs["x"], arrs["w"], padding=1, bias=arrs["bias"])
+    check_close(got, ref, context=f"unaligned {which}")
+
+
+# --------------------------------------------------------------------------------------------
+# Regression: valid parameters beyond int32 reach the shader as i32 constants
+# --------------------------------------------------------------------------------------------
+
+BIG_PARAM_CASES = [
+    # (w shape, kwargs): valid calls with small outputs (x is 1x1x3x3)
+    ((1, 1, 1, 1), dict(stride=(2**31, 1))),
+    ((1, 1, 1, 1), dict(stride=2**32 - 1)),
+    ((1, 1, 1, 2), dict(dilation=(2**31, 1))),
+]
+
+
+@pytest.mark.parametrize("w_shape, kwargs", BIG_PARAM_CASES,
+                         ids=[str(c[1]) for c in BIG_PARAM_CASES])
+def test_valid_huge_parameters_compute_or_raise_value_error(w_shape, kwargs):
+    """stride/dilation up to 2**32 - 1 pass validation; the call must then either compute the
+    (tiny) output or refuse with ValueError ("too large"), not fail with a ShaderError from an
+    i32 constant that cannot hold the value."""
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    w = np.ones(w_shape, np.float32)
+    try:
+        got = convtune.conv2d(x, w, **kwargs)
+    except ValueError:
+        return
+    except convtune.ConvtuneError as e:
+        pytest.fail(f"{type(e).__name__} for a valid call: {str(e)[:400]}")
+    check_close(got, reference_conv2d(x, w, **kwargs))
+
+
+# --------------------------------------------------------------------------------------------
+# Regression: NaN/Inf weights over the padding when the input is one column wide
+# --------------------------------------------------------------------------------------------
+
+
+SPECIAL_OVER_PADDING_CASES = [
+    # (x shape, kwargs, variant): kernel column 0 reads input column -1 (padding) for every
+    # output of the first column tile; with W == 1, OW == 1 or OW <= the variant's column
+    # tile, that tile is the whole output row.
+    ((1, 1, 3, 1), dict(padding=1), None),
+    ((1, 1, 3, 1), dict(padding=1), "direct_wg64x1_u0_k1w1"),
+    ((1, 1, 3, 1), dict(padding=1), "direct_wg64x1_u1_k1w1"),
+    ((1, 1, 3, 2), dict(padding=1, stride=(1, 3)), None),
+    ((1, 1, 3, 4), dict(padding=1), "direct_wg16x4_u2_k4w4"),
+    ((1, 1, 3, 1), dict(padding=1), "gemm_b32x32x8_t4x4"),
+    ((1, 1, 3, 4), dict(padding=1), None),
+]
+
+
+@pytest.mark.parametrize("x_shape, kwargs, variant", SPECIAL_OVER_PADDING_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in SPECIAL_OVER_PADDING_CASES])
+@pytest.mark.parametrize("special", [np.nan, np.inf], ids=["nan", "inf"])
+def test_special_weight_over_padding(x_shape, kwargs, variant, special):
+    """The reference (and PyTorch) multiply the zero padding: 0 * NaN and 0 * inf are NaN, so a
+    NaN/inf weight in a kernel column that sees padding makes those outputs NaN. The direct
+    kernels drop the term where the padding is known when the shader is compiled (the whole
+    output row in one column tile), so those outputs stay finite."""
+    x = np.ones(x_shape, np.float32)
+    w = np.ones((1, 1, 3, 3), np.float32)
+    w[0, 0, 1, 0] = special
+    got = convtune.conv2d(x, w, variant=variant, **kwargs)
+    with np.errstate(invalid="ignore"):
+        ref = reference_conv2d(x, w, **kwargs)
+    assert np.isnan(ref[..., 0]).all()
+    _compare(got, ref, f"x{x_shape} {kwargs} variant={variant}, w[0,0,1,0]={special}")

@@ -123,7 +123,9 @@ def _array(value: Any, name: str) -> np.ndarray:
         )
     # astype keeps 0-d arrays 0-d (ascontiguousarray would make them 1-d), so the ndim
     # checks below see what the caller passed.
-    return arr.astype(np.float32, order="C", copy=False)
+    # require() also copies misaligned data (e.g. a float view of a byte buffer at an odd
+    # offset), which the GPU upload cannot take.
+    return np.require(arr.astype(np.float32, order="C", copy=False), requirements=["C", "A"])
 
 
 _Spec = Tuple[
