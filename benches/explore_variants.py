@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -17,6 +18,9 @@ import numpy as np
 
 import convtune
 from convtune.__main__ import SUITES
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vs_cudnn import cuda_ms  # noqa: E402
 
 
 def cudnn_ms(case, reps=20):
@@ -31,19 +35,10 @@ def cudnn_ms(case, reps=20):
     torch.backends.cudnn.benchmark = True
     x = torch.randn(case.x_shape, device="cuda")
     w = torch.randn(case.w_shape, device="cuda")
-    f = lambda: torch.nn.functional.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups)
-    for _ in range(5):
-        f()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        f()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
+    return cuda_ms(
+        lambda: torch.nn.functional.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups),
+        reps,
+    )
 
 
 def torch_check(case, name):

@@ -57,42 +57,16 @@ impl From<&AdapterDesc> for AdapterKey {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ShapeKey {
-    pub n: u32,
-    pub c: u32,
-    pub h: u32,
-    pub w: u32,
-    pub k: u32,
-    pub r: u32,
-    pub s: u32,
-    pub stride: (u32, u32),
-    pub pad: (u32, u32),
-    pub pad_end: (u32, u32),
-    pub dilation: (u32, u32),
-    pub groups: u32,
-    pub bias: bool,
+    /// Every field of the problem, flattened into the key.
+    #[serde(flatten)]
+    pub shape: ConvShape,
     pub dtype: String,
     pub layout: String,
 }
 
 impl From<&ConvShape> for ShapeKey {
     fn from(s: &ConvShape) -> Self {
-        ShapeKey {
-            n: s.n,
-            c: s.c,
-            h: s.h,
-            w: s.w,
-            k: s.k,
-            r: s.r,
-            s: s.s,
-            stride: s.stride,
-            pad: s.pad,
-            pad_end: s.pad_end,
-            dilation: s.dilation,
-            groups: s.groups,
-            bias: s.bias,
-            dtype: "f32".into(),
-            layout: "NCHW".into(),
-        }
+        ShapeKey { shape: *s, dtype: "f32".into(), layout: "NCHW".into() }
     }
 }
 

@@ -147,6 +147,9 @@ impl TuneReport {
 /// still timed 3-5x slow; half a second suffices.
 const GPU_SPIN_UP: Duration = Duration::from_millis(500);
 
+/// Load before timing a batch of freshly compiled candidates.
+const BATCH_SPIN_UP: Duration = Duration::from_millis(250);
+
 /// Least and most busy time before each candidate's samples (see `DeviceTensors::settle`).
 const CANDIDATE_WARM_UP: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(300));
 
@@ -414,10 +417,16 @@ impl Bench<'_> {
         self.tensors.settle(self.engine, kernel, CANDIDATE_WARM_UP.0, CANDIDATE_WARM_UP.1)
     }
 
-    /// Compiles, validates and times one candidate. `Err` only for errors that end tuning.
-    fn measure(&mut self, c: &Candidate, best_ms: Option<f64>, opts: &TuneOptions) -> Result<CandidateResult> {
+    /// Validates and times one compiled candidate. `Err` only for errors that end tuning.
+    fn measure(
+        &mut self,
+        c: &Candidate,
+        compiled: Result<Compiled>,
+        best_ms: Option<f64>,
+        opts: &TuneOptions,
+    ) -> Result<CandidateResult> {
         let name = c.name();
-        let kernel = match self.engine.compile(&c.variant, &self.tensors.shape) {
+        let kernel = match compiled {
             Ok(k) => k,
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => return Ok(failure(name, &e)),
@@ -471,8 +480,14 @@ impl Bench<'_> {
 
 /// `Bench::measure`, with a panic anywhere below it (a generator bug for one unusual
 /// variant and shape, say) recorded as that candidate's failure instead of ending tuning.
-fn measure_guarded(bench: &mut Bench, c: &Candidate, best_ms: Option<f64>, opts: &TuneOptions) -> Result<CandidateResult> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.measure(c, best_ms, opts))) {
+fn measure_guarded(
+    bench: &mut Bench,
+    c: &Candidate,
+    compiled: Result<Compiled>,
+    best_ms: Option<f64>,
+    opts: &TuneOptions,
+) -> Result<CandidateResult> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.measure(c, compiled, best_ms, opts))) {
         Ok(r) => r,
         Err(payload) => {
             let msg = payload
@@ -484,6 +499,18 @@ fn measure_guarded(bench: &mut Bench, c: &Candidate, best_ms: Option<f64>, opts:
         }
     }
 }
+
+/// Compiles a candidate; a panic in the generator becomes an error of that candidate only.
+fn compile_guarded(engine: &Engine, c: &Candidate, shape: &ConvShape) -> Result<Compiled> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.compile(&c.variant, shape))) {
+        Ok(r) => r,
+        Err(_) => Err(Error::Gpu(format!("generating {} panicked", c.name()))),
+    }
+}
+
+/// Candidates compiled before a batch is timed, so the GPU runs the batch back to back
+/// instead of idling (and dropping its clocks) through a compile before each candidate.
+const COMPILE_BATCH: usize = 8;
 
 /// Output of the reference variant on the tuning inputs.
 fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<Vec<f32>> {
@@ -545,20 +572,37 @@ pub fn tune(
     let total = order.len();
     let mut results = Vec::with_capacity(total);
     let mut best: Option<(usize, f64)> = None;
-    for (i, c) in order.iter().enumerate() {
-        if !c.must && start.elapsed() > opts.budget {
-            // Not reported to `progress`: hundreds of instant skips are not progress.
-            results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
-            continue;
+    let on_gpu = engine.desc.device_type != "Cpu";
+    let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
+    for batch in indexed.chunks(COMPILE_BATCH) {
+        let mut compiled = Vec::with_capacity(batch.len());
+        for &(i, c) in batch {
+            if !c.must && start.elapsed() > opts.budget {
+                compiled.push(None);
+                continue;
+            }
+            // Not reported for skips: hundreds of instant skips are not progress.
+            progress(&Progress { done: i, total, name: &c.name() })?;
+            compiled.push(Some(compile_guarded(engine, c, shape)));
         }
-        progress(&Progress { done: i, total, name: &c.name() })?;
-        let r = measure_guarded(&mut bench, c, best.map(|b| b.1), opts)?;
-        if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
-            if best.is_none_or(|(_, b)| ms < b) {
-                best = Some((i, ms));
+        if on_gpu {
+            if let Some(Some(Ok(k))) = compiled.iter().find(|k| matches!(k, Some(Ok(_)))) {
+                bench.tensors.settle(engine, k, BATCH_SPIN_UP, BATCH_SPIN_UP)?;
             }
         }
-        results.push(r);
+        for (&(i, c), k) in batch.iter().zip(compiled) {
+            let Some(k) = k else {
+                results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
+                continue;
+            };
+            let r = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
+            if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
+                if best.is_none_or(|(_, b)| ms < b) {
+                    best = Some((i, ms));
+                }
+            }
+            results.push(r);
+        }
     }
     progress(&Progress { done: total, total, name: "" })?;
 
