@@ -8,7 +8,7 @@ the bias length or ``None``.
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -135,6 +135,7 @@ def _set_poison(on: bool) -> None: ...
 def _reset_tuning_state() -> None: ...
 def _inject_faulty_candidate(on: bool) -> None: ...
 
+@final
 class Tensor:
     """A float32 NCHW tensor resident on the GPU."""
 
