@@ -175,13 +175,19 @@ fn discover() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
 }
 
 fn no_adapter_error(list_empty: bool) -> Error {
-    let loader = if cfg!(target_os = "linux") { "libvulkan.so.1" } else { "vulkan-1" };
-    if cfg!(target_os = "linux") && !can_load(loader) {
-        return Error::NoAdapter(format!(
-            "the Vulkan loader ({loader}) is not installed: install it with \
+    let loader_present = !cfg!(target_os = "linux") || can_load("libvulkan.so.1");
+    no_adapter_message(loader_present, list_empty)
+}
+
+/// What to tell the user when no adapter could be used, naming what to install.
+fn no_adapter_message(loader_present: bool, list_empty: bool) -> Error {
+    if !loader_present {
+        return Error::NoAdapter(
+            "the Vulkan loader (libvulkan.so.1) is not installed: install it with \
              `apt-get install libvulkan1` (Debian/Ubuntu) or your distribution's vulkan-loader \
              package; for a CPU-only machine also install `mesa-vulkan-drivers` (lavapipe)"
-        ));
+                .into(),
+        );
     }
     if list_empty {
         Error::NoAdapter(
@@ -200,10 +206,12 @@ pub fn list_adapters() -> Vec<AdapterDesc> {
     list.iter().enumerate().map(|(i, a)| AdapterDesc::from_info(i, &a.get_info())).collect()
 }
 
-fn pick(list: Vec<wgpu::Adapter>) -> Result<(usize, wgpu::Adapter)> {
+/// The adapter `selector` (`CONVTUNE_ADAPTER`: an index or a name substring) names, else
+/// the first (best) one.
+fn pick(list: Vec<wgpu::Adapter>, selector: Option<String>) -> Result<(usize, wgpu::Adapter)> {
     let empty = list.is_empty();
-    let chosen = match std::env::var("CONVTUNE_ADAPTER") {
-        Ok(sel) if !sel.trim().is_empty() => {
+    let chosen = match selector {
+        Some(sel) if !sel.trim().is_empty() => {
             let sel = sel.trim();
             match sel.parse::<usize>() {
                 Ok(idx) => list.into_iter().enumerate().nth(idx),
@@ -223,7 +231,7 @@ fn pick(list: Vec<wgpu::Adapter>) -> Result<(usize, wgpu::Adapter)> {
 impl Engine {
     fn create() -> Result<Engine> {
         let (_instance, list) = discover();
-        let (index, adapter) = pick(list)?;
+        let (index, adapter) = pick(list, std::env::var("CONVTUNE_ADAPTER").ok())?;
         let info = adapter.get_info();
         let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let features = adapter.features() & wanted;
@@ -381,4 +389,26 @@ pub fn engine() -> Result<Arc<Engine>> {
     let e = Arc::new(Engine::create()?);
     *slot = Some(e.clone());
     Ok(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_pieces_name_the_package_to_install() {
+        let msg = no_adapter_message(false, true).to_string();
+        assert!(msg.contains("libvulkan.so.1") && msg.contains("apt-get install libvulkan1"), "{msg}");
+        assert!(msg.contains("mesa-vulkan-drivers"), "{msg}");
+        let msg = no_adapter_message(true, true).to_string();
+        assert!(msg.contains("no GPU adapter") && msg.contains("mesa-vulkan-drivers"), "{msg}");
+        let msg = no_adapter_message(true, false).to_string();
+        assert!(msg.contains("CONVTUNE_ADAPTER"), "{msg}");
+    }
+
+    #[test]
+    fn adapter_selector_that_matches_nothing_is_an_error() {
+        assert!(matches!(pick(Vec::new(), Some("no such adapter".into())), Err(Error::NoAdapter(_))));
+        assert!(matches!(pick(Vec::new(), None), Err(Error::NoAdapter(_))));
+    }
 }
