@@ -84,6 +84,18 @@ fn shape_of(
     ConvShape::new(x_shape, w_shape, stride, padding(pad).py_err()?, dilation, groups, bias_len).py_err()
 }
 
+/// The shape arguments the Python layer passes as one normalised tuple:
+/// (x_shape, w_shape, stride, padding, dilation, groups, bias_len).
+#[derive(FromPyObject)]
+struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>);
+
+impl Spec {
+    fn shape(self) -> PyResult<ConvShape> {
+        let Spec(x, w, stride, pad, dilation, groups, bias_len) = self;
+        shape_of(x, w, stride, pad, dilation, groups, bias_len)
+    }
+}
+
 fn engine() -> PyResult<std::sync::Arc<Engine>> {
     device::engine().py_err()
 }
@@ -273,58 +285,38 @@ fn variant_knobs<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict
 }
 
 #[pyfunction]
-#[pyo3(signature = (x_shape, w_shape, stride, padding, dilation, groups, bias_len))]
+#[pyo3(signature = (spec))]
 fn default_variant(
     py: Python<'_>,
-    x_shape: [usize; 4],
-    w_shape: [usize; 4],
-    stride: (i64, i64),
-    padding: PadArg,
-    dilation: (i64, i64),
-    groups: i64,
-    bias_len: Option<usize>,
+    spec: Spec,
 ) -> PyResult<String> {
-    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let shape = spec.shape()?;
     let eng = py.detach(device::engine).py_err()?;
     Ok(variants::default_variant(&shape, &eng.limits).to_string())
 }
 
 /// The WGSL source convtune generates for `variant` on this shape.
 #[pyfunction]
-#[pyo3(signature = (variant, x_shape, w_shape, stride, padding, dilation, groups, bias_len))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (variant, spec))]
 fn wgsl(
     variant: &str,
-    x_shape: [usize; 4],
-    w_shape: [usize; 4],
-    stride: (i64, i64),
-    padding: PadArg,
-    dilation: (i64, i64),
-    groups: i64,
-    bias_len: Option<usize>,
+    spec: Spec,
 ) -> PyResult<String> {
-    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let shape = spec.shape()?;
     Ok(crate::codegen::generate(&parse_variant(variant)?, &shape).py_err()?.source)
 }
 
 /// GPU seconds of `reps` runs of a variant on random data (timestamp queries when available).
 #[pyfunction]
-#[pyo3(signature = (variant, x_shape, w_shape, stride, padding, dilation, groups, bias_len, reps=10, warmup=2))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (variant, spec, reps=10, warmup=2))]
 fn time_variant(
     py: Python<'_>,
     variant: Option<&str>,
-    x_shape: [usize; 4],
-    w_shape: [usize; 4],
-    stride: (i64, i64),
-    padding: PadArg,
-    dilation: (i64, i64),
-    groups: i64,
-    bias_len: Option<usize>,
+    spec: Spec,
     reps: u32,
     warmup: u32,
 ) -> PyResult<(String, Vec<f64>)> {
-    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let shape = spec.shape()?;
     let eng = py.detach(device::engine).py_err()?;
     let v = choose(py, &eng, &shape, variant, None)?.variant;
     let times = py
@@ -332,7 +324,7 @@ fn time_variant(
             let kernel = eng.pipeline(&v, &shape)?;
             let x = runner::random_data(shape.x_len() as usize, 11);
             let w = runner::random_data(shape.w_len() as usize, 12);
-            let b = bias_len.map(|n| runner::random_data(n, 13));
+            let b = shape.bias.then(|| runner::random_data(shape.k as usize, 13));
             let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref())?;
             if warmup > 0 {
                 t.time(&eng, &kernel, warmup)?;
@@ -388,22 +380,15 @@ fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<B
 
 /// Tunes one shape (or returns its cached report unless `force`); ignores `CONVTUNE_TUNE`.
 #[pyfunction]
-#[pyo3(signature = (x_shape, w_shape, stride, padding, dilation, groups, bias_len, budget=None, force=false, progress=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (spec, budget=None, force=false, progress=None))]
 fn tune<'py>(
     py: Python<'py>,
-    x_shape: [usize; 4],
-    w_shape: [usize; 4],
-    stride: (i64, i64),
-    padding: PadArg,
-    dilation: (i64, i64),
-    groups: i64,
-    bias_len: Option<usize>,
+    spec: Spec,
     budget: Option<f64>,
     force: bool,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let shape = spec.shape()?;
     let budget = autotune::budget(budget).py_err()?;
     let eng = py.detach(device::engine).py_err()?;
     let mut bridge = PyProgress::new(progress, &shape);
@@ -419,21 +404,14 @@ fn tune<'py>(
 
 /// What conv2d would run for this shape and why, with the generated WGSL.
 #[pyfunction]
-#[pyo3(signature = (x_shape, w_shape, stride, padding, dilation, groups, bias_len, variant=None, progress=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (spec, variant=None, progress=None))]
 fn explain<'py>(
     py: Python<'py>,
-    x_shape: [usize; 4],
-    w_shape: [usize; 4],
-    stride: (i64, i64),
-    padding: PadArg,
-    dilation: (i64, i64),
-    groups: i64,
-    bias_len: Option<usize>,
+    spec: Spec,
     variant: Option<&str>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let shape = shape_of(x_shape, w_shape, stride, padding, dilation, groups, bias_len)?;
+    let shape = spec.shape()?;
     let mode = autotune::Mode::from_env().py_err()?;
     let eng = py.detach(device::engine).py_err()?;
     let choice = choose(py, &eng, &shape, variant, progress)?;

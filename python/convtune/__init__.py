@@ -240,6 +240,11 @@ def _bias_len(bias: Union[None, int, bool], w_shape: Sequence[int]) -> Optional[
     return _int(bias, "bias")
 
 
+def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias):
+    """The normalised shape tuple the native functions take, from public-API arguments."""
+    return _spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape))
+
+
 def default_variant(
     x_shape: Sequence[int],
     w_shape: Sequence[int],
@@ -251,7 +256,7 @@ def default_variant(
 ) -> str:
     """The variant the untuned rule picks for this shape on the current adapter."""
     return _convtune.default_variant(
-        *_spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape))
+        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias)
     )
 
 
@@ -267,7 +272,7 @@ def wgsl(
 ) -> str:
     """The WGSL source convtune generates for ``variant`` on this shape."""
     return _convtune.wgsl(
-        variant, *_spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape))
+        variant, _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias)
     )
 
 
@@ -294,7 +299,7 @@ def time_variant(
     """
     return _convtune.time_variant(
         variant,
-        *_spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape)),
+        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
         reps=_int(reps, "reps"),
         warmup=_int(warmup, "warmup"),
     )
@@ -355,7 +360,7 @@ def tune(
     progress = Progress()
     try:
         d = _convtune.tune(
-            *_spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape)),
+            _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
             budget=_budget(budget),
             force=bool(force),
             progress=progress,
@@ -388,7 +393,7 @@ def explain(
     progress = Progress()
     try:
         d = _convtune.explain(
-            *_spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape)),
+            _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
             variant=variant,
             progress=progress,
         )

@@ -1,9 +1,10 @@
 """Type stubs for the native module ``convtune._convtune`` (built from src/python.rs).
 
 The public, documented API is the ``convtune`` package; these are its building blocks.
-Shape-taking functions receive already-normalised arguments: ``stride`` and ``dilation`` as
-(h, w) pairs, ``padding`` as an (h, w) pair or ``"same"``/``"valid"``, and ``bias_len`` as
-the bias length or ``None``.
+Shape-taking functions receive one already-normalised ``spec`` tuple: (x_shape, w_shape,
+stride, padding, dilation, groups, bias_len), with ``stride`` and ``dilation`` as (h, w)
+pairs, ``padding`` as an (h, w) pair or ``"same"``/``"valid"``, and ``bias_len`` as the bias
+length or ``None``.
 """
 
 import os
@@ -48,6 +49,8 @@ __all__ = [
 _Pair = Tuple[int, int]
 _Padding = Union[str, Tuple[int, int]]
 _Shape4 = Sequence[int]
+#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len), already normalised.
+_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int]]
 #: ``progress(done, total, candidate_name, shape_label)``; raising cancels tuning.
 _Progress = Callable[[int, int, str, str], Any]
 
@@ -74,56 +77,26 @@ def adapter_info() -> Dict[str, Any]: ...
 def variant_space() -> List[str]: ...
 def variant_knobs(name: str) -> Dict[str, Union[str, int]]: ...
 def default_variant(
-    x_shape: _Shape4,
-    w_shape: _Shape4,
-    stride: _Pair,
-    padding: _Padding,
-    dilation: _Pair,
-    groups: int,
-    bias_len: Optional[int],
+    spec: _Spec,
 ) -> str: ...
 def wgsl(
     variant: str,
-    x_shape: _Shape4,
-    w_shape: _Shape4,
-    stride: _Pair,
-    padding: _Padding,
-    dilation: _Pair,
-    groups: int,
-    bias_len: Optional[int],
+    spec: _Spec,
 ) -> str: ...
 def time_variant(
     variant: Optional[str],
-    x_shape: _Shape4,
-    w_shape: _Shape4,
-    stride: _Pair,
-    padding: _Padding,
-    dilation: _Pair,
-    groups: int,
-    bias_len: Optional[int],
+    spec: _Spec,
     reps: int = 10,
     warmup: int = 2,
 ) -> Tuple[str, List[float]]: ...
 def tune(
-    x_shape: _Shape4,
-    w_shape: _Shape4,
-    stride: _Pair,
-    padding: _Padding,
-    dilation: _Pair,
-    groups: int,
-    bias_len: Optional[int],
+    spec: _Spec,
     budget: Optional[float] = None,
     force: bool = False,
     progress: Optional[_Progress] = None,
 ) -> Dict[str, Any]: ...
 def explain(
-    x_shape: _Shape4,
-    w_shape: _Shape4,
-    stride: _Pair,
-    padding: _Padding,
-    dilation: _Pair,
-    groups: int,
-    bias_len: Optional[int],
+    spec: _Spec,
     variant: Optional[str] = None,
     progress: Optional[_Progress] = None,
 ) -> Dict[str, Any]: ...
