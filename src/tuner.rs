@@ -508,6 +508,31 @@ fn compile_guarded(engine: &Engine, c: &Candidate, shape: &ConvShape) -> Result<
     }
 }
 
+/// Compiles the wanted candidates of a batch on one thread each: shader compilation is CPU
+/// work the driver does per pipeline, and tuning time is mostly compile time.
+fn compile_batch(
+    engine: &Engine,
+    batch: &[(usize, &Candidate)],
+    wanted: &[bool],
+    shape: &ConvShape,
+) -> Vec<Option<Result<Compiled>>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = batch
+            .iter()
+            .zip(wanted)
+            .map(|(&(_, c), &w)| w.then(|| scope.spawn(move || compile_guarded(engine, c, shape))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.map(|h| {
+                    h.join().unwrap_or_else(|_| Err(Error::Gpu("the compile thread panicked".into())))
+                })
+            })
+            .collect()
+    })
+}
+
 /// Candidates compiled before a batch is timed, so the GPU runs the batch back to back
 /// instead of idling (and dropping its clocks) through a compile before each candidate.
 const COMPILE_BATCH: usize = 8;
@@ -575,16 +600,13 @@ pub fn tune(
     let on_gpu = engine.desc.device_type != "Cpu";
     let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
     for batch in indexed.chunks(COMPILE_BATCH) {
-        let mut compiled = Vec::with_capacity(batch.len());
-        for &(i, c) in batch {
-            if !c.must && start.elapsed() > opts.budget {
-                compiled.push(None);
-                continue;
-            }
+        let in_budget = start.elapsed() <= opts.budget;
+        let wanted: Vec<bool> = batch.iter().map(|&(_, c)| c.must || in_budget).collect();
+        for (&(i, c), _) in batch.iter().zip(&wanted).filter(|(_, &w)| w) {
             // Not reported for skips: hundreds of instant skips are not progress.
             progress(&Progress { done: i, total, name: &c.name() })?;
-            compiled.push(Some(compile_guarded(engine, c, shape)));
         }
+        let compiled = compile_batch(engine, batch, &wanted, shape);
         if on_gpu {
             if let Some(Some(Ok(k))) = compiled.iter().find(|k| matches!(k, Some(Ok(_)))) {
                 bench.tensors.settle(engine, k, BATCH_SPIN_UP, BATCH_SPIN_UP)?;
