@@ -174,6 +174,23 @@ fn dims4(dims: &[usize], what: &str) -> PyResult<[usize; 4]> {
         .map_err(|_| PyValueError::new_err(format!("{what} must be 4-D, got {}-D", dims.len())))
 }
 
+fn not_contiguous(e: numpy::AsSliceError) -> PyErr {
+    PyValueError::new_err(format!("{e}: arrays must be C-contiguous"))
+}
+
+/// The weights and the optional bias as slices (the Python layer made them C-contiguous).
+fn weight_slices<'a>(
+    w: &'a PyReadonlyArray4<'_, f32>,
+    bias: &'a Option<PyReadonlyArray1<'_, f32>>,
+) -> PyResult<(&'a [f32], Option<&'a [f32]>)> {
+    let ws = w.as_slice().map_err(not_contiguous)?;
+    let bs = match bias {
+        Some(b) => Some(b.as_slice().map_err(not_contiguous)?),
+        None => None,
+    };
+    Ok((ws, bs))
+}
+
 #[pyfunction]
 #[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
@@ -198,13 +215,8 @@ fn conv2d<'py>(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
-    let contiguous = |e| PyValueError::new_err(format!("{e}: arrays must be C-contiguous"));
-    let xs = x.as_slice().map_err(contiguous)?;
-    let ws = w.as_slice().map_err(contiguous)?;
-    let bs = match &bias {
-        Some(b) => Some(b.as_slice().map_err(contiguous)?),
-        None => None,
-    };
+    let xs = x.as_slice().map_err(not_contiguous)?;
+    let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
     let v = choose(py, &eng, &shape, variant, progress)?.variant;
     // SAFETY: the array is fresh and owned here; every element is written before it is
@@ -521,7 +533,7 @@ impl PyTensor {
 #[pyfunction]
 fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>) -> PyResult<PyTensor> {
     let dims = dims4(x.shape(), "x")?;
-    let xs = x.as_slice().map_err(|e| PyValueError::new_err(format!("{e}: arrays must be C-contiguous")))?;
+    let xs = x.as_slice().map_err(not_contiguous)?;
     let eng = engine()?;
     let inner = py.detach(|| DeviceArray::upload(&eng, xs, dims)).py_err()?;
     Ok(PyTensor { inner, engine: eng })
@@ -551,12 +563,7 @@ fn conv2d_tensor(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
-    let contiguous = |e| PyValueError::new_err(format!("{e}: arrays must be C-contiguous"));
-    let ws = w.as_slice().map_err(contiguous)?;
-    let bs = match &bias {
-        Some(b) => Some(b.as_slice().map_err(contiguous)?),
-        None => None,
-    };
+    let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
     if !Arc::ptr_eq(&eng, &x.engine) {
         return Err(DeviceLostError::new_err(
