@@ -63,6 +63,8 @@ pub struct Engine {
     pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
     lost: Arc<AtomicBool>,
     pub pool: Arc<crate::pool::Pool>,
+    /// The output-check kernels, compiled on first use.
+    checker: Mutex<Option<Arc<crate::check::Checker>>>,
     /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
 }
@@ -295,6 +297,7 @@ impl Engine {
             pipelines: Mutex::new(HashMap::new()),
             lost,
             pool,
+            checker: Mutex::new(None),
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
         })
     }
@@ -309,6 +312,16 @@ impl Engine {
         let forced = std::env::var("CONVTUNE_MAX_BINDING").ok().and_then(|v| v.parse::<u64>().ok());
         // Bindings are whole f32 elements.
         forced.map_or(adapter, |f| f.min(adapter)).max(16) / 4 * 4
+    }
+
+    pub fn checker(&self) -> Result<Arc<crate::check::Checker>> {
+        let mut slot = self.checker.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(crate::check::Checker::new(&self.device)?);
+        *slot = Some(c.clone());
+        Ok(c)
     }
 
     pub fn has_timestamps(&self) -> bool {

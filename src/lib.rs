@@ -2,6 +2,7 @@
 
 pub mod autotune;
 pub mod cache;
+pub mod check;
 pub mod codegen;
 pub mod device;
 pub mod error;

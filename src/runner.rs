@@ -1,5 +1,6 @@
 //! Running a compiled kernel: device buffers, dispatch, read-back and GPU timing.
 
+use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
@@ -92,9 +93,14 @@ fn upload_weights(
     Ok((wb, bb))
 }
 
-fn poison_buffer(engine: &Engine, buf: &wgpu::Buffer, elems: u64) {
-    let poison = vec![f32::from_bits(POISON_BITS); elems as usize];
-    engine.queue.write_buffer(buf, 0, bytes(&poison));
+/// Fills `buf` with the poison pattern on the GPU (no host copy of the output's size).
+fn poison_buffer(engine: &Engine, buf: &PooledBuffer) -> Result<()> {
+    let checker = engine.checker()?;
+    scoped(engine, || {
+        let mut enc = engine.device.create_command_encoder(&Default::default());
+        checker.fill(engine, &mut enc, buf);
+        engine.queue.submit([enc.finish()]);
+    })
 }
 
 /// Records one dispatch of `kernel` over the four bindings, optionally bracketed by
@@ -194,8 +200,34 @@ impl DeviceTensors {
     }
 
     /// Fills the output with the poison pattern so unwritten elements show.
-    pub fn poison(&self, engine: &Engine) {
-        poison_buffer(engine, &self.y, self.shape.y_len());
+    pub fn poison(&self, engine: &Engine) -> Result<()> {
+        poison_buffer(engine, &self.y)
+    }
+
+    /// A GPU copy of the output, e.g. to compare later runs against.
+    pub fn copy_y(&self, engine: &Engine) -> Result<PooledBuffer> {
+        let copy = engine.pool.take(OUTPUT, self.y.size)?;
+        scoped(engine, || {
+            let mut enc = engine.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&self.y, 0, &copy, 0, self.y.size);
+            engine.queue.submit([enc.finish()]);
+        })?;
+        Ok(copy)
+    }
+
+    /// Compares the output with `reference` (an earlier `copy_y`) on the GPU.
+    pub fn compare_y(&self, engine: &Engine, reference: &PooledBuffer) -> Result<Comparison> {
+        let checker = engine.checker()?;
+        let stats = engine.pool.take(OUTPUT, 16)?;
+        let idx = scoped(engine, || {
+            let mut enc = engine.device.create_command_encoder(&Default::default());
+            checker.compare(engine, &mut enc, &self.y, reference, &stats);
+            engine.queue.submit([enc.finish()])
+        })?;
+        wait(engine, Some(idx))?;
+        let mut raw = [0u8; 16];
+        read_buffer(engine, &stats, &mut raw)?;
+        Ok(Comparison::from_stats(&raw))
     }
 
     fn bind_group(&self, engine: &Engine) -> wgpu::BindGroup {
@@ -364,7 +396,7 @@ pub fn conv2d(
         let xs = split::gather_x(shape, piece, &sub, x);
         let t = DeviceTensors::with_weights(engine, &sub, &xs, wb.clone(), bb.clone())?;
         if poison {
-            t.poison(engine);
+            t.poison(engine)?;
         }
         t.run(engine, &kernel)?;
         if let [(start, len)] = runs[..] {
@@ -407,7 +439,7 @@ pub fn conv2d_device(
     let (wb, bb) = upload_weights(engine, shape, w, bias)?;
     let y = engine.pool.take(OUTPUT, ys)?;
     if poison {
-        poison_buffer(engine, &y, shape.y_len());
+        poison_buffer(engine, &y)?;
     }
     run_once(engine, &kernel, &bind_group(engine, &x.buf, &wb, bb.as_deref(), &y))?;
     Ok(DeviceArray { buf: y, dims: shape.y_dims() })

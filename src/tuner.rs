@@ -5,9 +5,11 @@
 //! the cost model is the one place that looks inside a family, and it has a neutral answer for
 //! families it does not know.
 
+use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
+use crate::pool::PooledBuffer;
 use crate::runner::{random_data, DeviceTensors};
 use crate::variants::{self, Direct, Variant};
 use serde::{Deserialize, Serialize};
@@ -352,6 +354,18 @@ pub fn check_against(got: &[f32], want: &[f32]) -> std::result::Result<f64, Stri
     Ok(worst)
 }
 
+/// The host check's verdict (`check_against`) from a GPU-side comparison.
+fn verdict(c: &Comparison) -> std::result::Result<(), String> {
+    if c.bad > 0 {
+        return Err(format!("{} elements are not finite where the reference is", c.bad));
+    }
+    let worst = c.relative_error();
+    if !(worst <= TOLERANCE) {
+        return Err(format!("max relative error {worst:.2e} exceeds {TOLERANCE:.0e}"));
+    }
+    Ok(())
+}
+
 /// What a kernel writing only the first half of the output would leave behind.
 fn corrupt(out: &mut [f32]) {
     let half = out.len() / 2;
@@ -395,7 +409,9 @@ pub fn median(v: &[f64]) -> Option<f64> {
 struct Bench<'a> {
     engine: &'a Engine,
     tensors: DeviceTensors,
+    /// The reference output, on the host (for the faulty test candidate) and on the GPU.
     reference: Vec<f32>,
+    reference_gpu: PooledBuffer,
     out: Vec<f32>,
 }
 
@@ -403,9 +419,8 @@ impl Bench<'_> {
     /// One poisoned run and its output; this is also the warm-up, so first-run costs stay
     /// out of the samples.
     fn run_checked(&mut self, kernel: &Compiled) -> Result<()> {
-        self.tensors.poison(self.engine);
-        self.tensors.run(self.engine, kernel)?;
-        self.tensors.read_y(self.engine, &mut self.out)
+        self.tensors.poison(self.engine)?;
+        self.tensors.run(self.engine, kernel)
     }
 
     fn time_ms(&self, kernel: &Compiled, reps: u32) -> Result<Vec<f64>> {
@@ -457,9 +472,13 @@ impl Bench<'_> {
     fn validate(&mut self, kernel: &Compiled, faulty: bool) -> Result<std::result::Result<(), String>> {
         self.run_checked(kernel)?;
         if faulty {
+            // The test-only candidate is corrupted on the host, so it takes the host check.
+            self.tensors.read_y(self.engine, &mut self.out)?;
             corrupt(&mut self.out);
+            return Ok(check_against(&self.out, &self.reference).map(|_| ()));
         }
-        Ok(check_against(&self.out, &self.reference).map(|_| ()))
+        // On the GPU: a read-back of a large output would cost more than the run itself.
+        Ok(verdict(&self.tensors.compare_y(self.engine, &self.reference_gpu)?))
     }
 
     fn sample(&self, kernel: &Compiled, best_ms: Option<f64>, opts: &TuneOptions) -> Result<(Status, Vec<f64>)> {
@@ -537,14 +556,14 @@ fn compile_batch(
 /// instead of idling (and dropping its clocks) through a compile before each candidate.
 const COMPILE_BATCH: usize = 8;
 
-/// Output of the reference variant on the tuning inputs.
-fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<Vec<f32>> {
+/// Output of the reference variant on the tuning inputs, on the host and on the GPU.
+fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<(Vec<f32>, PooledBuffer)> {
     let kernel = engine.compile(&reference_variant(), &tensors.shape)?;
-    tensors.poison(engine);
+    tensors.poison(engine)?;
     tensors.run(engine, &kernel)?;
     let mut out = vec![0f32; tensors.shape.y_len() as usize];
     tensors.read_y(engine, &mut out)?;
-    Ok(out)
+    Ok((out, tensors.copy_y(engine)?))
 }
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
@@ -585,14 +604,14 @@ pub fn tune(
     let w = random_data(shape.w_len() as usize, SEEDS.1);
     let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
     let tensors = DeviceTensors::upload(engine, shape, &x, &w, b.as_deref())?;
-    let reference = reference_output(engine, &tensors)?;
+    let (reference, reference_gpu) = reference_output(engine, &tensors)?;
     if engine.desc.device_type != "Cpu" {
         // A GPU that idled before tuning runs the first candidates (the default among them)
         // at low clocks for a while; bring it to load clocks first (see `settle`).
         let kernel = engine.compile(&reference_variant(), shape)?;
         tensors.settle(engine, &kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
     }
-    let mut bench = Bench { engine, out: vec![0f32; reference.len()], tensors, reference };
+    let mut bench = Bench { engine, out: vec![0f32; reference.len()], tensors, reference, reference_gpu };
 
     let total = order.len();
     let mut results = Vec::with_capacity(total);

@@ -1,0 +1,53 @@
+// convtune: output checks that stay on the GPU, so validating a tuning candidate costs a
+// dispatch instead of a read-back of the whole output.
+//
+// `fill` writes the poison pattern into an output before a checked run. `compare` folds,
+// over all elements, what the host-side check needs: the largest |got - want| where both
+// are finite, the largest finite |want|, and how many elements are non-finite where the
+// reference holds something else. NaN tests use the bits: a compiler may assume no NaN.
+
+@group(0) @binding(3) var<storage, read_write> poisoned: array<f32>;
+
+@group(0) @binding(0) var<storage, read> got: array<f32>;
+@group(0) @binding(1) var<storage, read> want: array<f32>;
+// [0]: bits of the largest difference, [1]: bits of the largest |want|, [2]: bad elements
+@group(0) @binding(2) var<storage, read_write> stats: array<atomic<u32>, 4>;
+
+const POISON: u32 = {{POISON}}u;
+const EXP_MASK: u32 = 0x7f800000u;
+const ABS_MASK: u32 = 0x7fffffffu;
+const THREADS: u32 = {{THREADS}}u;
+
+@compute @workgroup_size(256, 1, 1)
+fn fill(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let n = arrayLength(&poisoned);
+    for (var i = gid.x; i < n; i = i + THREADS) {
+        poisoned[i] = bitcast<f32>(POISON);
+    }
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn compare(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let n = arrayLength(&got);
+    var max_diff: u32 = 0u;
+    var max_want: u32 = 0u;
+    var bad: u32 = 0u;
+    for (var i = gid.x; i < n; i = i + THREADS) {
+        let g = bitcast<u32>(got[i]);
+        let w = bitcast<u32>(want[i]);
+        let w_finite = (w & EXP_MASK) != EXP_MASK;
+        let g_finite = (g & EXP_MASK) != EXP_MASK;
+        let w_nan = (w & ABS_MASK) > EXP_MASK;
+        if (!w_nan && !g_finite && g != w) {
+            bad = bad + 1u;
+        }
+        if (w_finite && g_finite) {
+            // Non-negative floats order like their bits.
+            max_diff = max(max_diff, bitcast<u32>(abs(got[i] - want[i])));
+            max_want = max(max_want, w & ABS_MASK);
+        }
+    }
+    atomicMax(&stats[0], max_diff);
+    atomicMax(&stats[1], max_want);
+    atomicAdd(&stats[2], bad);
+}
