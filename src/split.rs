@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
+use std::borrow::Cow;
 
 /// One piece: output rows `oh0..oh0 + shape.oh()` of images `n0..n0 + shape.n`, computed as
 /// the conv `shape` over input rows `ih0..ih0 + shape.h`.
@@ -94,20 +95,20 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
     Ok(out)
 }
 
-/// Copies the input rows of a band piece out of `x` (whole images for image pieces).
-pub fn gather_x(s: &ConvShape, p: &Piece, sub: &ConvShape, x: &[f32]) -> Vec<f32> {
+/// The input of a piece: whole images are a slice of `x`; a band's rows are copied out.
+pub fn gather_x<'a>(s: &ConvShape, p: &Piece, sub: &ConvShape, x: &'a [f32]) -> Cow<'a, [f32]> {
     let (h, w) = (s.h as usize, s.w as usize);
     let img = s.c as usize * h * w;
     if p.images > 1 || sub.h == s.h {
         let start = p.n0 as usize * img;
-        return x[start..start + p.images as usize * img].to_vec();
+        return Cow::Borrowed(&x[start..start + p.images as usize * img]);
     }
     let mut out = Vec::with_capacity(s.c as usize * sub.h as usize * w);
     for c in 0..s.c as usize {
         let start = p.n0 as usize * img + c * h * w + p.ih0 as usize * w;
         out.extend_from_slice(&x[start..start + sub.h as usize * w]);
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Where the rows of a piece's output go in the whole output: (offset, length) runs.
