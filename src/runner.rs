@@ -255,7 +255,7 @@ impl DeviceTensors {
         let mut prev: Option<f64> = None;
         loop {
             let times = self.time(engine, kernel, reps)?;
-            let med = median(&times);
+            let med = median(&times).unwrap_or(0.0);
             let settled = prev.is_some_and(|p| (med - p).abs() <= 0.03 * p.min(med));
             if (settled && start.elapsed() >= min) || start.elapsed() >= max {
                 return Ok(());
@@ -466,10 +466,14 @@ impl DeviceArray {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
+pub fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(0.0)
+    let mid = s.len() / 2;
+    Some(if s.len() % 2 == 1 { s[mid] } else { (s[mid - 1] + s[mid]) / 2.0 })
 }
 
 /// Deterministic pseudo-random values in [-1, 1), never all zero: timing and tuning inputs.

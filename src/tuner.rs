@@ -10,7 +10,7 @@ use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::pool::PooledBuffer;
-use crate::runner::{random_data, DeviceTensors};
+use crate::runner::{median, random_data, DeviceTensors};
 use crate::variants::{self, Direct, Variant};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -395,15 +395,6 @@ fn failure(name: String, e: &Error) -> CandidateResult {
     CandidateResult { detail: Some(e.to_string()), ..CandidateResult::new(name, status) }
 }
 
-pub fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let mid = s.len() / 2;
-    Some(if s.len() % 2 == 1 { s[mid] } else { (s[mid - 1] + s[mid]) / 2.0 })
-}
 
 /// Shared state of one tuning run.
 struct Bench<'a> {
@@ -556,14 +547,15 @@ fn compile_batch(
 /// instead of idling (and dropping its clocks) through a compile before each candidate.
 const COMPILE_BATCH: usize = 8;
 
-/// Output of the reference variant on the tuning inputs, on the host and on the GPU.
-fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<(Vec<f32>, PooledBuffer)> {
+/// Output of the reference variant on the tuning inputs, on the host and on the GPU, and the
+/// compiled reference kernel.
+fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<(Vec<f32>, PooledBuffer, Compiled)> {
     let kernel = engine.compile(&reference_variant(), &tensors.shape)?;
     tensors.poison(engine)?;
     tensors.run(engine, &kernel)?;
     let mut out = vec![0f32; tensors.shape.y_len() as usize];
     tensors.read_y(engine, &mut out)?;
-    Ok((out, tensors.copy_y(engine)?))
+    Ok((out, tensors.copy_y(engine)?, kernel))
 }
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
@@ -604,19 +596,18 @@ pub fn tune(
     let w = random_data(shape.w_len() as usize, SEEDS.1);
     let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
     let tensors = DeviceTensors::upload(engine, shape, &x, &w, b.as_deref())?;
-    let (reference, reference_gpu) = reference_output(engine, &tensors)?;
-    if engine.desc.device_type != "Cpu" {
+    let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
+    let on_gpu = engine.desc.device_type != "Cpu";
+    if on_gpu {
         // A GPU that idled before tuning runs the first candidates (the default among them)
         // at low clocks for a while; bring it to load clocks first (see `settle`).
-        let kernel = engine.compile(&reference_variant(), shape)?;
-        tensors.settle(engine, &kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
+        tensors.settle(engine, &reference_kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
     }
     let mut bench = Bench { engine, out: vec![0f32; reference.len()], tensors, reference, reference_gpu };
 
     let total = order.len();
     let mut results = Vec::with_capacity(total);
     let mut best: Option<(usize, f64)> = None;
-    let on_gpu = engine.desc.device_type != "Cpu";
     let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
     for batch in indexed.chunks(COMPILE_BATCH) {
         let in_budget = start.elapsed() <= opts.budget;
