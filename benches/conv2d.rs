@@ -9,7 +9,7 @@ use convtune::autotune;
 use convtune::device::{self, Compiled, Engine};
 use convtune::params::{ConvShape, Padding};
 use convtune::runner::{random_data, DeviceTensors};
-use convtune::variants::{self, Variant};
+use convtune::kernels::{self, Variant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ fn gpu_time(engine: &Engine, t: &DeviceTensors, kernel: &Compiled, iters: u64) -
 }
 
 fn bench_shape(c: &mut Criterion, engine: &Engine, shape: &ConvShape) {
-    let default = variants::default_variant(shape, &engine.limits);
+    let default = kernels::default_variant(shape, &engine.caps);
     let tuned = match autotune::choose(engine, shape, None, &mut |_| Ok(())) {
         Ok(choice) => choice.variant,
         Err(e) => {

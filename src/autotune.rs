@@ -7,7 +7,7 @@ use crate::device::Engine;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
-use crate::variants::{self, Variant};
+use crate::kernels::{self, Variant};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ static TUNING: Mutex<()> = Mutex::new(());
 /// run, for this very shape.
 fn usable(report: &TuneReport, shape: &ConvShape, engine: &Engine) -> Option<Variant> {
     let v = report.winner_variant().ok()?;
-    (report.shape == *shape && v.fits(&engine.limits)).then_some(v)
+    (report.shape == *shape && v.fits(&engine.caps)).then_some(v)
 }
 
 fn cached(engine: &Engine, shape: &ConvShape, cache: &Cache, warnings: &mut Vec<String>) -> Option<Choice> {
@@ -194,7 +194,7 @@ pub fn choose(
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
     let default = |warnings| Choice {
-        variant: variants::default_variant(shape, &engine.limits),
+        variant: kernels::default_variant(shape, &engine.caps),
         source: Source::Default,
         report: None,
         warnings,

@@ -12,12 +12,11 @@
 //! incompatible convtune wrote, is reported as a warning and treated as empty; the next
 //! write replaces it (keeping a `.bad` copy).
 
-use crate::codegen;
 use crate::device::AdapterDesc;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::tuner::TuneReport;
-use crate::variants;
+use crate::kernels;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -97,13 +96,13 @@ fn sha256_hex(parts: &[&str]) -> String {
 
 pub fn templates_hash() -> &'static str {
     static H: OnceLock<String> = OnceLock::new();
-    H.get_or_init(|| sha256_hex(&[codegen::DIRECT_TEMPLATE, codegen::GEMM_TEMPLATE]))
+    H.get_or_init(|| sha256_hex(&kernels::templates()))
 }
 
 pub fn candidates_hash() -> &'static str {
     static H: OnceLock<String> = OnceLock::new();
     H.get_or_init(|| {
-        let names: Vec<String> = variants::all_variants().iter().map(|v| v.to_string()).collect();
+        let names: Vec<String> = kernels::all_variants().iter().map(|v| v.to_string()).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         sha256_hex(&refs)
     })
@@ -125,9 +124,9 @@ pub fn codegen_hash() -> &'static str {
         );
         let mut h = Sha256::new();
         if let Ok(shape) = probe {
-            for v in variants::all_variants() {
+            for v in kernels::all_variants() {
                 h.update(v.to_string().as_bytes());
-                match codegen::generate(&v, &shape) {
+                match v.generate(&shape) {
                     Ok(k) => {
                         h.update(k.source.as_bytes());
                         h.update(k.workgroups.to_le_bytes());

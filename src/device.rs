@@ -5,10 +5,9 @@
 //! name substring) if set, else the highest-performance Vulkan adapter, else the best
 //! adapter of any other backend.
 
-use crate::codegen;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
-use crate::variants::Variant;
+use crate::kernels::{Caps, Variant};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -52,8 +51,8 @@ pub struct Engine {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub desc: AdapterDesc,
-    pub limits: wgpu::Limits,
-    pub features: wgpu::Features,
+    /// The adapter's limits and the optional features the device was opened with.
+    pub caps: Caps,
     /// Set when convtune had to point the Vulkan loader at NVIDIA's EGL library itself.
     pub loader_note: Option<String>,
     pub bind_layout: wgpu::BindGroupLayout,
@@ -288,8 +287,7 @@ impl Engine {
             device,
             queue,
             desc: AdapterDesc::from_info(index, &info),
-            limits,
-            features,
+            caps: Caps { limits, features },
             loader_note: LOADER_NOTE.get().cloned(),
             bind_layout,
             pipeline_layout,
@@ -308,7 +306,7 @@ impl Engine {
 
     /// The largest buffer a kernel can bind (`CONVTUNE_MAX_BINDING` lowers it, for tests).
     pub fn max_binding(&self) -> u64 {
-        let adapter = self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
+        let adapter = self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size);
         let forced = std::env::var("CONVTUNE_MAX_BINDING").ok().and_then(|v| v.parse::<u64>().ok());
         // Bindings are whole f32 elements.
         forced.map_or(adapter, |f| f.min(adapter)).max(16) / 4 * 4
@@ -325,7 +323,7 @@ impl Engine {
     }
 
     pub fn has_timestamps(&self) -> bool {
-        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+        self.caps.features.contains(wgpu::Features::TIMESTAMP_QUERY)
     }
 
     /// The compiled pipeline for (variant, shape), compiling it on first use.
@@ -346,17 +344,17 @@ impl Engine {
     /// Compiles (variant, shape) without caching the result: the tuner compiles dozens of
     /// candidates per shape and only the winner is worth keeping.
     pub fn compile(&self, variant: &Variant, shape: &ConvShape) -> Result<Compiled> {
-        if !variant.fits(&self.limits) {
+        if !variant.fits(&self.caps) {
             return Err(Error::invalid(format!(
                 "variant {variant} needs {} invocations and {} bytes of workgroup memory; \
                  the adapter allows {} and {}",
                 variant.invocations(),
                 variant.workgroup_bytes(),
-                self.limits.max_compute_invocations_per_workgroup,
-                self.limits.max_compute_workgroup_storage_size
+                self.caps.limits.max_compute_invocations_per_workgroup,
+                self.caps.limits.max_compute_workgroup_storage_size
             )));
         }
-        let kernel = codegen::generate(variant, shape)?;
+        let kernel = variant.generate(shape)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some("convtune conv2d"),

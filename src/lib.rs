@@ -6,11 +6,11 @@ pub mod check;
 pub mod codegen;
 pub mod device;
 pub mod error;
+pub mod kernels;
 pub mod params;
 pub mod pool;
 pub mod runner;
 pub mod split;
 pub mod tuner;
-pub mod variants;
 #[cfg(feature = "python")]
 mod python;

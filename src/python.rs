@@ -9,7 +9,7 @@ use crate::runner::{self, DeviceArray, DeviceTensors};
 use std::sync::Arc;
 use std::time::Duration;
 use crate::tuner::{self, Progress, TuneReport};
-use crate::variants::{self, Variant};
+use crate::kernels::{self, Variant};
 use numpy::{PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUserWarning, PyValueError};
@@ -253,7 +253,7 @@ fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
 fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let eng = py.detach(device::engine).py_err()?;
     let d = adapter_dict(py, &eng.desc)?;
-    let l = &eng.limits;
+    let l = &eng.caps.limits;
     let limits = PyDict::new(py);
     limits.set_item("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup)?;
     limits.set_item("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x)?;
@@ -281,7 +281,7 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// Every variant name the generator can emit.
 #[pyfunction]
 fn variant_space() -> Vec<String> {
-    variants::all_variants().iter().map(|v| v.to_string()).collect()
+    kernels::all_variants().iter().map(|v| v.to_string()).collect()
 }
 
 /// The knobs of a variant, by name.
@@ -304,7 +304,7 @@ fn default_variant(
 ) -> PyResult<String> {
     let shape = spec.shape()?;
     let eng = py.detach(device::engine).py_err()?;
-    Ok(variants::default_variant(&shape, &eng.limits).to_string())
+    Ok(kernels::default_variant(&shape, &eng.caps).to_string())
 }
 
 /// The WGSL source convtune generates for `variant` on this shape.
@@ -315,7 +315,7 @@ fn wgsl(
     spec: Spec,
 ) -> PyResult<String> {
     let shape = spec.shape()?;
-    Ok(crate::codegen::generate(&parse_variant(variant)?, &shape).py_err()?.source)
+    Ok(parse_variant(variant)?.generate(&shape).py_err()?.source)
 }
 
 /// GPU seconds of `reps` runs of a variant on random data (timestamp queries when available).
@@ -433,7 +433,7 @@ fn explain<'py>(
     d.set_item("mode", mode.as_str())?;
     d.set_item("shape", shape.label())?;
     d.set_item("knobs", knobs_dict(py, &choice.variant)?)?;
-    d.set_item("wgsl", crate::codegen::generate(&choice.variant, &shape).py_err()?.source)?;
+    d.set_item("wgsl", choice.variant.generate(&shape).py_err()?.source)?;
     d.set_item("adapter", &eng.desc.name)?;
     match &choice.report {
         Some(r) => d.set_item("report", report_dict(py, r, choice.source.as_str())?)?,

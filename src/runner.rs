@@ -6,16 +6,12 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::pool::PooledBuffer;
 use crate::split;
-use crate::variants::Variant;
+use crate::kernels::Variant;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// How long one wait for the GPU may take before the call gives up with an error.
 const GPU_WAIT: Duration = Duration::from_secs(600);
-
-/// Bit pattern written into outputs before a checked run: a quiet NaN no kernel produces from
-/// finite inputs, so any element a kernel fails to write stands out.
-pub const POISON_BITS: u32 = 0x7FC0_BEEF;
 
 fn bytes(data: &[f32]) -> &[u8] {
     // SAFETY: f32 has no padding and every byte pattern is a valid u8.
@@ -98,7 +94,7 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer) -> Result<()> {
     let checker = engine.checker()?;
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
-        checker.fill(engine, &mut enc, buf);
+        checker.fill(&engine.device, &mut enc, buf);
         engine.queue.submit([enc.finish()]);
     })
 }
@@ -112,7 +108,7 @@ fn encode(
     bind_group: &wgpu::BindGroup,
     timestamps: Option<(&wgpu::QuerySet, u32)>,
 ) -> Result<()> {
-    let max = engine.limits.max_compute_workgroups_per_dimension.max(1) as u64;
+    let max = engine.caps.limits.max_compute_workgroups_per_dimension.max(1) as u64;
     let gx = kernel.workgroups.min(max);
     let gy = kernel.workgroups.div_ceil(gx.max(1));
     if gy > max {
@@ -221,7 +217,7 @@ impl DeviceTensors {
         let stats = engine.pool.take(OUTPUT, 16)?;
         let idx = scoped(engine, || {
             let mut enc = engine.device.create_command_encoder(&Default::default());
-            checker.compare(engine, &mut enc, &self.y, reference, &stats);
+            checker.compare(&engine.device, &mut enc, &self.y, reference, &stats);
             engine.queue.submit([enc.finish()])
         })?;
         wait(engine, Some(idx))?;
@@ -494,7 +490,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::device::engine;
     use crate::params::Padding;
-    use crate::variants::all_variants;
+    use crate::kernels::all_variants;
 
     /// Naive float64 reference with PyTorch semantics.
     pub(crate) fn reference(s: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
@@ -544,10 +540,42 @@ pub(crate) mod tests {
         let b = random_data(4, 3);
         let want = reference(&s, &x, &w, Some(&b));
         let mut got = vec![0f32; s.y_len() as usize];
-        for v in all_variants().into_iter().filter(|v| v.fits(&e.limits)) {
+        for v in all_variants().into_iter().filter(|v| v.fits(&e.caps)) {
             conv2d(&e, &s, &v, &x, &w, Some(&b), &mut got, true).unwrap();
             let err = max_rel_err(&got, &want);
             assert!(err <= 1e-5, "{v}: max relative error {err}");
         }
+    }
+
+    #[test]
+    fn gpu_comparison_sees_right_wrong_and_unwritten_outputs() {
+        let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let s = ConvShape::new([2, 5, 9, 8], [6, 5, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap();
+        let t = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 1), &random_data(s.w_len() as usize, 2), None)
+            .unwrap();
+        let looped: Variant = "direct_wg64x1_u0_k1w1".parse().unwrap();
+        let gemm: Variant = "gemm_b32x32x8_t4x4".parse().unwrap();
+        t.poison(&e).unwrap();
+        t.run(&e, &e.compile(&looped, &s).unwrap()).unwrap();
+        let reference = t.copy_y(&e).unwrap();
+
+        t.poison(&e).unwrap();
+        t.run(&e, &e.compile(&gemm, &s).unwrap()).unwrap();
+        let c = t.compare_y(&e, &reference).unwrap();
+        assert_eq!(c.bad, 0);
+        assert!(c.max_want > 0.0 && c.relative_error() < 1e-5, "{c:?}");
+
+        // Finite but wrong: the same kernel on other inputs.
+        let other = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 3), &random_data(s.w_len() as usize, 2), None)
+            .unwrap();
+        other.run(&e, &e.compile(&looped, &s).unwrap()).unwrap();
+        let c = other.compare_y(&e, &reference).unwrap();
+        assert!(c.bad == 0 && c.relative_error() > 0.1, "{c:?}");
+
+        // Poisoned and never written: every element is NaN where the reference is finite.
+        t.poison(&e).unwrap();
+        let c = t.compare_y(&e, &reference).unwrap();
+        assert_eq!(c.bad as u64, s.y_len());
     }
 }

@@ -1,9 +1,8 @@
 //! The autotuner: ranks the variants that can run a shape, times them on the GPU and picks the
 //! fastest one whose output matches a trusted reference.
 //!
-//! The tuner only sees `Variant`s through `all_variants()`, `suits()`, `fits()` and the engine;
-//! the cost model is the one place that looks inside a family, and it has a neutral answer for
-//! families it does not know.
+//! The tuner sees kernel families only through `kernels`: the variant list, `fits`, `suits`
+//! and each family's own cost estimate.
 
 use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
@@ -11,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::pool::PooledBuffer;
 use crate::runner::{median, random_data, DeviceTensors};
-use crate::variants::{self, Direct, Variant};
+use crate::kernels::{self, direct::Direct, Caps, Variant};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -203,72 +202,6 @@ impl Candidate {
 // Ranking
 // ----------------------------------------------------------------------------------------
 
-/// Invocations a GPU needs in flight before it is busy; fewer leave units idle.
-const BUSY_INVOCATIONS: f64 = 16384.0;
-/// Relative cost of a load through the cache hierarchy and of one from workgroup memory,
-/// per fused multiply-add.
-const GLOBAL_LOAD: f64 = 3.0;
-const SHARED_LOAD: f64 = 1.0;
-/// The implicit-GEMM gather recomputes (c, r, s, ih, iw) per staged element.
-const GATHER_LOAD: f64 = 8.0;
-const BARRIER: f64 = 20.0;
-/// Per output of a GEMM tile: pixel coordinates, accumulator set-up and the store, paid
-/// once per output however short the reduction; it is what makes GEMM lose on tiny C.
-const GEMM_SETUP: f64 = 32.0;
-
-fn ceil_to(v: u64, m: u64) -> u64 {
-    v.div_ceil(m.max(1)) * m.max(1)
-}
-
-/// Invocations a dispatch keeps busy, relative to what saturates a GPU.
-fn parallel_efficiency(invocations: u64) -> f64 {
-    (invocations as f64 / BUSY_INVOCATIONS).clamp(1e-3, 1.0)
-}
-
-/// A rough relative run time: multiply-adds actually executed (tile padding included) times
-/// the cost of each, divided by how well the dispatch fills the GPU. Only the order matters.
-pub fn estimated_cost(v: &Variant, shape: &ConvShape) -> f64 {
-    let (n, oh, ow) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64);
-    let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
-    let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
-    #[allow(unreachable_patterns)]
-    match *v {
-        Variant::Direct(d) => {
-            let (tk, tw) = (d.tk as u64, d.tw as u64);
-            let threads = n * oh * ow.div_ceil(tw) * groups * kg.div_ceil(tk);
-            let fmas = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk) * red) as f64;
-            // Each step loads tw inputs and tk weights for tk * tw multiply-adds.
-            let loads = (tk + tw) as f64 / (tk * tw) as f64;
-            // Looped windows redo the padding checks and index math per tap.
-            let unroll = match d.unroll {
-                0 => 1.3,
-                1 => 1.0,
-                _ => 0.95,
-            };
-            // Many live accumulators cost occupancy or spill.
-            let regs = if tk * tw > 16 { 1.2 } else { 1.0 };
-            fmas * (1.0 + GLOBAL_LOAD * loads) * unroll * regs
-                / parallel_efficiency(ceil_to(threads, v.invocations() as u64))
-        }
-        Variant::Gemm(g) => {
-            let (bm, bn, bk) = (g.bm as u64, g.bn as u64, g.bk as u64);
-            let m = n * oh * ow;
-            let tiles = m.div_ceil(bm) * kg.div_ceil(bn) * groups;
-            let fmas = (ceil_to(m, bm) * ceil_to(kg, bn) * groups * ceil_to(red, bk)) as f64;
-            let (tm, tn) = (g.tm as f64, g.tn as f64);
-            let per_fma = 1.0
-                + SHARED_LOAD * (tm + tn) / (tm * tn)
-                + GATHER_LOAD * (1.0 / bm as f64 + 1.0 / bn as f64)
-                + BARRIER * 2.0 / (bk as f64 * tm * tn)
-                + GEMM_SETUP / red.max(1) as f64;
-            fmas * per_fma / parallel_efficiency(tiles * v.invocations() as u64)
-        }
-        // A family the model does not know: as costly as the plainest direct kernel, so
-        // it is neither favoured nor buried.
-        _ => shape.flops() / 2.0 * (1.0 + 2.0 * GLOBAL_LOAD) * 1.3,
-    }
-}
-
 /// Costs within this factor of each other are one "kind" of kernel to the model.
 const SAME_COST: f64 = 1.01;
 
@@ -277,11 +210,11 @@ const SAME_COST: f64 = 1.01;
 /// Variants the model cannot tell apart (equal estimated cost, e.g. differing only in
 /// workgroup shape) are spread out: the first of each cost level comes first, the others
 /// after, so a short budget still tries many kinds of kernel.
-pub fn ranked_candidates(shape: &ConvShape, limits: &wgpu::Limits) -> Vec<Variant> {
-    let mut scored: Vec<(f64, String, Variant)> = variants::all_variants()
+pub fn ranked_candidates(shape: &ConvShape, caps: &Caps) -> Vec<Variant> {
+    let mut scored: Vec<(f64, String, Variant)> = kernels::all_variants()
         .into_iter()
-        .filter(|v| v.fits(limits) && variants::suits(v, shape))
-        .map(|v| (estimated_cost(&v, shape), v.to_string(), v))
+        .filter(|v| v.fits(caps) && v.suits(shape))
+        .map(|v| (v.cost(shape), v.to_string(), v))
         .collect();
     // Ties broken by name so the order is the same on every run.
     scored.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
@@ -302,19 +235,19 @@ pub fn ranked_candidates(shape: &ConvShape, limits: &wgpu::Limits) -> Vec<Varian
 /// The order candidates are tried in: the default (the baseline every speed-up is measured
 /// against, and the first bar for pruning), the faulty test candidate when injected, then
 /// the ranked list. The default and the top `must_time` ranked ones ignore the budget.
-fn timing_order(shape: &ConvShape, limits: &wgpu::Limits, opts: &TuneOptions, faulty: bool) -> Vec<Candidate> {
-    let default = variants::default_variant(shape, limits);
+fn timing_order(shape: &ConvShape, caps: &Caps, opts: &TuneOptions, faulty: bool) -> Vec<Candidate> {
+    let default = kernels::default_variant(shape, caps);
     let mut order = vec![Candidate { variant: default, faulty: false, must: true }];
     if faulty {
         order.push(Candidate { variant: default, faulty: true, must: true });
     }
-    let ranked = ranked_candidates(shape, limits).into_iter().filter(|v| *v != default);
+    let ranked = ranked_candidates(shape, caps).into_iter().filter(|v| *v != default);
     for (i, variant) in ranked.enumerate() {
         order.push(Candidate { variant, faulty: false, must: i < opts.must_time });
     }
     // The reference is the fallback; make sure it is in the report even if it does not suit.
     let reference = reference_variant();
-    if !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(limits) {
+    if !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(caps) {
         order.push(Candidate { variant: reference, faulty: false, must: false });
     }
     order
@@ -370,7 +303,7 @@ fn verdict(c: &Comparison) -> std::result::Result<(), String> {
 fn corrupt(out: &mut [f32]) {
     let half = out.len() / 2;
     for v in &mut out[half..] {
-        *v = f32::from_bits(crate::runner::POISON_BITS);
+        *v = f32::from_bits(crate::check::POISON_BITS);
     }
     if let Some(first) = out.first_mut() {
         *first += 1.0;
@@ -591,7 +524,7 @@ pub fn tune(
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<TuneReport> {
     let start = Instant::now();
-    let order = timing_order(shape, &engine.limits, opts, inject_faulty());
+    let order = timing_order(shape, &engine.caps, opts, inject_faulty());
     let x = random_data(shape.x_len() as usize, SEEDS.0);
     let w = random_data(shape.w_len() as usize, SEEDS.1);
     let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
@@ -698,15 +631,15 @@ mod tests {
 
     #[test]
     fn ranking_prefers_gemm_for_large_problems_and_direct_for_depthwise() {
-        let limits = wgpu::Limits::default();
+        let caps = Caps::from_limits(wgpu::Limits::default());
         let big = shape([8, 256, 28, 28], [256, 256, 3, 3], 1, 1);
-        assert_eq!(ranked_candidates(&big, &limits)[0].family(), "gemm");
+        assert_eq!(ranked_candidates(&big, &caps)[0].family(), "gemm");
         let dw = shape([1, 64, 56, 56], [64, 1, 3, 3], 1, 64);
-        assert_eq!(ranked_candidates(&dw, &limits)[0].family(), "direct");
+        assert_eq!(ranked_candidates(&dw, &caps)[0].family(), "direct");
         let first_layer = shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1);
-        assert_eq!(ranked_candidates(&first_layer, &limits)[0].family(), "direct");
+        assert_eq!(ranked_candidates(&first_layer, &caps)[0].family(), "direct");
         // Larger register tiles rank ahead of small ones on a large problem.
-        let first = ranked_candidates(&big, &limits)[0];
+        let first = ranked_candidates(&big, &caps)[0];
         assert!(first.knobs().iter().any(|&(k, v)| (k == "tm" || k == "tn") && v >= 8), "{first}");
     }
 
@@ -715,7 +648,7 @@ mod tests {
     #[test]
     #[ignore]
     fn ranking_report() {
-        let limits = wgpu::Limits::default();
+        let caps = Caps::from_limits(wgpu::Limits::default());
         let suite: [([usize; 4], [usize; 4], i64, i64); 6] = [
             ([32, 3, 224, 224], [64, 3, 7, 7], 3, 1),
             ([32, 64, 56, 56], [64, 64, 3, 3], 1, 1),
@@ -726,20 +659,20 @@ mod tests {
         ];
         for (x, w, p, g) in suite {
             let s = shape(x, w, p, g);
-            let top: Vec<String> = ranked_candidates(&s, &limits).iter().take(5).map(|v| v.to_string()).collect();
+            let top: Vec<String> = ranked_candidates(&s, &caps).iter().take(5).map(|v| v.to_string()).collect();
             println!("{:40} {}", s.label(), top.join(" "));
         }
     }
 
     #[test]
     fn candidates_fit_and_suit() {
-        let limits = wgpu::Limits::downlevel_defaults();
+        let caps = Caps::from_limits(wgpu::Limits::downlevel_defaults());
         let s = shape([1, 3, 32, 32], [8, 3, 3, 3], 0, 1);
-        let c = ranked_candidates(&s, &limits);
+        let c = ranked_candidates(&s, &caps);
         assert!(!c.is_empty());
-        assert!(c.iter().all(|v| v.fits(&limits) && variants::suits(v, &s)));
-        let order = timing_order(&s, &limits, &TuneOptions::default(), true);
-        assert_eq!(order[0].variant, variants::default_variant(&s, &limits));
+        assert!(c.iter().all(|v| v.fits(&caps) && v.suits(&s)));
+        let order = timing_order(&s, &caps, &TuneOptions::default(), true);
+        assert_eq!(order[0].variant, kernels::default_variant(&s, &caps));
         assert!(order[1].faulty && order[1].must);
         assert_eq!(order.iter().filter(|c| c.must).count(), 2 + 3);
     }

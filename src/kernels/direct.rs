@@ -1,0 +1,265 @@
+//! The direct family: each invocation computes `tk` output channels x `tw` output columns
+//! straight from x and w, no workgroup memory. For tiny C, depthwise and small outputs.
+
+use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
+use super::{Family, KernelVariant};
+use crate::codegen::{render, shape_vars, Kernel};
+use crate::error::Result;
+use crate::params::ConvShape;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Direct {
+    pub wg_x: u32,
+    pub wg_y: u32,
+    /// How much of the channel x window loop is written out: 0 = both looped,
+    /// 1 = the R x S window written out, u > 1 = the window and `u` channels written out.
+    pub unroll: u32,
+    pub tk: u32,
+    pub tw: u32,
+}
+
+const WG: [(u32, u32); 8] = [(64, 1), (128, 1), (256, 1), (32, 2), (16, 4), (32, 4), (8, 8), (16, 16)];
+const UNROLL: [u32; 4] = [0, 1, 2, 4];
+const TK: [u32; 4] = [1, 2, 4, 8];
+const TW: [u32; 3] = [1, 2, 4];
+
+impl Family for Direct {
+    const NAME: &'static str = "direct";
+    const TEMPLATE: &'static str = include_str!("../../shaders/direct.wgsl");
+
+    fn space() -> Vec<Self> {
+        let mut out = Vec::new();
+        for &(wg_x, wg_y) in &WG {
+            for &unroll in &UNROLL {
+                for &tk in &TK {
+                    for &tw in &TW {
+                        out.push(Direct { wg_x, wg_y, unroll, tk, tw });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [wg_x, wg_y, unroll, tk, tw] => Some(Direct { wg_x, wg_y, unroll, tk, tw }),
+            _ => None,
+        }
+    }
+}
+
+impl KernelVariant for Direct {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        format!("direct_wg{}x{}_u{}_k{}w{}", self.wg_x, self.wg_y, self.unroll, self.tk, self.tw)
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![("wg_x", self.wg_x), ("wg_y", self.wg_y), ("unroll", self.unroll), ("tk", self.tk), ("tw", self.tw)]
+    }
+
+    fn well_formed(&self) -> bool {
+        WG.contains(&(self.wg_x, self.wg_y))
+            && UNROLL.contains(&self.unroll)
+            && TK.contains(&self.tk)
+            && TW.contains(&self.tw)
+    }
+
+    fn invocations(&self) -> u32 {
+        self.wg_x * self.wg_y
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        0
+    }
+
+    fn workgroup_dims(&self) -> (u32, u32) {
+        (self.wg_x, self.wg_y)
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        let window = shape.r * shape.s;
+        let unrolled_terms = window * self.tk * self.tw * self.unroll.max(1);
+        self.tk <= shape.kg().next_power_of_two()
+            && self.tw <= shape.ow().next_power_of_two()
+            && self.unroll <= shape.cg().next_power_of_two()
+            && unrolled_terms <= 2048
+    }
+
+    /// Multiply-adds actually executed (tile padding included) times the cost of each,
+    /// divided by how well the dispatch fills the GPU.
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let (n, oh, ow) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64);
+        let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
+        let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
+        let (tk, tw) = (self.tk as u64, self.tw as u64);
+        let threads = n * oh * ow.div_ceil(tw) * groups * kg.div_ceil(tk);
+        let fmas = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk) * red) as f64;
+        // Each step loads tw inputs and tk weights for tk * tw multiply-adds.
+        let loads = (tk + tw) as f64 / (tk * tw) as f64;
+        // Looped windows redo the padding checks and index math per tap.
+        let unroll = match self.unroll {
+            0 => 1.3,
+            1 => 1.0,
+            _ => 0.95,
+        };
+        // Many live accumulators cost occupancy or spill.
+        let regs = if tk * tw > 16 { 1.2 } else { 1.0 };
+        fmas * (1.0 + GLOBAL_LOAD * loads) * unroll * regs
+            / parallel_efficiency(ceil_to(threads, self.invocations() as u64))
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape)
+    }
+}
+
+fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
+    let (tk, tw) = (d.tk, d.tw);
+    let owt = (shape.ow() as u64).div_ceil(tw as u64);
+    let kt = (shape.kg() as u64).div_ceil(tk as u64);
+    let sp_blocks = (shape.oh() as u64 * owt).div_ceil(d.wg_x as u64);
+    let k_blocks = (shape.groups as u64 * kt).div_ceil(d.wg_y as u64);
+
+    let mut setup = String::new();
+    writeln!(setup, "    let xg = (i32(n) * C + g * CG) * H * W;").unwrap();
+    for i in 0..tk {
+        writeln!(setup, "    let wb{i} = (g * KG + min(kk0 + {i}, KG - 1)) * CG * R * S;").unwrap();
+    }
+    for i in 0..tk {
+        for j in 0..tw {
+            writeln!(setup, "    var a{i}_{j}: f32 = 0.0;").unwrap();
+        }
+    }
+    // With the window written out, the padding masks and offsets do not depend on the
+    // channel and are computed once, outside the channel loop.
+    if d.unroll >= 1 {
+        for r in 0..shape.r {
+            writeln!(setup, "    let ih{r} = ih_top + {r} * DH;").unwrap();
+            writeln!(setup, "    let rok{r} = ih{r} >= 0 && ih{r} < H;").unwrap();
+        }
+        for j in 0..tw {
+            for s in 0..shape.s {
+                writeln!(setup, "    let iw{j}_{s} = (ow0 + {j}) * SW - PW + {s} * DW;").unwrap();
+                writeln!(setup, "    let cok{j}_{s} = iw{j}_{s} >= 0 && iw{j}_{s} < W;").unwrap();
+                for r in 0..shape.r {
+                    writeln!(setup, "    let m{r}_{j}_{s} = rok{r} && cok{j}_{s};").unwrap();
+                    writeln!(
+                        setup,
+                        "    let o{r}_{j}_{s} = select(0, ih{r} * W + iw{j}_{s}, m{r}_{j}_{s});"
+                    )
+                    .unwrap();
+                }
+            }
+        }
+    }
+
+    let fmas = |out: &mut String, indent: &str| {
+        for j in 0..tw {
+            for i in 0..tk {
+                writeln!(out, "{indent}a{i}_{j} = fma(xv{j}, wv{i}, a{i}_{j});").unwrap();
+            }
+        }
+    };
+    // One channel's worth of the written-out window, for channel expression `c`.
+    let window_body = |out: &mut String, c: &str, indent: &str| {
+        writeln!(out, "{indent}{{").unwrap();
+        writeln!(out, "{indent}    let xc = xg + ({c}) * H * W;").unwrap();
+        writeln!(out, "{indent}    let wc = ({c}) * R * S;").unwrap();
+        for r in 0..shape.r {
+            for s in 0..shape.s {
+                writeln!(out, "{indent}    {{").unwrap();
+                for j in 0..tw {
+                    writeln!(
+                        out,
+                        "{indent}        let xv{j} = select(pad0, x[xc + o{r}_{j}_{s}], m{r}_{j}_{s});"
+                    )
+                    .unwrap();
+                }
+                for i in 0..tk {
+                    writeln!(out, "{indent}        let wv{i} = w[wb{i} + wc + {}];", r * shape.s + s)
+                        .unwrap();
+                }
+                fmas(out, &format!("{indent}        "));
+                writeln!(out, "{indent}    }}").unwrap();
+            }
+        }
+        writeln!(out, "{indent}}}").unwrap();
+    };
+
+    let mut main = String::new();
+    if d.unroll == 0 {
+        main.push_str(
+            "    for (var c: i32 = 0; c < CG; c = c + 1) {\n\
+             \x20       let xc = xg + c * H * W;\n\
+             \x20       let wc = c * R * S;\n\
+             \x20       for (var r: i32 = 0; r < R; r = r + 1) {\n\
+             \x20           let ih = ih_top + r * DH;\n\
+             \x20           let rok = ih >= 0 && ih < H;\n\
+             \x20           for (var s: i32 = 0; s < S; s = s + 1) {\n",
+        );
+        for j in 0..tw {
+            let ind = "                ";
+            writeln!(main, "{ind}let iw{j} = (ow0 + {j}) * SW - PW + s * DW;").unwrap();
+            writeln!(main, "{ind}let ok{j} = rok && iw{j} >= 0 && iw{j} < W;").unwrap();
+            writeln!(main, "{ind}let xv{j} = select(pad0, x[select(0, xc + ih * W + iw{j}, ok{j})], ok{j});")
+                .unwrap();
+        }
+        for i in 0..tk {
+            writeln!(main, "                let wv{i} = w[wb{i} + wc + r * S + s];").unwrap();
+        }
+        fmas(&mut main, "                ");
+        main.push_str("            }\n        }\n    }\n");
+    } else {
+        let u = d.unroll;
+        writeln!(main, "    var c: i32 = 0;").unwrap();
+        writeln!(main, "    for (; c + {u} <= CG; c = c + {u}) {{").unwrap();
+        for cu in 0..u {
+            window_body(&mut main, &format!("c + {cu}"), "        ");
+        }
+        writeln!(main, "    }}").unwrap();
+        if u > 1 {
+            writeln!(main, "    for (; c < CG; c = c + 1) {{").unwrap();
+            window_body(&mut main, "c", "        ");
+            writeln!(main, "    }}").unwrap();
+        }
+    }
+
+    let mut store = String::new();
+    for i in 0..tk {
+        writeln!(store, "    if (kk0 + {i} < KG) {{").unwrap();
+        writeln!(store, "        let k = g * KG + kk0 + {i};").unwrap();
+        let bias = if shape.bias { "bias[k]" } else { "0.0" };
+        writeln!(store, "        let bv = {bias};").unwrap();
+        writeln!(store, "        let yrow = ((i32(n) * K + k) * OH + oh) * OW;").unwrap();
+        for j in 0..tw {
+            writeln!(store, "        if (ow0 + {j} < OW) {{ y[yrow + ow0 + {j}] = a{i}_{j} + bv; }}")
+                .unwrap();
+        }
+        writeln!(store, "    }}").unwrap();
+    }
+
+    let mut vars = shape_vars(shape, &d.name());
+    vars.extend([
+        ("TK", tk.to_string()),
+        ("TW", tw.to_string()),
+        ("WG_X", d.wg_x.to_string()),
+        ("WG_Y", d.wg_y.to_string()),
+        ("OWT", owt.to_string()),
+        ("KT", kt.to_string()),
+        ("SP_BLOCKS", sp_blocks.to_string()),
+        ("K_BLOCKS", k_blocks.to_string()),
+        ("SETUP", setup),
+        ("MAIN_LOOP", main),
+        ("STORE", store),
+    ]);
+    Ok(Kernel {
+        source: render(Direct::TEMPLATE, &vars)?,
+        workgroups: sp_blocks * k_blocks * shape.n as u64,
+    })
+}

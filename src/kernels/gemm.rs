@@ -1,0 +1,291 @@
+//! The implicit-GEMM family: M = N*OH*OW rows, K columns, reduction C/groups*R*S, gathered
+//! from x directly (no im2col buffer) into double-buffered workgroup tiles.
+
+use super::cost::{ceil_to, parallel_efficiency, BARRIER, GATHER_LOAD, SHARED_LOAD};
+use super::{Family, KernelVariant};
+use crate::codegen::{render, shape_vars, Kernel};
+use crate::error::Result;
+use crate::params::ConvShape;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gemm {
+    /// Workgroup tile: `bm` output pixels x `bn` output channels, reduction step `bk`.
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    /// Register tile per invocation: `tm` x `tn` outputs, written out as scalars.
+    pub tm: u32,
+    pub tn: u32,
+}
+
+const TILES: [(u32, u32); 8] = [(32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (128, 64), (128, 128), (256, 64)];
+const BK: [u32; 3] = [8, 16, 32];
+const THREAD: [(u32, u32); 4] = [(4, 4), (8, 4), (4, 8), (8, 8)];
+
+/// Per output of a GEMM tile: pixel coordinates, accumulator set-up and the store, paid
+/// once per output however short the reduction; it is what makes GEMM lose on tiny C.
+const SETUP: f64 = 32.0;
+
+impl Family for Gemm {
+    const NAME: &'static str = "gemm";
+    const TEMPLATE: &'static str = include_str!("../../shaders/gemm.wgsl");
+
+    fn space() -> Vec<Self> {
+        let mut out = Vec::new();
+        for &(bm, bn) in &TILES {
+            for &bk in &BK {
+                for &(tm, tn) in &THREAD {
+                    let g = Gemm { bm, bn, bk, tm, tn };
+                    if g.well_formed() {
+                        out.push(g);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [bm, bn, bk, tm, tn] => Some(Gemm { bm, bn, bk, tm, tn }),
+            _ => None,
+        }
+    }
+}
+
+impl KernelVariant for Gemm {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        format!("gemm_b{}x{}x{}_t{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("tm", self.tm), ("tn", self.tn)]
+    }
+
+    fn well_formed(&self) -> bool {
+        TILES.contains(&(self.bm, self.bn))
+            && BK.contains(&self.bk)
+            && THREAD.contains(&(self.tm, self.tn))
+            && self.bm % self.tm == 0
+            && self.bn % self.tn == 0
+            // Each invocation loads whole rows of the staged tiles.
+            && (self.bm * self.bk) % self.invocations() == 0
+            && (self.bn * self.bk) % self.invocations() == 0
+            && (64..=256).contains(&self.invocations())
+    }
+
+    fn invocations(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        // Two stages of the A and B tiles (double buffering).
+        2 * 4 * self.bk * (self.bm + self.bn)
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
+        let red = shape.cg() * shape.r * shape.s;
+        self.bn <= shape.kg().next_power_of_two().max(32)
+            && (self.bm as u64) <= m.next_power_of_two().max(32)
+            && self.bk <= red.next_power_of_two().max(8)
+    }
+
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let (n, oh, ow) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64);
+        let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
+        let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
+        let (bm, bn, bk) = (self.bm as u64, self.bn as u64, self.bk as u64);
+        let m = n * oh * ow;
+        let tiles = m.div_ceil(bm) * kg.div_ceil(bn) * groups;
+        let fmas = (ceil_to(m, bm) * ceil_to(kg, bn) * groups * ceil_to(red, bk)) as f64;
+        let (tm, tn) = (self.tm as f64, self.tn as f64);
+        let per_fma = 1.0
+            + SHARED_LOAD * (tm + tn) / (tm * tn)
+            + GATHER_LOAD * (1.0 / bm as f64 + 1.0 / bn as f64)
+            + BARRIER * 2.0 / (bk as f64 * tm * tn)
+            + SETUP / red.max(1) as f64;
+        fmas * per_fma / parallel_efficiency(tiles * self.invocations() as u64)
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape)
+    }
+}
+
+fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
+    let threads = gm.invocations();
+    let (tx, ty) = (gm.bm / gm.tm, gm.bn / gm.tn);
+    let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
+    let m_blocks = m.div_ceil(gm.bm as u64);
+    let n_blocks = (shape.kg() as u64).div_ceil(gm.bn as u64);
+    let blocks = m_blocks * n_blocks * shape.groups as u64;
+    let a_slots = gm.bm * gm.bk / threads;
+    let b_slots = gm.bn * gm.bk / threads;
+
+    // A slots: consecutive invocations take consecutive pixels (coalesced gathers, and
+    // conflict-free scalar stores into the staged tile).
+    let mut a_setup = String::new();
+    for i in 0..a_slots {
+        let off = i * threads;
+        let s = &mut a_setup;
+        writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
+        writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
+        writeln!(s, "    let aok{i} = m0 + am{i} < M;").unwrap();
+        writeln!(s, "    let apix{i} = min(m0 + am{i}, M - 1);").unwrap();
+        writeln!(s, "    let arem{i} = apix{i} % OHW;").unwrap();
+        writeln!(s, "    let aih{i} = (arem{i} / OW) * SH - PH;").unwrap();
+        writeln!(s, "    let aiw{i} = (arem{i} % OW) * SW - PW;").unwrap();
+        writeln!(s, "    let abase{i} = (apix{i} / OHW) * C * H * W + x_group + aih{i} * W + aiw{i};").unwrap();
+        // The slot's reduction index, kept as (channel, row, column) and advanced by
+        // carries each step instead of divided out of a flat index.
+        writeln!(s, "    var kc{i}: i32 = ak{i} / (R * S);").unwrap();
+        writeln!(s, "    var kh{i}: i32 = (ak{i} / S) % R;").unwrap();
+        writeln!(s, "    var kw{i}: i32 = ak{i} % S;").unwrap();
+        writeln!(s, "    var pa{i}: f32;").unwrap();
+    }
+    // B slots: consecutive invocations take consecutive reduction indices of one weight
+    // row, which is contiguous in w.
+    let mut b_setup = String::new();
+    for i in 0..b_slots {
+        let off = i * threads;
+        let s = &mut b_setup;
+        writeln!(s, "    let bk{i} = (lid + {off}) % BK;").unwrap();
+        writeln!(s, "    let bn{i} = (lid + {off}) / BK;").unwrap();
+        writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
+        writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KR;").unwrap();
+        writeln!(s, "    var pb{i}: f32;").unwrap();
+    }
+    let mut acc = String::new();
+    for i in 0..gm.tm {
+        for j in 0..gm.tn {
+            writeln!(acc, "    var acc{i}_{j}: f32 = 0.0;").unwrap();
+        }
+    }
+    let mut fetch = String::new();
+    for i in 0..a_slots {
+        let s = &mut fetch;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
+        writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
+        writeln!(s, "        let ok = aok{i} && kc{i} < CG && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
+        writeln!(s, "        let idx = abase{i} + kc{i} * H * W + kh{i} * DH * W + kw{i} * DW;").unwrap();
+        writeln!(s, "        pa{i} = select(pad0, x[select(0, idx, ok)], ok);").unwrap();
+        writeln!(s, "    }}").unwrap();
+    }
+    for i in 0..b_slots {
+        let s = &mut fetch;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let kr = k_next + bk{i};").unwrap();
+        writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
+        writeln!(s, "        pb{i} = select(0.0, w[select(0, bbase{i} + kr, ok)], ok);").unwrap();
+        writeln!(s, "    }}").unwrap();
+    }
+    // Moving a slot's reduction index on by BK: add BK's (channel, row, column) digits, then
+    // carry. Each digit sum stays below twice its base, so one carry per digit suffices.
+    let mut advance = String::new();
+    let (ci, ri, si) = (gm.bk / (shape.r * shape.s), (gm.bk / shape.s) % shape.r, gm.bk % shape.s);
+    for i in 0..a_slots {
+        let s = &mut advance;
+        writeln!(s, "    kw{i} = kw{i} + {si};").unwrap();
+        writeln!(s, "    kh{i} = kh{i} + {ri};").unwrap();
+        writeln!(s, "    kc{i} = kc{i} + {ci};").unwrap();
+        writeln!(s, "    if (kw{i} >= S) {{ kw{i} = kw{i} - S; kh{i} = kh{i} + 1; }}").unwrap();
+        writeln!(s, "    if (kh{i} >= R) {{ kh{i} = kh{i} - R; kc{i} = kc{i} + 1; }}").unwrap();
+    }
+    let mut stage_store = String::new();
+    for i in 0..a_slots {
+        writeln!(
+            stage_store,
+            "    a_tile[stage * A_STAGE + ak{i} * (BM / 4) + am{i} / 4][am{i} % 4] = pa{i};"
+        )
+        .unwrap();
+    }
+    for i in 0..b_slots {
+        writeln!(
+            stage_store,
+            "    b_tile[stage * B_STAGE + bk{i} * (BN / 4) + bn{i} / 4][bn{i} % 4] = pb{i};"
+        )
+        .unwrap();
+    }
+    // The reduction over one staged step, written out: register index = 4 * group + lane.
+    let lanes = ["x", "y", "z", "w"];
+    let mut inner = String::new();
+    for kk in 0..gm.bk {
+        let s = &mut inner;
+        writeln!(s, "        {{").unwrap();
+        for q in 0..gm.tm / 4 {
+            writeln!(s, "            let a{q} = a_tile[a_base + {} + tx];", kk * gm.bm / 4 + q * tx).unwrap();
+        }
+        for q in 0..gm.tn / 4 {
+            writeln!(s, "            let b{q} = b_tile[b_base + {} + ty];", kk * gm.bn / 4 + q * ty).unwrap();
+        }
+        for i in 0..gm.tm {
+            for j in 0..gm.tn {
+                writeln!(
+                    s,
+                    "            acc{i}_{j} = fma(a{}.{}, b{}.{}, acc{i}_{j});",
+                    i / 4,
+                    lanes[(i % 4) as usize],
+                    j / 4,
+                    lanes[(j % 4) as usize]
+                )
+                .unwrap();
+            }
+        }
+        writeln!(s, "        }}").unwrap();
+    }
+    // Register (i, j) holds pixel m0 + 4*TX*(i/4) + 4*tx + i%4 and channel likewise.
+    let mut store = String::new();
+    for i in 0..gm.tm {
+        let s = &mut store;
+        writeln!(s, "    let om{i} = m0 + {} + 4 * tx;", (i / 4) * 4 * tx + i % 4).unwrap();
+        writeln!(s, "    let ym{i} = (om{i} / OHW) * K * OHW + om{i} % OHW;").unwrap();
+    }
+    for j in 0..gm.tn {
+        let s = &mut store;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let n = n0 + {} + 4 * ty;", (j / 4) * 4 * ty + j % 4).unwrap();
+        writeln!(s, "        if (n < KG) {{").unwrap();
+        writeln!(s, "            let k = g * KG + n;").unwrap();
+        let bias = if shape.bias { "bias[k]" } else { "0.0" };
+        writeln!(s, "            let bv = {bias};").unwrap();
+        for i in 0..gm.tm {
+            writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * OHW] = acc{i}_{j} + bv; }}").unwrap();
+        }
+        writeln!(s, "        }}").unwrap();
+        writeln!(s, "    }}").unwrap();
+    }
+
+    let mut vars = shape_vars(shape, &gm.name());
+    vars.extend([
+        ("M", m.to_string()),
+        ("BM", gm.bm.to_string()),
+        ("BN", gm.bn.to_string()),
+        ("BK", gm.bk.to_string()),
+        ("TM", gm.tm.to_string()),
+        ("TN", gm.tn.to_string()),
+        ("THREADS", threads.to_string()),
+        ("TX", tx.to_string()),
+        ("TY", ty.to_string()),
+        ("M_BLOCKS", m_blocks.to_string()),
+        ("N_BLOCKS", n_blocks.to_string()),
+        ("BLOCKS", blocks.to_string()),
+        ("A_TILE", (2 * gm.bk * gm.bm / 4).to_string()),
+        ("B_TILE", (2 * gm.bk * gm.bn / 4).to_string()),
+        ("A_SETUP", a_setup),
+        ("B_SETUP", b_setup),
+        ("ACC_DECL", acc),
+        ("FETCH", fetch),
+        ("ADVANCE", advance),
+        ("STAGE_STORE", stage_store),
+        ("INNER", inner),
+        ("STORE", store),
+    ]);
+    Ok(Kernel { source: render(Gemm::TEMPLATE, &vars)?, workgroups: blocks })
+}

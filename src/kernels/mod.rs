@@ -1,0 +1,238 @@
+//! Kernel families. Each family is one module here and one template in `shaders/`: its knobs
+//! and variant space, whether a variant suits a shape on an adapter, its cost estimate and its
+//! WGSL generation. `families!` at the bottom is the one list the tuner, the cache and the
+//! Python layer walk; adding a family means a module, a template and a line there.
+
+pub mod cost;
+pub mod direct;
+pub mod gemm;
+
+use crate::codegen::Kernel;
+use crate::error::{Error, Result};
+use crate::params::ConvShape;
+use std::fmt;
+use std::str::FromStr;
+
+/// What a variant may rely on from the adapter.
+#[derive(Clone, Debug)]
+pub struct Caps {
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+}
+
+impl Caps {
+    /// An adapter with these limits and no optional feature.
+    pub fn from_limits(limits: wgpu::Limits) -> Caps {
+        Caps { limits, features: wgpu::Features::empty() }
+    }
+}
+
+/// The static side of a family: its name, template and variant space.
+pub trait Family: Sized {
+    /// The prefix of every variant name of the family, e.g. `"direct"`.
+    const NAME: &'static str;
+    /// The WGSL template the family's generator expands.
+    const TEMPLATE: &'static str;
+    /// Every variant the generator can emit.
+    fn space() -> Vec<Self>;
+    /// Parses the numbers of a name after the family prefix (the inverse of `name`).
+    fn from_numbers(numbers: &[u32]) -> Option<Self>;
+}
+
+/// One variant of a family: everything the tuner and the runner ask of it.
+pub trait KernelVariant {
+    fn family(&self) -> &'static str;
+    /// The variant's name, e.g. `direct_wg64x1_u1_k4w1`.
+    fn name(&self) -> String;
+    /// The knobs as (name, value) pairs, for reports.
+    fn knobs(&self) -> Vec<(&'static str, u32)>;
+    /// Structural sanity, independent of any shape or adapter.
+    fn well_formed(&self) -> bool;
+    /// Invocations in one workgroup.
+    fn invocations(&self) -> u32;
+    /// Bytes of workgroup memory the variant declares.
+    fn workgroup_bytes(&self) -> u32;
+    /// Largest workgroup extent along x and y.
+    fn workgroup_dims(&self) -> (u32, u32) {
+        (self.invocations(), 1)
+    }
+    /// Adapter features the variant needs beyond the baseline.
+    fn features(&self) -> wgpu::Features {
+        wgpu::Features::empty()
+    }
+    /// Whether the variant makes sense for this shape: no tile far larger than the problem,
+    /// no written-out loop that bloats the shader beyond reason.
+    fn suits(&self, shape: &ConvShape) -> bool;
+    /// A rough relative run time; only the order among candidates matters.
+    fn cost(&self, shape: &ConvShape) -> f64;
+    /// The WGSL for this variant on `shape`, and its dispatch.
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel>;
+
+    /// Whether the adapter can run it at all.
+    fn fits(&self, caps: &Caps) -> bool {
+        let l = &caps.limits;
+        let (x, y) = self.workgroup_dims();
+        caps.features.contains(self.features())
+            && x <= l.max_compute_workgroup_size_x
+            && y <= l.max_compute_workgroup_size_y
+            && self.invocations() <= l.max_compute_invocations_per_workgroup
+            && self.workgroup_bytes() <= l.max_compute_workgroup_storage_size
+    }
+}
+
+/// The numbers in a name, in order (`"_wg64x1_u1"` gives 64, 1, 1).
+fn numbers(s: &str) -> Vec<u32> {
+    s.split(|c: char| !c.is_ascii_digit())
+        .filter(|t| !t.is_empty())
+        .filter_map(|t| t.parse().ok())
+        .collect()
+}
+
+/// Declares `Variant`, one arm per family, and the functions that walk all families.
+macro_rules! families {
+    ($($arm:ident($ty:ty)),+ $(,)?) => {
+        /// A kernel variant of any family.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Variant {
+            $($arm($ty)),+
+        }
+
+        impl Variant {
+            fn ops(&self) -> &dyn KernelVariant {
+                match self {
+                    $(Variant::$arm(v) => v),+
+                }
+            }
+        }
+
+        /// Every variant the generator can emit, over all families.
+        pub fn all_variants() -> Vec<Variant> {
+            let mut out = Vec::new();
+            $(out.extend(<$ty as Family>::space().into_iter().map(Variant::$arm));)+
+            out
+        }
+
+        /// Every family's template, in list order (the tuning cache hashes them).
+        pub fn templates() -> Vec<&'static str> {
+            vec![$(<$ty as Family>::TEMPLATE),+]
+        }
+
+        /// Every family's name, in list order.
+        pub fn family_names() -> Vec<&'static str> {
+            vec![$(<$ty as Family>::NAME),+]
+        }
+
+        fn parse_name(s: &str) -> Option<Variant> {
+            $(
+                if let Some(rest) = s.strip_prefix(<$ty as Family>::NAME).and_then(|r| r.strip_prefix('_')) {
+                    return <$ty as Family>::from_numbers(&numbers(rest)).map(Variant::$arm);
+                }
+            )+
+            None
+        }
+    };
+}
+
+families! {
+    Direct(direct::Direct),
+    Gemm(gemm::Gemm),
+}
+
+impl Variant {
+    pub fn family(&self) -> &'static str {
+        self.ops().family()
+    }
+    pub fn invocations(&self) -> u32 {
+        self.ops().invocations()
+    }
+    pub fn workgroup_bytes(&self) -> u32 {
+        self.ops().workgroup_bytes()
+    }
+    pub fn knobs(&self) -> Vec<(&'static str, u32)> {
+        self.ops().knobs()
+    }
+    pub fn well_formed(&self) -> bool {
+        self.ops().well_formed()
+    }
+    pub fn fits(&self, caps: &Caps) -> bool {
+        self.ops().fits(caps)
+    }
+    pub fn suits(&self, shape: &ConvShape) -> bool {
+        self.ops().suits(shape)
+    }
+    pub fn cost(&self, shape: &ConvShape) -> f64 {
+        self.ops().cost(shape)
+    }
+    /// The WGSL for this variant on `shape`; an error for names outside the generator's space.
+    pub fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        if !self.well_formed() {
+            return Err(Error::invalid(format!("variant {self} is not in the generator's space")));
+        }
+        self.ops().generate(shape)
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.ops().name())
+    }
+}
+
+impl FromStr for Variant {
+    type Err = Error;
+
+    /// Parses the names `Display` writes, e.g. `direct_wg64x1_u1_k4w1`, `gemm_b64x64x8_t4x4`.
+    fn from_str(s: &str) -> Result<Self> {
+        match parse_name(s) {
+            Some(v) if v.to_string() == s && v.well_formed() => Ok(v),
+            _ => Err(Error::invalid(format!(
+                "unknown variant name {s:?}; names come from convtune.variant_space() (families: {}), \
+                 e.g. 'direct_wg64x1_u1_k4w1' or 'gemm_b64x64x8_t4x4'",
+                family_names().join(", ")
+            ))),
+        }
+    }
+}
+
+/// The untuned choice: a rule on the shape and the adapter's limits.
+pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
+    let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
+    let red = shape.cg() * shape.r * shape.s;
+    // GEMM tiles pay off once both the pixel and the channel side fill a tile and the
+    // reduction is deep enough to amortise staging through workgroup memory.
+    if shape.kg() >= 32 && m >= 4096 && red >= 32 {
+        let g = Variant::Gemm(gemm::Gemm { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 });
+        if g.fits(caps) {
+            return g;
+        }
+    }
+    let tk = if shape.kg() >= 4 { 4 } else { 1 };
+    let unroll = if shape.r * shape.s <= 49 { 1 } else { 0 };
+    let v = Variant::Direct(direct::Direct { wg_x: 64, wg_y: 1, unroll, tk, tw: 1 });
+    debug_assert!(v.fits(caps));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for v in all_variants() {
+            assert_eq!(v.to_string().parse::<Variant>().unwrap(), v);
+        }
+        assert!("direct_wg64x1_u3_k4w1".parse::<Variant>().is_err());
+        assert!("gemm_b64x64".parse::<Variant>().is_err());
+        assert!("nonsense".parse::<Variant>().is_err());
+    }
+
+    #[test]
+    fn space_has_every_family_and_only_well_formed_variants() {
+        let all = all_variants();
+        for name in family_names() {
+            assert!(all.iter().any(|v| v.family() == name), "{name}");
+        }
+        assert!(all.iter().all(|v| v.well_formed()));
+    }
+}
