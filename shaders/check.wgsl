@@ -5,6 +5,8 @@
 // over all elements, what the host-side check needs: the largest |got - want| where both
 // are finite, the largest finite |want|, and how many elements are non-finite where the
 // reference holds something else. NaN tests use the bits: a compiler may assume no NaN.
+// `maxabs` writes max |x| and max |w| over finite elements into stats[0] and stats[1], for
+// kernels that scale their inputs (coop.wgsl).
 
 @group(0) @binding(3) var<storage, read_write> poisoned: array<f32>;
 
@@ -23,6 +25,35 @@ fn fill(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n = arrayLength(&poisoned);
     for (var i = gid.x; i < n; i = i + THREADS) {
         poisoned[i] = bitcast<f32>(POISON);
+    }
+}
+
+var<workgroup> wg_max: array<atomic<u32>, 2>;
+
+@compute @workgroup_size(256, 1, 1)
+fn maxabs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    // Folded per workgroup first: a few thousand global atomics instead of one per invocation.
+    if (lid == 0u) {
+        atomicStore(&wg_max[0], 0u);
+        atomicStore(&wg_max[1], 0u);
+    }
+    workgroupBarrier();
+    var mx: u32 = 0u;
+    for (var i = gid.x; i < arrayLength(&got); i = i + THREADS) {
+        let b = bitcast<u32>(got[i]) & ABS_MASK;
+        if (b < EXP_MASK) { mx = max(mx, b); }
+    }
+    var mw: u32 = 0u;
+    for (var i = gid.x; i < arrayLength(&want); i = i + THREADS) {
+        let b = bitcast<u32>(want[i]) & ABS_MASK;
+        if (b < EXP_MASK) { mw = max(mw, b); }
+    }
+    atomicMax(&wg_max[0], mx);
+    atomicMax(&wg_max[1], mw);
+    workgroupBarrier();
+    if (lid == 0u) {
+        atomicMax(&stats[0], atomicLoad(&wg_max[0]));
+        atomicMax(&stats[1], atomicLoad(&wg_max[1]));
     }
 }
 

@@ -6,6 +6,7 @@ use crate::cache::{Cache, CacheKey, Entry};
 use crate::device::Engine;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
+use crate::precision::Precision;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
 use crate::kernels::{self, Variant};
 use std::sync::{Arc, Mutex};
@@ -102,16 +103,23 @@ pub fn budget(arg: Option<f64>) -> Result<Duration> {
 static TUNING: Mutex<()> = Mutex::new(());
 
 /// A cached report is used only if its winner is still a variant this build and adapter can
-/// run, for this very shape.
-fn usable(report: &TuneReport, shape: &ConvShape, engine: &Engine) -> Option<Variant> {
+/// run, for this very shape and precision.
+fn usable(report: &TuneReport, shape: &ConvShape, precision: Precision, engine: &Engine) -> Option<Variant> {
     let v = report.winner_variant().ok()?;
-    (report.shape == *shape && v.fits(&engine.caps)).then_some(v)
+    (report.shape == *shape && report.precision == precision && v.fits(&engine.caps) && v.serves(precision))
+        .then_some(v)
 }
 
-fn cached(engine: &Engine, shape: &ConvShape, cache: &Cache, warnings: &mut Vec<String>) -> Option<Choice> {
-    let key = CacheKey::new(&engine.desc, shape);
+fn cached(
+    engine: &Engine,
+    shape: &ConvShape,
+    precision: Precision,
+    cache: &Cache,
+    warnings: &mut Vec<String>,
+) -> Option<Choice> {
+    let key = CacheKey::new(&engine.desc, shape, precision);
     let report = cache.get(&key, warnings)?;
-    match usable(&report, shape, engine) {
+    match usable(&report, shape, precision, engine) {
         Some(variant) => Some(Choice { variant, source: Source::Cache, report: Some(report), warnings: Vec::new() }),
         None => {
             warnings.push(format!(
@@ -147,15 +155,16 @@ fn print_line(report: &TuneReport) {
 fn tune_and_store(
     engine: &Engine,
     shape: &ConvShape,
+    precision: Precision,
     budget: Duration,
     cache: &Cache,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
     warnings: &mut Vec<String>,
 ) -> Result<Arc<TuneReport>> {
     let opts = TuneOptions { budget, ..TuneOptions::default() };
-    let report = Arc::new(tuner::tune(engine, shape, &opts, progress)?);
+    let report = Arc::new(tuner::tune(engine, shape, precision, &opts, progress)?);
     print_line(&report);
-    let entry = Entry { key: CacheKey::new(&engine.desc, shape), report: (*report).clone() };
+    let entry = Entry { key: CacheKey::new(&engine.desc, shape, precision), report: (*report).clone() };
     if let Err(e) = cache.put(vec![entry], warnings) {
         warnings.push(format!("{e}; the result is kept for this process only"));
     }
@@ -167,6 +176,7 @@ fn tune_and_store(
 pub fn tune(
     engine: &Engine,
     shape: &ConvShape,
+    precision: Precision,
     budget: Duration,
     force: bool,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
@@ -175,12 +185,12 @@ pub fn tune(
     let mut warnings = Vec::new();
     let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
     if !force {
-        if let Some(mut c) = cached(engine, shape, &cache, &mut warnings) {
+        if let Some(mut c) = cached(engine, shape, precision, &cache, &mut warnings) {
             c.warnings = warnings;
             return Ok(c);
         }
     }
-    let report = tune_and_store(engine, shape, budget, &cache, progress, &mut warnings)?;
+    let report = tune_and_store(engine, shape, precision, budget, &cache, progress, &mut warnings)?;
     let variant = report.winner_variant()?;
     Ok(Choice { variant, source: Source::Tuned, report: Some(report), warnings })
 }
@@ -190,6 +200,7 @@ pub fn tune(
 pub fn choose(
     engine: &Engine,
     shape: &ConvShape,
+    precision: Precision,
     forced: Option<Variant>,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
@@ -208,7 +219,7 @@ pub fn choose(
     }
     let cache = Cache::from_env();
     let mut warnings = Vec::new();
-    if let Some(mut c) = cached(engine, shape, &cache, &mut warnings) {
+    if let Some(mut c) = cached(engine, shape, precision, &cache, &mut warnings) {
         c.warnings = warnings;
         return Ok(c);
     }
@@ -218,11 +229,11 @@ pub fn choose(
     let budget = budget(None)?;
     let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
     // Another thread may have tuned this shape while this one waited.
-    if let Some(mut c) = cached(engine, shape, &cache, &mut warnings) {
+    if let Some(mut c) = cached(engine, shape, precision, &cache, &mut warnings) {
         c.warnings = warnings;
         return Ok(c);
     }
-    match tune_and_store(engine, shape, budget, &cache, progress, &mut warnings) {
+    match tune_and_store(engine, shape, precision, budget, &cache, progress, &mut warnings) {
         Ok(report) => {
             let variant = report.winner_variant()?;
             Ok(Choice { variant, source: Source::Tuned, report: Some(report), warnings })

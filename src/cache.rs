@@ -14,6 +14,7 @@
 
 use crate::device::AdapterDesc;
 use crate::error::{Error, Result};
+use crate::precision::Precision;
 use crate::params::ConvShape;
 use crate::tuner::TuneReport;
 use crate::kernels;
@@ -82,6 +83,9 @@ pub struct CacheKey {
     /// sha256 of the names of every variant in the space.
     pub candidates: String,
     pub shape: ShapeKey,
+    /// Entries written before precision modes existed were tuned for "highest".
+    #[serde(default)]
+    pub precision: Precision,
 }
 
 fn sha256_hex(parts: &[&str]) -> String {
@@ -140,7 +144,7 @@ pub fn codegen_hash() -> &'static str {
 }
 
 impl CacheKey {
-    pub fn new(adapter: &AdapterDesc, shape: &ConvShape) -> Self {
+    pub fn new(adapter: &AdapterDesc, shape: &ConvShape, precision: Precision) -> Self {
         CacheKey {
             adapter: adapter.into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -148,6 +152,7 @@ impl CacheKey {
             codegen: codegen_hash().into(),
             candidates: candidates_hash().into(),
             shape: shape.into(),
+            precision,
         }
     }
 }
@@ -461,6 +466,7 @@ mod tests {
     fn report(s: &ConvShape, winner: &str) -> TuneReport {
         TuneReport {
             shape: *s,
+            precision: Precision::Highest,
             winner: winner.into(),
             default: "direct_wg64x1_u1_k4w1".into(),
             reference: "direct_wg64x1_u0_k1w1".into(),
@@ -482,7 +488,7 @@ mod tests {
 
     fn entry(device: u32, k: usize, winner: &str) -> Entry {
         let s = shape(k);
-        Entry { key: CacheKey::new(&adapter(device), &s), report: report(&s, winner) }
+        Entry { key: CacheKey::new(&adapter(device), &s, Precision::Highest), report: report(&s, winner) }
     }
 
     #[test]

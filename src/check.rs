@@ -16,6 +16,7 @@ const WORKGROUPS: u32 = 1024;
 pub struct Checker {
     fill: wgpu::ComputePipeline,
     compare: wgpu::ComputePipeline,
+    maxabs: wgpu::ComputePipeline,
 }
 
 /// What `compare` found: enough for the same verdict as the host-side check.
@@ -59,11 +60,11 @@ impl Checker {
                 cache: None,
             })
         };
-        let (fill, compare) = (pipeline("fill"), pipeline("compare"));
+        let (fill, compare, maxabs) = (pipeline("fill"), pipeline("compare"), pipeline("maxabs"));
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: "check".into(), message: e.to_string() });
         }
-        Ok(Checker { fill, compare })
+        Ok(Checker { fill, compare, maxabs })
     }
 
     /// Records filling `buf` with the poison pattern.
@@ -75,6 +76,39 @@ impl Checker {
         });
         let mut pass = enc.begin_compute_pass(&Default::default());
         pass.set_pipeline(&self.fill);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+    }
+
+    /// Records writing max |x| and max |w| over finite elements into `scales` (16 bytes,
+    /// zeroed here), for kernels that scale their inputs; the pass writes `timestamps`'
+    /// beginning, so a timed run includes it.
+    pub fn maxabs(
+        &self,
+        device: &wgpu::Device,
+        enc: &mut wgpu::CommandEncoder,
+        x: &wgpu::BindingResource<'_>,
+        w: &wgpu::BindingResource<'_>,
+        scales: &PooledBuffer,
+        timestamps: Option<(&wgpu::QuerySet, u32)>,
+    ) {
+        enc.clear_buffer(scales, 0, Some(16));
+        let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("convtune maxabs"),
+            layout: &self.maxabs.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: x.clone() },
+                wgpu::BindGroupEntry { binding: 1, resource: w.clone() },
+                wgpu::BindGroupEntry { binding: 2, resource: scales.binding() },
+            ],
+        });
+        let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+            query_set: qs,
+            beginning_of_pass_write_index: Some(i),
+            end_of_pass_write_index: None,
+        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("convtune maxabs"), timestamp_writes });
+        pass.set_pipeline(&self.maxabs);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups(WORKGROUPS, 1, 1);
     }

@@ -13,6 +13,9 @@ pub struct Kernel {
     pub source: String,
     /// Total workgroups; the launcher folds them into a 2D grid.
     pub workgroups: u64,
+    /// Whether the kernel reads max |x| and max |w| (binding 4), which a pass before it
+    /// computes.
+    pub scaled: bool,
 }
 
 /// Replaces every `{{NAME}}` in `template`; a placeholder left without a value is an error.

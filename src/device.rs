@@ -44,6 +44,30 @@ impl AdapterDesc {
 pub struct Compiled {
     pub pipeline: wgpu::ComputePipeline,
     pub workgroups: u64,
+    /// Needs the max-|x|, max-|w| pass before it (`Kernel::scaled`).
+    pub scaled: bool,
+}
+
+const TENSOR_CORE_FEATURES: wgpu::Features =
+    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX.union(wgpu::Features::SHADER_F16);
+
+/// Whether the adapter has what the cooperative-matrix family uses: the features, a
+/// 16x16x16 f16 x f16 -> f32 configuration and subgroups of exactly 32 invocations (the
+/// kernels split their workgroups into subgroups by invocation index).
+/// `CONVTUNE_TENSOR_CORES=0` turns the family off.
+fn has_tensor_cores(adapter: &wgpu::Adapter) -> bool {
+    if std::env::var("CONVTUNE_TENSOR_CORES").is_ok_and(|v| v.trim() == "0") {
+        return false;
+    }
+    let info = adapter.get_info();
+    let f16 = wgpu::CooperativeScalarType::F16;
+    let f32 = wgpu::CooperativeScalarType::F32;
+    adapter.features().contains(TENSOR_CORE_FEATURES)
+        && info.subgroup_min_size == crate::kernels::coop::SUBGROUP
+        && info.subgroup_max_size == crate::kernels::coop::SUBGROUP
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == f16 && p.cr_type == f32
+        })
 }
 
 pub struct Engine {
@@ -57,7 +81,8 @@ pub struct Engine {
     pub loader_note: Option<String>,
     pub bind_layout: wgpu::BindGroupLayout,
     pub pipeline_layout: wgpu::PipelineLayout,
-    /// A bias stand-in for calls without bias: storage bindings may not be empty.
+    /// A stand-in for the bias of calls without bias, and for the scales of kernels that do
+    /// not scale: storage bindings may not be empty.
     pub no_bias: wgpu::Buffer,
     pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
     lost: Arc<AtomicBool>,
@@ -234,13 +259,26 @@ impl Engine {
         let (_instance, list) = discover();
         let (index, adapter) = pick(list, std::env::var("CONVTUNE_ADAPTER").ok())?;
         let info = adapter.get_info();
-        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        let tensor_cores = has_tensor_cores(&adapter);
+        let mut wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        if tensor_cores {
+            wanted |= TENSOR_CORE_FEATURES;
+        }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("convtune"),
             required_features: features,
             required_limits: limits.clone(),
+            // SAFETY: wgpu refuses its experimental features without this token. The one
+            // used, cooperative matrices, is only requested where the adapter reports the
+            // configuration the kernels use, and those kernels are validated by naga and
+            // checked against the reference like every other candidate.
+            experimental_features: if tensor_cores {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| Error::NoAdapter(format!("could not open {}: {e}", info.name)))?;
@@ -268,7 +306,8 @@ impl Engine {
         };
         let bind_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("convtune conv2d"),
-            entries: &[entry(0, true), entry(1, true), entry(2, true), entry(3, false)],
+            // 0: x, 1: w, 2: bias, 3: y, 4: max |x| and max |w| for kernels that scale.
+            entries: &[entry(0, true), entry(1, true), entry(2, true), entry(3, false), entry(4, true)],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some("convtune conv2d"),
@@ -287,7 +326,7 @@ impl Engine {
             device,
             queue,
             desc: AdapterDesc::from_info(index, &info),
-            caps: Caps { limits, features },
+            caps: Caps { limits, features, tensor_cores },
             loader_note: LOADER_NOTE.get().cloned(),
             bind_layout,
             pipeline_layout,
@@ -344,6 +383,11 @@ impl Engine {
     /// Compiles (variant, shape) without caching the result: the tuner compiles dozens of
     /// candidates per shape and only the winner is worth keeping.
     pub fn compile(&self, variant: &Variant, shape: &ConvShape) -> Result<Compiled> {
+        if variant.needs_tensor_cores() {
+            if let Some(why) = self.caps.tensor_cores_missing() {
+                return Err(Error::invalid(format!("variant {variant} cannot run here: {why}")));
+            }
+        }
         if !variant.fits(&self.caps) {
             return Err(Error::invalid(format!(
                 "variant {variant} needs {} invocations and {} bytes of workgroup memory; \
@@ -379,13 +423,17 @@ impl Engine {
             layout: Some(&self.pipeline_layout),
             module: &module,
             entry_point: Some("main"),
-            compilation_options: Default::default(),
+            // Every kernel writes workgroup memory before reading it.
+            compilation_options: wgpu::PipelineCompilationOptions {
+                zero_initialize_workgroup_memory: self.runtime_checks,
+                ..Default::default()
+            },
             cache: None,
         });
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
         }
-        Ok(Compiled { pipeline, workgroups: kernel.workgroups })
+        Ok(Compiled { pipeline, workgroups: kernel.workgroups, scaled: kernel.scaled })
     }
 }
 

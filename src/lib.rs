@@ -9,6 +9,7 @@ pub mod error;
 pub mod kernels;
 pub mod params;
 pub mod pool;
+pub mod precision;
 pub mod runner;
 pub mod split;
 pub mod tuner;

@@ -5,6 +5,7 @@ use crate::cache::{self, Cache};
 use crate::device::{self, AdapterDesc, Engine};
 use crate::error::Error;
 use crate::params::{ConvShape, Padding};
+use crate::precision::Precision;
 use crate::runner::{self, DeviceArray, DeviceTensors};
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,12 +159,13 @@ fn choose(
     py: Python<'_>,
     engine: &Engine,
     shape: &ConvShape,
+    precision: Precision,
     asked: Option<&str>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Choice> {
     let forced = asked.map(parse_variant).transpose()?;
     let mut bridge = PyProgress::new(progress, shape);
-    let r = py.detach(|| autotune::choose(engine, shape, forced, &mut |p| bridge.report(p)));
+    let r = py.detach(|| autotune::choose(engine, shape, precision, forced, &mut |p| bridge.report(p)));
     let choice = bridge.finish(r)?;
     emit_warnings(py, &choice.warnings)?;
     Ok(choice)
@@ -192,7 +194,7 @@ fn weight_slices<'a>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
@@ -205,7 +207,9 @@ fn conv2d<'py>(
     groups: i64,
     variant: Option<&str>,
     progress: Option<Py<PyAny>>,
+    precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyArray4<f32>>> {
+    let precision = Precision::resolve(precision).py_err()?;
     let shape = shape_of(
         dims4(x.shape(), "x")?,
         dims4(w.shape(), "w")?,
@@ -218,7 +222,7 @@ fn conv2d<'py>(
     let xs = x.as_slice().map_err(not_contiguous)?;
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
-    let v = choose(py, &eng, &shape, variant, progress)?.variant;
+    let v = choose(py, &eng, &shape, precision, variant, progress)?.variant;
     // SAFETY: the array is fresh and owned here; every element is written before it is
     // returned (the kernels write all outputs; an error drops the array).
     let out = unsafe { PyArray4::<f32>::new(py, shape.y_dims(), false) };
@@ -267,6 +271,8 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let f = eng.adapter.features();
     let features = PyDict::new(py);
     features.set_item("shader_f16", f.contains(wgpu::Features::SHADER_F16))?;
+    features.set_item("cooperative_matrix", f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX))?;
+    features.set_item("tensor_cores", eng.caps.tensor_cores)?;
     features.set_item("subgroup", f.contains(wgpu::Features::SUBGROUP))?;
     features.set_item("timestamp_query", f.contains(wgpu::Features::TIMESTAMP_QUERY))?;
     features.set_item(
@@ -320,17 +326,19 @@ fn wgsl(
 
 /// GPU seconds of `reps` runs of a variant on random data (timestamp queries when available).
 #[pyfunction]
-#[pyo3(signature = (variant, spec, reps=10, warmup=2))]
+#[pyo3(signature = (variant, spec, reps=10, warmup=2, precision=None))]
 fn time_variant(
     py: Python<'_>,
     variant: Option<&str>,
     spec: Spec,
     reps: u32,
     warmup: u32,
+    precision: Option<&str>,
 ) -> PyResult<(String, Vec<f64>)> {
+    let precision = Precision::resolve(precision).py_err()?;
     let shape = spec.shape()?;
     let eng = py.detach(device::engine).py_err()?;
-    let v = choose(py, &eng, &shape, variant, None)?.variant;
+    let v = choose(py, &eng, &shape, precision, variant, None)?.variant;
     let times = py
         .detach(|| -> Result<Vec<f64>, Error> {
             let kernel = eng.pipeline(&v, &shape)?;
@@ -361,6 +369,7 @@ fn knobs_dict<'py>(py: Python<'py>, v: &Variant) -> PyResult<Bound<'py, PyDict>>
 fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("shape", r.shape.label())?;
+    d.set_item("precision", r.precision.as_str())?;
     d.set_item("winner", &r.winner)?;
     d.set_item("default", &r.default)?;
     d.set_item("reference", &r.reference)?;
@@ -392,19 +401,21 @@ fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<B
 
 /// Tunes one shape (or returns its cached report unless `force`); ignores `CONVTUNE_TUNE`.
 #[pyfunction]
-#[pyo3(signature = (spec, budget=None, force=false, progress=None))]
+#[pyo3(signature = (spec, budget=None, force=false, progress=None, precision=None))]
 fn tune<'py>(
     py: Python<'py>,
     spec: Spec,
     budget: Option<f64>,
     force: bool,
     progress: Option<Py<PyAny>>,
+    precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let precision = Precision::resolve(precision).py_err()?;
     let shape = spec.shape()?;
     let budget = autotune::budget(budget).py_err()?;
     let eng = py.detach(device::engine).py_err()?;
     let mut bridge = PyProgress::new(progress, &shape);
-    let r = py.detach(|| autotune::tune(&eng, &shape, budget, force, &mut |p| bridge.report(p)));
+    let r = py.detach(|| autotune::tune(&eng, &shape, precision, budget, force, &mut |p| bridge.report(p)));
     let choice = bridge.finish(r)?;
     emit_warnings(py, &choice.warnings)?;
     let report = choice
@@ -416,19 +427,24 @@ fn tune<'py>(
 
 /// What conv2d would run for this shape and why, with the generated WGSL.
 #[pyfunction]
-#[pyo3(signature = (spec, variant=None, progress=None))]
+#[pyo3(signature = (spec, variant=None, progress=None, precision=None))]
 fn explain<'py>(
     py: Python<'py>,
     spec: Spec,
     variant: Option<&str>,
     progress: Option<Py<PyAny>>,
+    precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let precision = Precision::resolve(precision).py_err()?;
     let shape = spec.shape()?;
     let mode = autotune::Mode::from_env().py_err()?;
     let eng = py.detach(device::engine).py_err()?;
-    let choice = choose(py, &eng, &shape, variant, progress)?;
+    let choice = choose(py, &eng, &shape, precision, variant, progress)?;
     let d = PyDict::new(py);
     d.set_item("variant", choice.variant.to_string())?;
+    d.set_item("family", choice.variant.family())?;
+    d.set_item("precision", precision.as_str())?;
+    d.set_item("tensor_cores", eng.caps.tensor_cores_missing().unwrap_or("available"))?;
     d.set_item("source", choice.source.as_str())?;
     d.set_item("mode", mode.as_str())?;
     d.set_item("shape", shape.label())?;
@@ -540,7 +556,7 @@ fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>) -> PyResult<PyTensor>
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
@@ -553,7 +569,9 @@ fn conv2d_tensor(
     groups: i64,
     variant: Option<&str>,
     progress: Option<Py<PyAny>>,
+    precision: Option<&str>,
 ) -> PyResult<PyTensor> {
+    let precision = Precision::resolve(precision).py_err()?;
     let shape = shape_of(
         x.inner.dims,
         dims4(w.shape(), "w")?,
@@ -570,7 +588,7 @@ fn conv2d_tensor(
             "this Tensor lives on a GPU device that was lost; upload it again with to_device()",
         ));
     }
-    let v = choose(py, &eng, &shape, variant, progress)?.variant;
+    let v = choose(py, &eng, &shape, precision, variant, progress)?.variant;
     let poison = POISON.load(Ordering::Relaxed);
     let inner = py
         .detach(|| runner::conv2d_device(&eng, &shape, &v, &x.inner, ws, bs, poison))

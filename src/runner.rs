@@ -99,13 +99,53 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer) -> Result<()> {
     })
 }
 
-/// Records one dispatch of `kernel` over the four bindings, optionally bracketed by
-/// timestamp queries.
+/// The bindings of one conv dispatch: x, w, bias, y, and for kernels that scale their
+/// inputs the buffer the max-|x|, max-|w| pass writes before them.
+struct Bindings<'a> {
+    group: wgpu::BindGroup,
+    x: &'a PooledBuffer,
+    w: &'a PooledBuffer,
+    scales: Option<PooledBuffer>,
+}
+
+fn bindings<'a>(
+    engine: &Engine,
+    kernel: &Compiled,
+    x: &'a PooledBuffer,
+    w: &'a PooledBuffer,
+    bias: Option<&PooledBuffer>,
+    y: &PooledBuffer,
+) -> Result<Bindings<'a>> {
+    let scales = if kernel.scaled { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
+    let bias = match bias {
+        Some(b) => b.binding(),
+        None => engine.no_bias.as_entire_binding(),
+    };
+    let scales_binding = match &scales {
+        Some(s) => s.binding(),
+        None => engine.no_bias.as_entire_binding(),
+    };
+    let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("convtune conv2d"),
+        layout: &engine.bind_layout,
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: bias },
+            wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
+            wgpu::BindGroupEntry { binding: 4, resource: scales_binding },
+        ],
+    });
+    Ok(Bindings { group, x, w, scales })
+}
+
+/// Records one run of `kernel` (its scale pass, then its dispatch), optionally bracketed
+/// by timestamp queries.
 fn encode(
     engine: &Engine,
     encoder: &mut wgpu::CommandEncoder,
     kernel: &Compiled,
-    bind_group: &wgpu::BindGroup,
+    b: &Bindings,
     timestamps: Option<(&wgpu::QuerySet, u32)>,
 ) -> Result<()> {
     let max = engine.caps.limits.max_compute_workgroups_per_dimension.max(1) as u64;
@@ -117,9 +157,13 @@ fn encode(
             kernel.workgroups
         )));
     }
+    if let Some(scales) = &b.scales {
+        let checker = engine.checker()?;
+        checker.maxabs(&engine.device, encoder, &b.x.binding(), &b.w.binding(), scales, timestamps);
+    }
     let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
         query_set: qs,
-        beginning_of_pass_write_index: Some(i),
+        beginning_of_pass_write_index: b.scales.is_none().then_some(i),
         end_of_pass_write_index: Some(i + 1),
     });
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -127,36 +171,13 @@ fn encode(
         timestamp_writes,
     });
     pass.set_pipeline(&kernel.pipeline);
-    pass.set_bind_group(0, bind_group, &[]);
+    pass.set_bind_group(0, &b.group, &[]);
     pass.dispatch_workgroups(gx as u32, gy as u32, 1);
     Ok(())
 }
 
-fn bind_group(
-    engine: &Engine,
-    x: &PooledBuffer,
-    w: &PooledBuffer,
-    bias: Option<&PooledBuffer>,
-    y: &PooledBuffer,
-) -> wgpu::BindGroup {
-    let bias = match bias {
-        Some(b) => b.binding(),
-        None => engine.no_bias.as_entire_binding(),
-    };
-    engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("convtune conv2d"),
-        layout: &engine.bind_layout,
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: bias },
-            wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
-        ],
-    })
-}
-
 /// Dispatches `kernel` once and waits for it.
-fn run_once(engine: &Engine, kernel: &Compiled, bg: &wgpu::BindGroup) -> Result<()> {
+fn run_once(engine: &Engine, kernel: &Compiled, bg: &Bindings) -> Result<()> {
     scoped(engine, || -> Result<()> {
         let mut enc = engine.device.create_command_encoder(&Default::default());
         encode(engine, &mut enc, kernel, bg, None)?;
@@ -226,13 +247,13 @@ impl DeviceTensors {
         Ok(Comparison::from_stats(&raw))
     }
 
-    fn bind_group(&self, engine: &Engine) -> wgpu::BindGroup {
-        bind_group(engine, &self.x, &self.w, self.bias.as_deref(), &self.y)
+    fn bindings(&self, engine: &Engine, kernel: &Compiled) -> Result<Bindings<'_>> {
+        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), &self.y)
     }
 
     /// Runs `kernel` once and waits for it.
     pub fn run(&self, engine: &Engine, kernel: &Compiled) -> Result<()> {
-        run_once(engine, kernel, &self.bind_group(engine))
+        run_once(engine, kernel, &self.bindings(engine, kernel)?)
     }
 
     /// Copies the output into `out`.
@@ -268,7 +289,7 @@ impl DeviceTensors {
     /// dispatch where the adapter has them, else wall clock around a queue sync.
     pub fn time(&self, engine: &Engine, kernel: &Compiled, reps: u32) -> Result<Vec<f64>> {
         let reps = reps.clamp(1, 1024);
-        let bg = self.bind_group(engine);
+        let bg = self.bindings(engine, kernel)?;
         if !engine.has_timestamps() {
             let mut out = Vec::with_capacity(reps as usize);
             for _ in 0..reps {
@@ -437,7 +458,7 @@ pub fn conv2d_device(
     if poison {
         poison_buffer(engine, &y)?;
     }
-    run_once(engine, &kernel, &bind_group(engine, &x.buf, &wb, bb.as_deref(), &y))?;
+    run_once(engine, &kernel, &bindings(engine, &kernel, &x.buf, &wb, bb.as_deref(), &y)?)?;
     Ok(DeviceArray { buf: y, dims: shape.y_dims() })
 }
 

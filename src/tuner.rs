@@ -8,6 +8,7 @@ use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
+use crate::precision::Precision;
 use crate::pool::PooledBuffer;
 use crate::runner::{median, random_data, DeviceTensors};
 use crate::kernels::{self, direct::Direct, Caps, Variant};
@@ -21,8 +22,6 @@ pub const DEFAULT_BUDGET: Duration = Duration::from_secs(3);
 pub const PRUNE_RATIO: f64 = 1.5;
 /// Samples taken before the pruning check.
 const PRUNE_AFTER: u32 = 2;
-/// Largest max|a-b| / max|ref| a candidate may show against the reference.
-pub const TOLERANCE: f64 = 1e-5;
 /// Seeds of the tuning inputs; fixed so results are reproducible.
 const SEEDS: (u64, u64, u64) = (0x5EED_0001, 0x5EED_0002, 0x5EED_0003);
 
@@ -115,6 +114,9 @@ impl CandidateResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TuneReport {
     pub shape: ConvShape,
+    /// The precision mode the winner was validated for.
+    #[serde(default)]
+    pub precision: Precision,
     pub winner: String,
     pub default: String,
     pub reference: String,
@@ -235,13 +237,19 @@ pub fn ranked_candidates(shape: &ConvShape, caps: &Caps) -> Vec<Variant> {
 /// The order candidates are tried in: the default (the baseline every speed-up is measured
 /// against, and the first bar for pruning), the faulty test candidate when injected, then
 /// the ranked list. The default and the top `must_time` ranked ones ignore the budget.
-fn timing_order(shape: &ConvShape, caps: &Caps, opts: &TuneOptions, faulty: bool) -> Vec<Candidate> {
+fn timing_order(
+    shape: &ConvShape,
+    precision: Precision,
+    caps: &Caps,
+    opts: &TuneOptions,
+    faulty: bool,
+) -> Vec<Candidate> {
     let default = kernels::default_variant(shape, caps);
     let mut order = vec![Candidate { variant: default, faulty: false, must: true }];
     if faulty {
         order.push(Candidate { variant: default, faulty: true, must: true });
     }
-    let ranked = ranked_candidates(shape, caps).into_iter().filter(|v| *v != default);
+    let ranked = ranked_candidates(shape, caps).into_iter().filter(|v| *v != default && v.serves(precision));
     for (i, variant) in ranked.enumerate() {
         order.push(Candidate { variant, faulty: false, must: i < opts.must_time });
     }
@@ -260,7 +268,7 @@ fn timing_order(shape: &ConvShape, caps: &Caps, opts: &TuneOptions, faulty: bool
 /// Max |got - want| / max |want| over elements where the reference is a number; an error
 /// message if a candidate leaves a non-number where the reference has a number, or exceeds
 /// the tolerance.
-pub fn check_against(got: &[f32], want: &[f32]) -> std::result::Result<f64, String> {
+pub fn check_against(got: &[f32], want: &[f32], tolerance: f64) -> std::result::Result<f64, String> {
     if got.len() != want.len() {
         return Err(format!("output has {} elements, reference {}", got.len(), want.len()));
     }
@@ -281,20 +289,20 @@ pub fn check_against(got: &[f32], want: &[f32]) -> std::result::Result<f64, Stri
             worst = worst.max((g as f64 - w as f64).abs() / scale);
         }
     }
-    if worst > TOLERANCE {
-        return Err(format!("max relative error {worst:.2e} exceeds {TOLERANCE:.0e}"));
+    if worst > tolerance {
+        return Err(format!("max relative error {worst:.2e} exceeds {tolerance:.0e}"));
     }
     Ok(worst)
 }
 
 /// The host check's verdict (`check_against`) from a GPU-side comparison.
-fn verdict(c: &Comparison) -> std::result::Result<(), String> {
+fn verdict(c: &Comparison, tolerance: f64) -> std::result::Result<(), String> {
     if c.bad > 0 {
         return Err(format!("{} elements are not finite where the reference is", c.bad));
     }
     let worst = c.relative_error();
-    if !(worst <= TOLERANCE) {
-        return Err(format!("max relative error {worst:.2e} exceeds {TOLERANCE:.0e}"));
+    if !(worst <= tolerance) {
+        return Err(format!("max relative error {worst:.2e} exceeds {tolerance:.0e}"));
     }
     Ok(())
 }
@@ -328,7 +336,6 @@ fn failure(name: String, e: &Error) -> CandidateResult {
     CandidateResult { detail: Some(e.to_string()), ..CandidateResult::new(name, status) }
 }
 
-
 /// Shared state of one tuning run.
 struct Bench<'a> {
     engine: &'a Engine,
@@ -337,6 +344,8 @@ struct Bench<'a> {
     reference: Vec<f32>,
     reference_gpu: PooledBuffer,
     out: Vec<f32>,
+    /// The precision mode's error bound.
+    tolerance: f64,
 }
 
 impl Bench<'_> {
@@ -399,10 +408,10 @@ impl Bench<'_> {
             // The test-only candidate is corrupted on the host, so it takes the host check.
             self.tensors.read_y(self.engine, &mut self.out)?;
             corrupt(&mut self.out);
-            return Ok(check_against(&self.out, &self.reference).map(|_| ()));
+            return Ok(check_against(&self.out, &self.reference, self.tolerance).map(|_| ()));
         }
         // On the GPU: a read-back of a large output would cost more than the run itself.
-        Ok(verdict(&self.tensors.compare_y(self.engine, &self.reference_gpu)?))
+        Ok(verdict(&self.tensors.compare_y(self.engine, &self.reference_gpu)?, self.tolerance))
     }
 
     fn sample(&self, kernel: &Compiled, best_ms: Option<f64>, opts: &TuneOptions) -> Result<(Status, Vec<f64>)> {
@@ -520,11 +529,12 @@ fn now_iso() -> String {
 pub fn tune(
     engine: &Engine,
     shape: &ConvShape,
+    precision: Precision,
     opts: &TuneOptions,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<TuneReport> {
     let start = Instant::now();
-    let order = timing_order(shape, &engine.caps, opts, inject_faulty());
+    let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty());
     let x = random_data(shape.x_len() as usize, SEEDS.0);
     let w = random_data(shape.w_len() as usize, SEEDS.1);
     let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
@@ -536,7 +546,9 @@ pub fn tune(
         // at low clocks for a while; bring it to load clocks first (see `settle`).
         tensors.settle(engine, &reference_kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
     }
-    let mut bench = Bench { engine, out: vec![0f32; reference.len()], tensors, reference, reference_gpu };
+    let out = vec![0f32; reference.len()];
+    let tolerance = precision.tolerance();
+    let mut bench = Bench { engine, out, tensors, reference, reference_gpu, tolerance };
 
     let total = order.len();
     let mut results = Vec::with_capacity(total);
@@ -578,6 +590,7 @@ pub fn tune(
     };
     Ok(TuneReport {
         shape: *shape,
+        precision,
         winner: winner.to_string(),
         default: default.to_string(),
         reference: reference_variant().to_string(),
@@ -618,15 +631,15 @@ mod tests {
     #[test]
     fn check_rejects_nan_and_large_errors() {
         let want = [1.0f32, -2.0, 4.0];
-        assert!(check_against(&[1.0, -2.0, 4.0], &want).is_ok());
-        assert!(check_against(&[1.0, -2.0, 4.00001], &want).is_ok());
-        assert!(check_against(&[1.0, f32::NAN, 4.0], &want).is_err());
-        assert!(check_against(&[1.0, -2.0, 4.01], &want).is_err());
+        assert!(check_against(&[1.0, -2.0, 4.0], &want, 1e-5).is_ok());
+        assert!(check_against(&[1.0, -2.0, 4.00001], &want, 1e-5).is_ok());
+        assert!(check_against(&[1.0, f32::NAN, 4.0], &want, 1e-5).is_err());
+        assert!(check_against(&[1.0, -2.0, 4.01], &want, 1e-5).is_err());
         // Where the reference itself is NaN, the candidate is not judged.
-        assert!(check_against(&[1.0, 0.0, 4.0], &[1.0, f32::NAN, 4.0]).is_ok());
+        assert!(check_against(&[1.0, 0.0, 4.0], &[1.0, f32::NAN, 4.0], 1e-5).is_ok());
         let mut out = vec![1.0f32; 8];
         corrupt(&mut out);
-        assert!(check_against(&out, &[1.0; 8]).is_err());
+        assert!(check_against(&out, &[1.0; 8], 1e-5).is_err());
     }
 
     #[test]
@@ -671,7 +684,7 @@ mod tests {
         let c = ranked_candidates(&s, &caps);
         assert!(!c.is_empty());
         assert!(c.iter().all(|v| v.fits(&caps) && v.suits(&s)));
-        let order = timing_order(&s, &caps, &TuneOptions::default(), true);
+        let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), true);
         assert_eq!(order[0].variant, kernels::default_variant(&s, &caps));
         assert!(order[1].faulty && order[1].must);
         assert_eq!(order.iter().filter(|c| c.must).count(), 2 + 3);
@@ -684,7 +697,7 @@ mod tests {
         set_inject_faulty(true);
         let opts = TuneOptions { budget: Duration::from_millis(300), samples: 3, must_time: 2 };
         let mut calls = 0;
-        let report = tune(&e, &s, &opts, &mut |_| {
+        let report = tune(&e, &s, Precision::Highest, &opts, &mut |_| {
             calls += 1;
             Ok(())
         });
@@ -705,7 +718,7 @@ mod tests {
     fn a_cancelling_callback_stops_tuning() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let s = shape([1, 2, 6, 6], [2, 2, 3, 3], 0, 1);
-        let r = tune(&e, &s, &TuneOptions::default(), &mut |p| {
+        let r = tune(&e, &s, Precision::High, &TuneOptions::default(), &mut |p| {
             if p.done == 1 { Err(Error::Cancelled("stop".into())) } else { Ok(()) }
         });
         assert!(matches!(r, Err(Error::Cancelled(_))));

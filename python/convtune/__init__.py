@@ -19,6 +19,14 @@ Environment, read at every call:
 - ``CONVTUNE_CACHE_DIR``: where the cache lives (default: the user cache directory).
 - ``CONVTUNE_PRINT_TUNING=1``: print one line per tuned shape to stderr.
 - ``CONVTUNE_PROGRESS=0``: no progress bar while tuning (it only shows on a terminal).
+- ``CONVTUNE_PRECISION``: the default ``precision`` (``highest`` unless set).
+- ``CONVTUNE_TENSOR_CORES=0``: never use the tensor-core (cooperative-matrix) kernels.
+
+Precision (``precision=`` on ``conv2d``, ``tune``, ``explain``, ``time_variant``), named after
+``torch.set_float32_matmul_precision``: ``"highest"`` (default) gives float32-class results
+(max relative error 1e-5 against a float64 reference); ``"high"`` allows TF32-class results
+(11-bit products accumulated in float32, max relative error 4e-3), which lets the tuner use
+tensor cores where the adapter has cooperative matrices. Results are float32 either way.
 """
 
 from __future__ import annotations
@@ -134,6 +142,20 @@ _Spec = Tuple[
 ]
 
 
+PRECISIONS = ("highest", "high")
+
+
+def _precision(value: Any) -> Optional[str]:
+    """``None`` (use ``CONVTUNE_PRECISION``) or one of ``PRECISIONS``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"precision must be one of {PRECISIONS} or None, got {type(value).__name__}")
+    if value not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {value!r}")
+    return value
+
+
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
           bias_len: Optional[int]) -> _Spec:
     return (
@@ -157,6 +179,7 @@ def conv2d(
     bias: Optional[Any] = None,
     *,
     variant: Optional[str] = None,
+    precision: Optional[str] = None,
 ) -> np.ndarray:
     """2-D convolution with PyTorch's semantics, computed on the GPU in float32.
 
@@ -172,6 +195,8 @@ def conv2d(
         bias: optional, shape (K,).
         variant: run this kernel variant (a name from ``variant_space()``) instead of the
             tuned or default one.
+        precision: ``"highest"`` (float32-class) or ``"high"`` (TF32-class, may use tensor
+            cores); default ``CONVTUNE_PRECISION`` or ``"highest"``.
 
     Returns:
         A new float32 array of shape (N, K, OH, OW); a ``convtune.Tensor`` on the GPU when
@@ -200,12 +225,13 @@ def conv2d(
             raise ValueError(f"bias must be 1-D with K={wa.shape[0]} elements, got shape {ba.shape}")
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
+    prec = _precision(precision)
     _, _, s, p, d, g, _ = _spec(xa.shape, wa.shape, stride, padding, dilation, groups, None)
     progress = Progress()
     try:
         if on_device:
-            return _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress)
-        return _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress)
+            return _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec)
+        return _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec)
     finally:
         progress.close()
 
@@ -288,6 +314,7 @@ def time_variant(
     variant: Optional[str] = None,
     reps: int = 10,
     warmup: int = 2,
+    precision: Optional[str] = None,
 ) -> Tuple[str, list]:
     """GPU seconds of ``reps`` runs of ``variant`` on random data.
 
@@ -302,6 +329,7 @@ def time_variant(
         _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
         reps=_int(reps, "reps"),
         warmup=_int(warmup, "warmup"),
+        precision=_precision(precision),
     )
 
 
@@ -344,6 +372,7 @@ def tune(
     *,
     budget: Optional[float] = None,
     force: bool = False,
+    precision: Optional[str] = None,
 ) -> TuneReport:
     """Tunes conv2d for one shape and stores the winner in the tuning cache.
 
@@ -356,6 +385,8 @@ def tune(
         budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 3. The default variant
             and the few top-ranked candidates are timed even past the budget.
         force: tune again even if the cache has the shape.
+        precision: the precision mode to tune for (see ``conv2d``); each mode has its own
+            cache entry.
     """
     progress = Progress()
     try:
@@ -364,6 +395,7 @@ def tune(
             budget=_budget(budget),
             force=bool(force),
             progress=progress,
+            precision=_precision(precision),
         )
     finally:
         progress.close()
@@ -380,6 +412,7 @@ def explain(
     bias: Union[None, bool, int] = None,
     *,
     variant: Optional[str] = None,
+    precision: Optional[str] = None,
 ) -> Explanation:
     """What ``conv2d`` runs for this shape and why: the variant, its knobs, its WGSL, where
     the choice came from (``forced``, ``default``, ``cache`` or ``tuned``) and, when tuning
@@ -396,6 +429,7 @@ def explain(
             _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
             variant=variant,
             progress=progress,
+            precision=_precision(precision),
         )
     finally:
         progress.close()

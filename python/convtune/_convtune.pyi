@@ -71,6 +71,7 @@ def conv2d(
     groups: int,
     variant: Optional[str] = None,
     progress: Optional[_Progress] = None,
+    precision: Optional[str] = None,
 ) -> npt.NDArray[np.float32]: ...
 def devices() -> List[Dict[str, Any]]: ...
 def adapter_info() -> Dict[str, Any]: ...
@@ -88,17 +89,20 @@ def time_variant(
     spec: _Spec,
     reps: int = 10,
     warmup: int = 2,
+    precision: Optional[str] = None,
 ) -> Tuple[str, List[float]]: ...
 def tune(
     spec: _Spec,
     budget: Optional[float] = None,
     force: bool = False,
     progress: Optional[_Progress] = None,
+    precision: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def explain(
     spec: _Spec,
     variant: Optional[str] = None,
     progress: Optional[_Progress] = None,
+    precision: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def cache_path() -> Optional[Path]: ...
 def cache_export(path: Union[str, os.PathLike[str]]) -> int: ...
@@ -131,5 +135,6 @@ def conv2d_tensor(
     groups: int,
     variant: Optional[str] = None,
     progress: Optional[_Progress] = None,
+    precision: Optional[str] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...

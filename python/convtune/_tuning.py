@@ -32,6 +32,8 @@ class TuneReport:
     budget_s: float = 0.0
     tuned_at: str = ""
     adapter: str = ""
+    #: The precision mode the winner was validated for ("highest" or "high").
+    precision: str = "highest"
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "TuneReport":
@@ -55,7 +57,7 @@ class TuneReport:
         lines = [
             f"{self.shape}: {self.winner} {ms(self.tuned_ms)} "
             f"({speedup} over default {self.default} {ms(self.default_ms)}); "
-            f"tuning {self.tuning_s:.2f} s, from {self.source}",
+            f"tuning {self.tuning_s:.2f} s, from {self.source}, precision {self.precision}",
         ]
         for c in self.candidates:
             if c["status"] == "skipped (budget)":
@@ -73,7 +75,9 @@ class Explanation:
     """What conv2d runs for a shape, and why.
 
     ``source`` is ``forced`` (the ``variant=`` argument), ``default`` (the untuned rule),
-    ``cache`` (a stored tuning result) or ``tuned`` (tuned by this call).
+    ``cache`` (a stored tuning result) or ``tuned`` (tuned by this call). ``family`` is the
+    variant's kernel family, ``precision`` the mode it was chosen for, and ``tensor_cores``
+    is ``"available"`` or says why the tensor-core family cannot run on this adapter.
     """
 
     shape: str
@@ -85,6 +89,9 @@ class Explanation:
     adapter: str
     report: Optional[TuneReport] = None
     candidates: List[Dict[str, Any]] = field(default_factory=list)
+    family: str = ""
+    precision: str = "highest"
+    tensor_cores: str = ""
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Explanation":
@@ -99,11 +106,17 @@ class Explanation:
             adapter=d["adapter"],
             report=report,
             candidates=list(report.candidates) if report else [],
+            family=d["family"],
+            precision=d["precision"],
+            tensor_cores=d["tensor_cores"],
         )
 
     def __str__(self) -> str:
         knobs = ", ".join(f"{k}={v}" for k, v in self.knobs.items())
-        head = f"{self.shape} on {self.adapter}: {self.variant} ({knobs}); from {self.source}, CONVTUNE_TUNE={self.mode}"
+        head = (
+            f"{self.shape} on {self.adapter}: {self.variant} ({knobs}); from {self.source}, "
+            f"CONVTUNE_TUNE={self.mode}, precision {self.precision}; tensor cores: {self.tensor_cores}"
+        )
         return head if self.report is None else head + "\n" + str(self.report)
 
 

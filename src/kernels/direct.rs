@@ -261,5 +261,6 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     Ok(Kernel {
         source: render(Direct::TEMPLATE, &vars)?,
         workgroups: sp_blocks * k_blocks * shape.n as u64,
+        scaled: false,
     })
 }

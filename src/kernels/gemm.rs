@@ -287,5 +287,5 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         ("INNER", inner),
         ("STORE", store),
     ]);
-    Ok(Kernel { source: render(Gemm::TEMPLATE, &vars)?, workgroups: blocks })
+    Ok(Kernel { source: render(Gemm::TEMPLATE, &vars)?, workgroups: blocks, scaled: false })
 }

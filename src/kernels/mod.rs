@@ -3,6 +3,7 @@
 //! WGSL generation. `families!` at the bottom is the one list the tuner, the cache and the
 //! Python layer walk; adding a family means a module, a template and a line there.
 
+pub mod coop;
 pub mod cost;
 pub mod direct;
 pub mod gemm;
@@ -10,6 +11,7 @@ pub mod gemm;
 use crate::codegen::Kernel;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
+use crate::precision::Precision;
 use std::fmt;
 use std::str::FromStr;
 
@@ -18,12 +20,23 @@ use std::str::FromStr;
 pub struct Caps {
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// 16x16x16 f16 x f16 -> f32 cooperative matrices, on subgroups of exactly 32
+    /// invocations, enabled on the device.
+    pub tensor_cores: bool,
 }
 
 impl Caps {
     /// An adapter with these limits and no optional feature.
     pub fn from_limits(limits: wgpu::Limits) -> Caps {
-        Caps { limits, features: wgpu::Features::empty() }
+        Caps { limits, features: wgpu::Features::empty(), tensor_cores: false }
+    }
+
+    /// Why a family that needs tensor cores cannot run here, or `None` if it can.
+    pub fn tensor_cores_missing(&self) -> Option<&'static str> {
+        (!self.tensor_cores).then_some(
+            "the adapter has no 16x16x16 f16->f32 cooperative matrices on 32-wide subgroups \
+             (wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX with SHADER_F16)",
+        )
     }
 }
 
@@ -56,9 +69,14 @@ pub trait KernelVariant {
     fn workgroup_dims(&self) -> (u32, u32) {
         (self.invocations(), 1)
     }
-    /// Adapter features the variant needs beyond the baseline.
-    fn features(&self) -> wgpu::Features {
-        wgpu::Features::empty()
+    /// Whether the variant runs on cooperative matrices (see `Caps::tensor_cores`).
+    fn needs_tensor_cores(&self) -> bool {
+        false
+    }
+    /// Whether the variant's results meet `precision`'s error bound by design; the tuner
+    /// still checks each candidate against the reference with that bound.
+    fn serves(&self, _precision: Precision) -> bool {
+        true
     }
     /// Whether the variant makes sense for this shape: no tile far larger than the problem,
     /// no written-out loop that bloats the shader beyond reason.
@@ -72,7 +90,7 @@ pub trait KernelVariant {
     fn fits(&self, caps: &Caps) -> bool {
         let l = &caps.limits;
         let (x, y) = self.workgroup_dims();
-        caps.features.contains(self.features())
+        (caps.tensor_cores || !self.needs_tensor_cores())
             && x <= l.max_compute_workgroup_size_x
             && y <= l.max_compute_workgroup_size_y
             && self.invocations() <= l.max_compute_invocations_per_workgroup
@@ -136,6 +154,7 @@ macro_rules! families {
 families! {
     Direct(direct::Direct),
     Gemm(gemm::Gemm),
+    Coop(coop::Coop),
 }
 
 impl Variant {
@@ -156,6 +175,12 @@ impl Variant {
     }
     pub fn fits(&self, caps: &Caps) -> bool {
         self.ops().fits(caps)
+    }
+    pub fn needs_tensor_cores(&self) -> bool {
+        self.ops().needs_tensor_cores()
+    }
+    pub fn serves(&self, precision: Precision) -> bool {
+        self.ops().serves(precision)
     }
     pub fn suits(&self, shape: &ConvShape) -> bool {
         self.ops().suits(shape)

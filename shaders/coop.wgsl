@@ -1,0 +1,132 @@
+// convtune: implicit-GEMM convolution on cooperative matrices (tensor cores).
+//
+// GEMM view as in gemm.wgsl: M = N*OH*OW output pixels, {{KG}} output channels per group,
+// reduction CG*R*S. Each workgroup computes a {{BM}} x {{BN}} tile with {{SUBGROUPS}} subgroups
+// of 32 invocations; each subgroup holds a {{TM}} x {{TN}} grid of 16x16 f32 accumulators.
+// Every {{BK}}-step, x and w are gathered from storage into registers, scaled by a power of two
+// and converted to f16 while being staged in workgroup memory, then multiplied 16x16x16 at a
+// time. The next step's gathers are issued before this step's products, so their latency hides
+// behind them.
+//
+// Scaling: a pass before this kernel stores max |x| and max |w| over finite elements in
+// `scales`; values are multiplied by 2^(14 - e), so the largest lands just under 2^14, far
+// from f16's overflow at 65504 and 28 binades above its normal minimum. The result is
+// multiplied back by the exact inverse powers of two. Inf and NaN pass through unscaled.
+//
+// Split {{SPLIT}}: 1 = one f16 product per term (TF32-class). 3 = each value v is also
+// carried as lo = f16((v - hi) * 2^11), and hi*hi + (hi*lo + lo*hi) / 2^11 is summed with
+// the correction terms in their own accumulators (float32-class, Ootomo & Yokota 2022).
+//
+// Tiles are staged column-major for the pixel side (a_hi[k][m]) and the channel side
+// (b_hi[n][k]) so that neighbouring invocations gather neighbouring pixels or weights, and
+// rows are padded by 8 f16 to spread the 16x16 loads over banks. The epilogue goes through
+// a 16x16 f32 scratch per subgroup: output tiles need bounds checks, scaling and bias, and
+// their pixels may cross an image boundary, which a direct matrix store cannot express.
+//
+// Variant: {{VARIANT}}
+// Shape:   {{SHAPE}}
+
+enable f16;
+enable wgpu_cooperative_matrix;
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+// [0], [1]: bits of max |x| and max |w| over finite elements.
+@group(0) @binding(4) var<storage, read> scales: array<u32>;
+
+alias MatA = coop_mat16x16<f16, A>;
+alias MatB = coop_mat16x16<f16, B>;
+alias MatC = coop_mat16x16<f32, C>;
+
+const CH: i32 = {{C}};       // input channels (`C` names the accumulator role)
+const H: i32 = {{H}};
+const W: i32 = {{W}};
+const K: i32 = {{K}};
+const R: i32 = {{R}};
+const S: i32 = {{S}};
+const OH: i32 = {{OH}};
+const OW: i32 = {{OW}};
+const SH: i32 = {{SH}};
+const SW: i32 = {{SW}};
+const PH: i32 = {{PH}};
+const PW: i32 = {{PW}};
+const DH: i32 = {{DH}};
+const DW: i32 = {{DW}};
+const CG: i32 = {{CG}};
+const KG: i32 = {{KG}};
+const OHW: i32 = OH * OW;
+const M: i32 = {{M}};              // N * OH * OW
+const KR: i32 = CG * R * S;        // reduction length
+const BM: i32 = {{BM}};
+const BN: i32 = {{BN}};
+const BK: i32 = {{BK}};
+const LDA: u32 = {{LDA}}u;         // staged A: f16 elements per k row (BM + 8)
+const LDB: u32 = {{LDB}}u;         // staged B: f16 elements per n row (BK + 8)
+const M_BLOCKS: u32 = {{M_BLOCKS}}u;
+const N_BLOCKS: u32 = {{N_BLOCKS}}u;
+const BLOCKS: u32 = {{BLOCKS}}u;
+const LO: f32 = 2048.0;            // 2^11: the lo part's scale
+
+{{SMEM}}
+var<workgroup> scratch: array<f32, {{SCRATCH}}>;
+
+// 2^e for the element that is largest in magnitude: values times 2^(14 - e) stay below 2^14.
+fn scale_exp(bits: u32) -> i32 {
+    let m = bitcast<f32>(bits);
+    return clamp(14 - select(0, frexp(m).exp, m > 0.0), -126, 126);
+}
+
+@compute @workgroup_size({{THREADS}}, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    // The grid is folded into 2D to stay under the per-dimension workgroup limit; the test
+    // is uniform across the workgroup, so barriers and matrix operations stay in uniform flow.
+    let block = wid.y * nwg.x + wid.x;
+    if (block >= BLOCKS) {
+        return;
+    }
+    let m_block = block % M_BLOCKS;
+    let rest = block / M_BLOCKS;
+    let n_block = rest % N_BLOCKS;
+    let g = i32(rest / N_BLOCKS);
+    let m0 = i32(m_block) * BM;
+    let n0 = i32(n_block) * BN;
+    let lid = i32(lidx);
+    let sg = lidx / 32u;
+    let lane = lidx % 32u;
+    let wm = (sg / {{SGN}}u) * {{WM}}u;   // this subgroup's first row (pixel) in the tile
+    let wn = (sg % {{SGN}}u) * {{WN}}u;   // and first column (channel)
+    let x_group = g * CG * H * W;
+    let ex = scale_exp(scales[0]);
+    let ew = scale_exp(scales[1]);
+    let sx = ldexp(1.0, ex);
+    let sw = ldexp(1.0, ew);
+
+    // This invocation gathers four consecutive pixels of the A tile, decoded once.
+{{A_SETUP}}
+    // Its B slots: four consecutive reduction indices of one weight row each.
+{{B_SETUP}}
+{{ACC_DECL}}
+
+{{FETCH}}
+    for (var k0: i32 = 0; k0 < KR; k0 = k0 + BK) {
+        // Everyone is done reading the staged tiles of the previous step.
+        workgroupBarrier();
+{{STAGE_STORE}}
+        workgroupBarrier();
+        // Issue the next step's gathers now; past the end they load zeros.
+{{ADVANCE}}
+{{FETCH}}
+{{INNER}}
+    }
+
+    let ux = ldexp(1.0, -ex);
+    let uw = ldexp(1.0, -ew);
+    let sbase = sg * 256u;
+{{STORE}}
+}

@@ -1,0 +1,490 @@
+//! The cooperative-matrix family: implicit GEMM like `gemm`, with the products on 16x16x16
+//! f16 tensor-core tiles and f32 accumulators. x and w are scaled by powers of two and
+//! converted to f16 while staging; `split = 3` adds the lo parts of a hi/lo split for
+//! float32-class accuracy. Runs only where the adapter has 16x16x16 f16->f32 cooperative
+//! matrices on 32-wide subgroups.
+
+use super::cost::{ceil_to, parallel_efficiency, BARRIER, GATHER_LOAD};
+use super::{Family, KernelVariant};
+use crate::codegen::{render, shape_vars, Kernel};
+use crate::error::Result;
+use crate::params::ConvShape;
+use crate::precision::Precision;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Coop {
+    /// Workgroup tile: `bm` output pixels x `bn` output channels, reduction step `bk`.
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    /// Subgroups along the pixel and channel sides of the tile.
+    pub sgm: u32,
+    pub sgn: u32,
+    /// 1: one f16 product per term; 3: hi*hi + hi*lo + lo*hi.
+    pub split: u32,
+}
+
+/// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
+const TILES: [(u32, u32, u32, u32); 8] = [
+    (64, 64, 2, 2),
+    (128, 64, 2, 2),
+    (64, 128, 2, 2),
+    (128, 128, 2, 2),
+    (128, 128, 2, 4),
+    (128, 128, 4, 2),
+    (256, 128, 4, 2),
+    (128, 256, 2, 4),
+];
+const BK: [u32; 2] = [32, 64];
+const SPLIT: [u32; 2] = [1, 3];
+/// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
+const PAD: u32 = 8;
+/// Subgroup width the kernel's tile partition assumes.
+pub const SUBGROUP: u32 = 32;
+
+/// A tensor-core multiply-add relative to a scalar FMA, per multiply-add it performs.
+const MMA: f64 = 0.08;
+/// The scale pass and the f16 conversion while staging, per staged element.
+const CONVERT: f64 = 2.0;
+
+impl Coop {
+    fn threads(&self) -> u32 {
+        SUBGROUP * self.sgm * self.sgn
+    }
+    fn tm(&self) -> u32 {
+        self.bm / (self.sgm * 16)
+    }
+    fn tn(&self) -> u32 {
+        self.bn / (self.sgn * 16)
+    }
+    fn lda(&self) -> u32 {
+        self.bm + PAD
+    }
+    fn ldb(&self) -> u32 {
+        self.bk + PAD
+    }
+    /// Staged copies of each tile: hi, and lo when split.
+    fn parts(&self) -> u32 {
+        if self.split == 3 { 2 } else { 1 }
+    }
+}
+
+impl Family for Coop {
+    const NAME: &'static str = "coop";
+    const TEMPLATE: &'static str = include_str!("../../shaders/coop.wgsl");
+
+    fn space() -> Vec<Self> {
+        let mut out = Vec::new();
+        for &split in &SPLIT {
+            for &(bm, bn, sgm, sgn) in &TILES {
+                for &bk in &BK {
+                    let v = Coop { bm, bn, bk, sgm, sgn, split };
+                    if v.well_formed() {
+                        out.push(v);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split }),
+            _ => None,
+        }
+    }
+}
+
+impl KernelVariant for Coop {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        format!("coop_b{}x{}x{}_s{}x{}_p{}", self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split)
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![
+            ("bm", self.bm), ("bn", self.bn), ("bk", self.bk),
+            ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split),
+        ]
+    }
+
+    fn well_formed(&self) -> bool {
+        let t = self.threads();
+        TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
+            && BK.contains(&self.bk)
+            && SPLIT.contains(&self.split)
+            // Each invocation stages whole chunks of four, with the same four pixels in
+            // every A slot, and every slot count is whole.
+            && t % (self.bm / 4) == 0
+            && (self.bm * self.bk / 4) % t == 0
+            && (self.bn * self.bk / 4) % t == 0
+            // The large-k-step variants only where the tile stays small enough to pay off.
+            && (self.bk == 32 || self.bm * self.bn <= 128 * 128)
+    }
+
+    fn invocations(&self) -> u32 {
+        self.threads()
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        let staged = (self.bk * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
+        let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
+        staged + scratch
+    }
+
+    fn needs_tensor_cores(&self) -> bool {
+        true
+    }
+
+    fn serves(&self, precision: Precision) -> bool {
+        match precision {
+            Precision::High => true,
+            Precision::Highest => self.split == 3,
+        }
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
+        let red = shape.cg() * shape.r * shape.s;
+        self.bn <= shape.kg().next_power_of_two().max(64)
+            && (self.bm as u64) <= m.next_power_of_two().max(64)
+            && self.bk <= red.next_power_of_two().max(32)
+    }
+
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let (n, oh, ow) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64);
+        let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
+        let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
+        let (bm, bn, bk) = (self.bm as u64, self.bn as u64, self.bk as u64);
+        let m = n * oh * ow;
+        let tiles = m.div_ceil(bm) * kg.div_ceil(bn) * groups;
+        let fmas = (ceil_to(m, bm) * ceil_to(kg, bn) * groups * ceil_to(red, bk)) as f64;
+        let per_fma = MMA * self.split as f64
+            + (GATHER_LOAD + CONVERT * self.parts() as f64) * (1.0 / bm as f64 + 1.0 / bn as f64)
+            + BARRIER * 2.0 / (bk as f64 * 16.0);
+        fmas * per_fma / parallel_efficiency(tiles * self.invocations() as u64)
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape)
+    }
+}
+
+fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
+    let t = v.threads();
+    let (tm, tn) = (v.tm(), v.tn());
+    let (lda, ldb) = (v.lda(), v.ldb());
+    let split = v.split == 3;
+    let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
+    let m_blocks = m.div_ceil(v.bm as u64);
+    let n_blocks = (shape.kg() as u64).div_ceil(v.bn as u64);
+    let blocks = m_blocks * n_blocks * shape.groups as u64;
+    let a_chunks_per_k = v.bm / 4;
+    let a_slots = v.bm * v.bk / 4 / t;
+    let b_chunks_per_n = v.bk / 4;
+    let b_slots = v.bn * v.bk / 4 / t;
+    let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
+
+    let mut smem = String::new();
+    for p in parts {
+        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.bk * lda / 4).unwrap();
+        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
+    }
+
+    // A: this invocation's four pixels 4*am .. 4*am+3 of the tile; the same in every slot,
+    // because the invocation count is a multiple of the chunks per k row.
+    let mut a_setup = String::new();
+    {
+        let s = &mut a_setup;
+        writeln!(s, "    let am = lid % {a_chunks_per_k};").unwrap();
+        for p in 0..4 {
+            writeln!(s, "    let aok{p} = m0 + 4 * am + {p} < M;").unwrap();
+            writeln!(s, "    let apix{p} = min(m0 + 4 * am + {p}, M - 1);").unwrap();
+            writeln!(s, "    let arem{p} = apix{p} % OHW;").unwrap();
+            writeln!(s, "    let aih{p} = (arem{p} / OW) * SH - PH;").unwrap();
+            writeln!(s, "    let aiw{p} = (arem{p} % OW) * SW - PW;").unwrap();
+            writeln!(s, "    let abase{p} = (apix{p} / OHW) * CH * H * W + x_group + aih{p} * W + aiw{p};").unwrap();
+        }
+        for i in 0..a_slots {
+            // The slot's reduction index, kept as (channel, row, column) and advanced by
+            // carries each step instead of divided out of a flat index.
+            writeln!(s, "    let ak{i} = (lid + {}) / {a_chunks_per_k};", i * t).unwrap();
+            writeln!(s, "    var kc{i}: i32 = ak{i} / (R * S);").unwrap();
+            writeln!(s, "    var kh{i}: i32 = (ak{i} / S) % R;").unwrap();
+            writeln!(s, "    var kw{i}: i32 = ak{i} % S;").unwrap();
+            writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
+        }
+    }
+    let mut b_setup = String::new();
+    for i in 0..b_slots {
+        let s = &mut b_setup;
+        writeln!(s, "    let bk{i} = 4 * ((lid + {}) % {b_chunks_per_n});", i * t).unwrap();
+        writeln!(s, "    let bn{i} = (lid + {}) / {b_chunks_per_n};", i * t).unwrap();
+        writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
+        writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KR;").unwrap();
+        writeln!(s, "    var pb{i}: vec4<f32>;").unwrap();
+    }
+    let mut acc = String::new();
+    for i in 0..tm {
+        for j in 0..tn {
+            writeln!(acc, "    var acc{i}_{j}: MatC;").unwrap();
+            if split {
+                writeln!(acc, "    var cor{i}_{j}: MatC;").unwrap();
+            }
+        }
+    }
+    acc.push_str("    var k_next: i32 = 0;\n");
+
+    let lanes = ["x", "y", "z", "w"];
+    let mut fetch = String::new();
+    for i in 0..a_slots {
+        let s = &mut fetch;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let khd = kh{i} * DH;").unwrap();
+        writeln!(s, "        let kwd = kw{i} * DW;").unwrap();
+        writeln!(s, "        let koff = kc{i} * H * W + khd * W + kwd;").unwrap();
+        writeln!(s, "        let kok = kc{i} < CG;").unwrap();
+        for (p, lane) in lanes.iter().enumerate() {
+            writeln!(s, "        {{").unwrap();
+            writeln!(s, "            let ih = aih{p} + khd;").unwrap();
+            writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
+            writeln!(s, "            let ok = aok{p} && kok && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
+            writeln!(s, "            pa{i}.{lane} = select(0.0, x[select(0, abase{p} + koff, ok)], ok);").unwrap();
+            writeln!(s, "        }}").unwrap();
+        }
+        writeln!(s, "    }}").unwrap();
+    }
+    for i in 0..b_slots {
+        let s = &mut fetch;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let kr = k_next + bk{i};").unwrap();
+        for (q, lane) in lanes.iter().enumerate() {
+            writeln!(s, "        {{").unwrap();
+            writeln!(s, "            let ok = bok{i} && kr + {q} < KR;").unwrap();
+            writeln!(s, "            pb{i}.{lane} = select(0.0, w[select(0, bbase{i} + kr + {q}, ok)], ok);").unwrap();
+            writeln!(s, "        }}").unwrap();
+        }
+        writeln!(s, "    }}").unwrap();
+    }
+
+    // Moving a slot's reduction index on by BK: add BK's (channel, row, column) digits, then
+    // carry. Each digit sum stays below twice its base, so one carry per digit suffices.
+    let mut advance = String::from("        k_next = k0 + BK;\n");
+    let (ci, ri, si) = (v.bk / (shape.r * shape.s), (v.bk / shape.s) % shape.r, v.bk % shape.s);
+    for i in 0..a_slots {
+        let s = &mut advance;
+        writeln!(s, "        kw{i} = kw{i} + {si};").unwrap();
+        writeln!(s, "        kh{i} = kh{i} + {ri};").unwrap();
+        writeln!(s, "        kc{i} = kc{i} + {ci};").unwrap();
+        writeln!(s, "        if (kw{i} >= S) {{ kw{i} = kw{i} - S; kh{i} = kh{i} + 1; }}").unwrap();
+        writeln!(s, "        if (kh{i} >= R) {{ kh{i} = kh{i} - R; kc{i} = kc{i} + 1; }}").unwrap();
+    }
+
+    // Staging: scale, convert, and for the split also store the scaled remainder.
+    let mut stage = String::new();
+    let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "            let v = {reg} * {scale};").unwrap();
+        writeln!(s, "            let hi = vec4<f16>(v);").unwrap();
+        writeln!(s, "            {tile}_hi[{at}] = hi;").unwrap();
+        if split {
+            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>((v - vec4<f32>(hi)) * LO);").unwrap();
+        }
+        writeln!(s, "        }}").unwrap();
+    };
+    for i in 0..a_slots {
+        stage_one(&mut stage, "a", &format!("pa{i}"), "sx", format!("(u32(ak{i}) * LDA) / 4u + u32(am)"));
+    }
+    for i in 0..b_slots {
+        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
+    }
+
+    let mut inner = String::new();
+    for kk in 0..v.bk / 16 {
+        let s = &mut inner;
+        writeln!(s, "        {{").unwrap();
+        for p in parts {
+            for i in 0..tm {
+                writeln!(
+                    s,
+                    "            let a{p}{i} = coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u);",
+                    kk * 16,
+                    i * 16
+                )
+                .unwrap();
+            }
+            for j in 0..tn {
+                writeln!(
+                    s,
+                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
+                    j * 16,
+                    kk * 16
+                )
+                .unwrap();
+            }
+        }
+        for i in 0..tm {
+            for j in 0..tn {
+                writeln!(s, "            acc{i}_{j} = coopMultiplyAdd(ahi{i}, bhi{j}, acc{i}_{j});").unwrap();
+                if split {
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(ahi{i}, blo{j}, cor{i}_{j});").unwrap();
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(alo{i}, bhi{j}, cor{i}_{j});").unwrap();
+                }
+            }
+        }
+        writeln!(s, "        }}").unwrap();
+    }
+
+    // Epilogue: each accumulator tile goes through the subgroup's scratch, column-major
+    // (pixel fastest), so neighbouring lanes write neighbouring pixels of one channel.
+    let mut store = String::new();
+    for i in 0..tm {
+        for j in 0..tn {
+            let s = &mut store;
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "    coopStore(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
+            if split {
+                writeln!(s, "    coopStore(cor{i}_{j}, &scratch[{} + sbase], 16u);", v.sgm * v.sgn * 256).unwrap();
+            }
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            for e in 0..8 {
+                writeln!(s, "    {{").unwrap();
+                writeln!(s, "        let e = {}u + lane;", e * 32).unwrap();
+                writeln!(s, "        let m = m0 + i32(wm) + {} + i32(e % 16u);", i * 16).unwrap();
+                writeln!(s, "        let n = n0 + i32(wn) + {} + i32(e / 16u);", j * 16).unwrap();
+                writeln!(s, "        if (m < M && n < KG) {{").unwrap();
+                writeln!(s, "            let k = g * KG + n;").unwrap();
+                let sum = if split {
+                    format!("scratch[sbase + e] + scratch[{} + sbase + e] / LO", v.sgm * v.sgn * 256)
+                } else {
+                    "scratch[sbase + e]".to_string()
+                };
+                let bias = if shape.bias { " + bias[k]" } else { "" };
+                // The smaller factor first: an intermediate overflows only if the result does.
+                writeln!(s, "            y[((m / OHW) * K + k) * OHW + m % OHW] = ({sum}) * min(ux, uw) * max(ux, uw){bias};").unwrap();
+                writeln!(s, "        }}").unwrap();
+                writeln!(s, "    }}").unwrap();
+            }
+        }
+    }
+
+    let mut vars = shape_vars(shape, &v.name());
+    vars.extend([
+        ("M", m.to_string()),
+        ("BM", v.bm.to_string()),
+        ("BN", v.bn.to_string()),
+        ("BK", v.bk.to_string()),
+        ("LDA", lda.to_string()),
+        ("LDB", ldb.to_string()),
+        ("TM", tm.to_string()),
+        ("TN", tn.to_string()),
+        ("SGN", v.sgn.to_string()),
+        ("WM", (tm * 16).to_string()),
+        ("WN", (tn * 16).to_string()),
+        ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
+        ("SPLIT", v.split.to_string()),
+        ("THREADS", t.to_string()),
+        ("M_BLOCKS", m_blocks.to_string()),
+        ("N_BLOCKS", n_blocks.to_string()),
+        ("BLOCKS", blocks.to_string()),
+        ("SMEM", smem),
+        ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
+        ("A_SETUP", a_setup),
+        ("B_SETUP", b_setup),
+        ("ACC_DECL", acc),
+        ("FETCH", fetch),
+        ("ADVANCE", advance),
+        ("STAGE_STORE", stage),
+        ("INNER", inner),
+        ("STORE", store),
+    ]);
+    Ok(Kernel { source: render(Coop::TEMPLATE, &vars)?, workgroups: blocks, scaled: true })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The f16 rounding the kernel does, emulated on the CPU: scale by 2^(14 - e), split
+    /// into hi and a 2^11-scaled lo, multiply as the tensor cores do (exact products,
+    /// f32 sums), unscale.
+    fn f16(v: f32) -> f32 {
+        half_round(v)
+    }
+
+    /// Round to the nearest f16 value (ties to even), as a float32, with f16's subnormals.
+    fn half_round(v: f32) -> f32 {
+        if !v.is_finite() || v == 0.0 {
+            return v;
+        }
+        let e = v.abs().log2().floor().max(-14.0);
+        let ulp = (e - 10.0).exp2();
+        let q = v / ulp;
+        let r = q.round_ties_even();
+        let out = r * ulp;
+        if out.abs() > 65504.0 { f32::INFINITY.copysign(v) } else { out }
+    }
+
+    fn scale_exp(max: f32) -> i32 {
+        let e = if max > 0.0 { max.log2().floor() as i32 + 1 } else { 0 };
+        (14 - e).clamp(-126, 126)
+    }
+
+    fn dot(x: &[f32], w: &[f32], split: bool) -> f64 {
+        let mx = x.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+        let mw = w.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+        let (ex, ew) = (scale_exp(mx), scale_exp(mw));
+        let (sx, sw) = (2f32.powi(ex), 2f32.powi(ew));
+        let (mut acc, mut cor) = (0f32, 0f32);
+        for (&a, &b) in x.iter().zip(w) {
+            let (a, b) = (a * sx, b * sw);
+            let (ah, bh) = (f16(a), f16(b));
+            acc += ah * bh;
+            if split {
+                let (al, bl) = (f16((a - ah) * 2048.0), f16((b - bh) * 2048.0));
+                cor += ah * bl + al * bh;
+            }
+        }
+        ((acc + cor / 2048.0) as f64) * 2f64.powi(-ex) * 2f64.powi(-ew)
+    }
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// The split scheme reaches float32-class error, the single pass TF32-class, on inputs
+    /// of any overall scale.
+    #[test]
+    fn emulated_split_meets_the_precision_bounds_at_any_scale() {
+        let mut seed = 7;
+        for &(xs, ws) in &[(1.0f32, 1.0f32), (1e-30, 1e30), (1e20, 1e-25), (3e-38, 1.0), (1e15, 1e15)] {
+            for len in [9usize, 64, 576, 2304] {
+                let x: Vec<f32> = (0..len).map(|_| lcg(&mut seed) * xs).collect();
+                let w: Vec<f32> = (0..len).map(|_| lcg(&mut seed) * ws).collect();
+                let exact: f64 = x.iter().zip(&w).map(|(&a, &b)| a as f64 * b as f64).sum();
+                // Relative to the sum of magnitudes: the scale the tuner's bound is about.
+                let mag: f64 = x.iter().zip(&w).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                let e3 = (dot(&x, &w, true) - exact).abs() / mag;
+                let e1 = (dot(&x, &w, false) - exact).abs() / mag;
+                assert!(e3 < Precision::Highest.tolerance(), "split, scale {xs}x{ws}, len {len}: {e3:e}");
+                assert!(e1 < Precision::High.tolerance(), "single, scale {xs}x{ws}, len {len}: {e1:e}");
+                assert!(e1 > e3 || e1 == 0.0);
+            }
+        }
+    }
+
+    #[test]
+    fn half_rounding_matches_f16_steps() {
+        assert_eq!(half_round(1.0 + 1.0 / 4096.0), 1.0);
+        assert_eq!(half_round(1.0 + 3.0 / 4096.0), 1.0 + 1.0 / 1024.0);
+        assert_eq!(half_round(65504.0), 65504.0);
+        assert_eq!(half_round(1e6), f32::INFINITY);
+        assert_eq!(half_round(2f32.powi(-24)), 2f32.powi(-24));
+    }
+}

@@ -1,0 +1,93 @@
+//! Precision modes, named after `torch.set_float32_matmul_precision`: what a float32 conv2d
+//! may trade for speed. Each mode is an error bound that a tuning candidate must meet
+//! against the float32 reference kernel before it may win.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// float32-class results (the default).
+    #[default]
+    Highest,
+    /// TF32-class results: products of 11-bit significands, accumulated in float32.
+    High,
+}
+
+pub const NAMES: [&str; 2] = ["highest", "high"];
+
+impl Precision {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Precision::Highest => "highest",
+            Precision::High => "high",
+        }
+    }
+
+    /// Largest max|got - want| / max|want| a kernel may show against the float32 reference.
+    /// "high" allows what one rounding of each operand to 11 significant bits gives on a
+    /// long reduction, with a margin; a wrong kernel is off by far more.
+    pub fn tolerance(&self) -> f64 {
+        match self {
+            Precision::Highest => 1e-5,
+            Precision::High => 4e-3,
+        }
+    }
+
+    /// The argument if given, else `CONVTUNE_PRECISION`, else "highest".
+    pub fn resolve(arg: Option<&str>) -> Result<Precision> {
+        match arg {
+            Some(a) => a.parse(),
+            None => match std::env::var("CONVTUNE_PRECISION") {
+                Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+                    Error::invalid(format!(
+                        "CONVTUNE_PRECISION must be one of {}, got {v:?}",
+                        quoted_names()
+                    ))
+                }),
+                _ => Ok(Precision::default()),
+            },
+        }
+    }
+}
+
+fn quoted_names() -> String {
+    NAMES.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+}
+
+impl FromStr for Precision {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Precision> {
+        match s {
+            "highest" => Ok(Precision::Highest),
+            "high" => Ok(Precision::High),
+            _ => Err(Error::invalid(format!("precision must be one of {}, got {s:?}", quoted_names()))),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_and_others_are_rejected_by_name() {
+        for n in NAMES {
+            assert_eq!(n.parse::<Precision>().unwrap().as_str(), n);
+        }
+        let e = "fast".parse::<Precision>().unwrap_err().to_string();
+        assert!(e.contains("'highest'") && e.contains("'high'") && e.contains("fast"), "{e}");
+        assert!("HIGH".parse::<Precision>().is_err());
+        assert!(Precision::High.tolerance() > Precision::Highest.tolerance());
+    }
+}

@@ -1,0 +1,178 @@
+"""Precision modes: argument checking, cache keys, explain(), and on adapters with tensor
+cores the cooperative-matrix kernels against a float64 reference, on hostile value ranges."""
+
+import numpy as np
+import pytest
+
+import convtune
+from reference import reference_conv2d
+from tuning_support import tuning_env  # noqa: F401  (a fixture)
+
+TC = convtune.adapter_info()["features"]["tensor_cores"]
+needs_tc = pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+
+
+def _rel_err(got, want):
+    want = np.asarray(want, dtype=np.float64)
+    finite = np.isfinite(want)
+    scale = max(np.abs(want[finite]).max(), np.finfo(np.float32).tiny)
+    return float(np.abs(got.astype(np.float64)[finite] - want[finite]).max() / scale)
+
+
+@pytest.mark.parametrize("bad", ["fast", "HIGH", "", "float16"])
+def test_unknown_precision_names_the_accepted_values(bad):
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="'highest'.*'high'"):
+        convtune.conv2d(x, w, precision=bad)
+    with pytest.raises(ValueError, match="highest"):
+        convtune.explain(x.shape, w.shape, precision=bad)
+
+
+@pytest.mark.parametrize("bad", [1, 1.0, b"high", ["high"]])
+def test_non_string_precision_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="precision"):
+        convtune.tune((1, 2, 5, 5), (3, 2, 3, 3), precision=bad)
+
+
+def test_bad_environment_precision_is_reported(monkeypatch):
+    monkeypatch.setenv("CONVTUNE_PRECISION", "fastest")
+    with pytest.raises(ValueError, match="CONVTUNE_PRECISION"):
+        convtune.explain((1, 2, 5, 5), (3, 2, 3, 3))
+
+
+def test_environment_sets_the_default_precision(monkeypatch):
+    monkeypatch.setenv("CONVTUNE_PRECISION", "high")
+    assert convtune.explain((1, 2, 5, 5), (3, 2, 3, 3)).precision == "high"
+    assert convtune.explain((1, 2, 5, 5), (3, 2, 3, 3), precision="highest").precision == "highest"
+
+
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_every_mode_computes_the_reference(precision):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 8, 11, 9)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    got = convtune.conv2d(x, w, padding=1, bias=b, precision=precision)
+    assert got.dtype == np.float32
+    bound = {"highest": 1e-5, "high": 4e-3}[precision]
+    assert _rel_err(got, reference_conv2d(x, w, padding=1, bias=b)) <= bound
+
+
+def test_explain_reports_precision_family_and_tensor_cores():
+    e = convtune.explain((1, 4, 8, 8), (8, 4, 3, 3), padding=1, precision="high")
+    assert e.precision == "high"
+    assert e.family == convtune.variant_knobs(e.variant)["family"]
+    if TC:
+        assert e.tensor_cores == "available"
+    else:
+        assert "cooperative matri" in e.tensor_cores
+    assert "precision high" in str(e)
+
+
+def test_tuning_cache_keeps_modes_apart(tuning_env):
+    shape = ((1, 8, 10, 10), (16, 8, 3, 3))
+    high = convtune.tune(*shape, padding=1, precision="high", budget=0.2)
+    highest = convtune.tune(*shape, padding=1, precision="highest", budget=0.2)
+    assert (high.precision, highest.precision) == ("high", "highest")
+    assert highest.source == "tuned"  # not the "high" entry
+    assert convtune.tune(*shape, padding=1, precision="high").source == "cache"
+    # A candidate that serves only "high" never wins "highest".
+    coop_single = [c["name"] for c in highest.candidates if c["name"].endswith("_p1")]
+    assert coop_single == []
+
+
+def test_tensor_core_variants_are_in_the_space_and_refused_where_missing():
+    coop = [v for v in convtune.variant_space() if v.startswith("coop_")]
+    assert coop and all(convtune.variant_knobs(v)["family"] == "coop" for v in coop)
+    src = convtune.wgsl(coop[0], (1, 16, 8, 8), (16, 16, 3, 3), padding=1)
+    assert "coopMultiplyAdd" in src
+    if not TC:
+        x = np.ones((1, 16, 8, 8), np.float32)
+        w = np.ones((16, 16, 3, 3), np.float32)
+        with pytest.raises(ValueError, match="cannot run here"):
+            convtune.conv2d(x, w, variant=coop[0])
+
+
+# ---- tensor cores: the GPU machine only ----------------------------------------------------
+
+COOP = [v for v in convtune.variant_space() if v.startswith("coop_")]
+SHAPES = [
+    # x, w, stride, padding, dilation, groups, bias
+    ((2, 64, 20, 20), (64, 64, 3, 3), 1, 1, 1, 1, True),
+    ((1, 3, 33, 31), (40, 3, 3, 3), 1, 0, 1, 1, False),
+    ((3, 24, 17, 13), (72, 24, 1, 1), 1, 0, 1, 1, True),
+    ((2, 32, 15, 16), (48, 16, 5, 3), (2, 1), (2, 1), (1, 2), 2, False),
+    ((1, 100, 9, 9), (130, 100, 3, 3), 2, 1, 1, 1, True),
+]
+
+
+def _bound(variant):
+    return 1e-5 if variant.endswith("_p3") else 4e-3
+
+
+@needs_tc
+@pytest.mark.parametrize("variant", COOP)
+def test_tensor_core_variant_computes_the_reference(variant):
+    rng = np.random.default_rng(abs(hash(variant)) % 2**32)
+    for xs, ws, st, pad, dil, g, has_b in SHAPES:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32) if has_b else None
+        kw = dict(stride=st, padding=pad, dilation=dil, groups=g, bias=b)
+        got = convtune.conv2d(x, w, variant=variant, **kw)
+        err = _rel_err(got, reference_conv2d(x, w, **kw))
+        assert err <= _bound(variant), (variant, xs, ws, err)
+
+
+@needs_tc
+@pytest.mark.parametrize("xs, wsc", [(1e-30, 1.0), (1e30, 1e-30), (1e-20, 1e-15), (1e18, 1e15)])
+@pytest.mark.parametrize("split", [1, 3])
+def test_tensor_cores_scale_any_value_range(xs, wsc, split):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((2, 32, 12, 12)) * xs).astype(np.float32)
+    w = (rng.standard_normal((32, 32, 3, 3)) * wsc).astype(np.float32)
+    variant = f"coop_b64x64x32_s2x2_p{split}"
+    got = convtune.conv2d(x, w, padding=1, variant=variant)
+    want = reference_conv2d(x, w, padding=1)
+    assert np.all(np.isfinite(got))
+    # Nothing flushed to zero or blown up where the true result is finite and non-zero.
+    big = np.abs(want) > 1e-3 * np.abs(want).max()
+    assert np.all(got[big] != 0)
+    assert _rel_err(got, want) <= _bound(variant)
+
+
+@needs_tc
+def test_tensor_cores_mixed_channel_magnitudes_meet_high():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 32, 10, 10)).astype(np.float32)
+    x *= np.logspace(-6, 6, 32, dtype=np.float32)[None, :, None, None]
+    w = rng.standard_normal((32, 32, 3, 3)).astype(np.float32)
+    got = convtune.conv2d(x, w, padding=1, variant="coop_b64x64x32_s2x2_p1")
+    assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= 4e-3
+
+
+@needs_tc
+@pytest.mark.parametrize("split", [1, 3])
+def test_tensor_cores_propagate_nan_and_inf(split):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    x[0, 3, 2, 2] = np.nan
+    x[0, 5, 6, 6] = np.inf
+    got = convtune.conv2d(x, w, padding=1, variant=f"coop_b64x64x32_s2x2_p{split}")
+    want = reference_conv2d(x, w, padding=1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    assert _rel_err(np.where(finite, got, 0), np.where(finite, want, 0)) <= _bound(f"_p{split}")
+
+
+@needs_tc
+@pytest.mark.parametrize("precision", ["high", "highest"])
+def test_tuned_tensor_core_modes_meet_their_bounds(precision, tuning_env):
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((4, 64, 28, 28)).astype(np.float32)
+    w = rng.standard_normal((128, 64, 3, 3)).astype(np.float32)
+    got = convtune.conv2d(x, w, padding=1, precision=precision)
+    bound = {"highest": 1e-5, "high": 4e-3}[precision]
+    assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= bound
