@@ -141,11 +141,12 @@ impl KernelVariant for Coop {
         true
     }
 
+    /// The split variants would serve "highest", but on the H100 they measured about 3e-4
+    /// relative error, the single pass's level, instead of float32-class: until that is
+    /// fixed they serve no mode, so tuning does not spend its budget on them. They stay in
+    /// the space so they can be forced, validated and studied.
     fn serves(&self, precision: Precision) -> bool {
-        match precision {
-            Precision::High => true,
-            Precision::Highest => self.split == 3,
-        }
+        self.split == 1 && precision == Precision::High
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -290,10 +291,15 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
         writeln!(s, "        {{").unwrap();
         writeln!(s, "            let v = {reg} * {scale};").unwrap();
-        writeln!(s, "            let hi = vec4<f16>(v);").unwrap();
-        writeln!(s, "            {tile}_hi[{at}] = hi;").unwrap();
         if split {
-            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>((v - vec4<f32>(hi)) * LO);").unwrap();
+            // Rounded through pack/unpack: a compiler may fold f32(f16(v)) back into v, which
+            // would leave lo zero.
+            writeln!(s, "            let hp = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));").unwrap();
+            writeln!(s, "            let h32 = vec4<f32>(unpack2x16float(hp.x), unpack2x16float(hp.y));").unwrap();
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(h32);").unwrap();
+            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>((v - h32) * LO);").unwrap();
+        } else {
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(v);").unwrap();
         }
         writeln!(s, "        }}").unwrap();
     };
