@@ -6,6 +6,7 @@ pub mod check;
 pub mod codegen;
 pub mod device;
 pub mod error;
+pub mod memory;
 pub mod params;
 pub mod pool;
 pub mod runner;

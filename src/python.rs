@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 create_exception!(_convtune, ConvtuneError, PyRuntimeError, "A GPU-side failure in convtune.");
 create_exception!(_convtune, NoAdapterError, ConvtuneError, "No usable GPU adapter or Vulkan loader.");
-create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU ran out of memory for this call.");
+create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU or the host has not enough memory for this call.");
 create_exception!(_convtune, DeviceLostError, ConvtuneError, "The GPU device was lost; the next call opens a new one.");
 create_exception!(_convtune, ShaderError, ConvtuneError, "A generated shader failed to compile.");
 create_exception!(_convtune, ConvtuneWarning, PyUserWarning, "A recoverable problem: an unreadable tuning cache, a failed tuning run.");
@@ -33,7 +33,7 @@ fn to_pyerr(e: Error) -> PyErr {
         Error::InvalidArgument(_) => PyValueError::new_err(msg),
         Error::InvalidType(_) => PyTypeError::new_err(msg),
         Error::NoAdapter(_) => NoAdapterError::new_err(msg),
-        Error::OutOfMemory(_) => OutOfMemoryError::new_err(msg),
+        Error::OutOfMemory(_) | Error::MemoryLimit(_) => OutOfMemoryError::new_err(msg),
         Error::DeviceLost(_) => DeviceLostError::new_err(msg),
         Error::Shader { .. } => ShaderError::new_err(msg),
         Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) => ConvtuneError::new_err(msg),
