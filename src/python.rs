@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use crate::tuner::{self, Progress, TuneReport};
 use crate::variants::{self, Variant};
-use numpy::{PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4, PyUntypedArrayMethods};
+use numpy::{
+    npyffi, Element, PyArray4, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
+    PyUntypedArrayMethods,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
@@ -178,6 +181,29 @@ fn not_contiguous(e: numpy::AsSliceError) -> PyErr {
     PyValueError::new_err(format!("{e}: arrays must be C-contiguous"))
 }
 
+/// A new, uninitialised float32 array. numpy's own constructor in the `numpy` crate panics
+/// when the allocation fails; this raises the MemoryError numpy set instead.
+fn new_output<'py>(py: Python<'py>, dims: [usize; 4]) -> PyResult<Bound<'py, PyArray4<f32>>> {
+    let mut shape = dims.map(|d| d as npyffi::npy_intp);
+    // SAFETY: the arguments describe a fresh C-ordered array of `dims` float32 elements that
+    // numpy allocates itself; the descriptor reference is stolen by the call, as it expects.
+    let ptr = unsafe {
+        npyffi::PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            f32::get_dtype(py).into_dtype_ptr(),
+            4,
+            shape.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        )
+    };
+    // SAFETY: a non-null result is a new reference to the float32 4-D array just made.
+    unsafe { Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked()) }
+}
+
 /// The weights and the optional bias as slices (the Python layer made them C-contiguous).
 fn weight_slices<'a>(
     w: &'a PyReadonlyArray4<'_, f32>,
@@ -219,9 +245,9 @@ fn conv2d<'py>(
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
     let v = choose(py, &eng, &shape, variant, progress)?.variant;
-    // SAFETY: the array is fresh and owned here; every element is written before it is
-    // returned (the kernels write all outputs; an error drops the array).
-    let out = unsafe { PyArray4::<f32>::new(py, shape.y_dims(), false) };
+    // Every element is written before the array is returned (the kernels write all
+    // outputs; an error drops the array).
+    let out = new_output(py, shape.y_dims())?;
     let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     let poison = POISON.load(Ordering::Relaxed);
     py.detach(|| runner::conv2d(&eng, &shape, &v, xs, ws, bs, dst, poison)).py_err()?;
@@ -517,8 +543,8 @@ impl PyTensor {
 
     /// Copies the tensor into a new numpy array.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray4<f32>>> {
-        // SAFETY: fresh array, fully written by the read below or dropped on error.
-        let out = unsafe { PyArray4::<f32>::new(py, self.inner.dims, false) };
+        // Fully written by the read below, or dropped on error.
+        let out = new_output(py, self.inner.dims)?;
         let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         py.detach(|| self.inner.read(&self.engine, dst)).py_err()?;
         Ok(out)
