@@ -4,6 +4,7 @@ use crate::autotune::{self, Choice};
 use crate::cache::{self, Cache};
 use crate::device::{self, AdapterDesc, Engine};
 use crate::error::Error;
+use crate::memory::{self, Need};
 use crate::params::{ConvShape, Padding};
 use crate::runner::{self, DeviceArray, DeviceTensors};
 use std::sync::Arc;
@@ -301,6 +302,7 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     )?;
     d.set_item("features", features)?;
     d.set_item("loader_note", eng.loader_note.clone())?;
+    d.set_item("device_heap_bytes", eng.device_heap)?;
     Ok(d)
 }
 
@@ -356,6 +358,7 @@ fn time_variant(
 ) -> PyResult<(String, Vec<f64>)> {
     let shape = spec.shape()?;
     let eng = py.detach(device::engine).py_err()?;
+    memory::check(&eng, "time_variant", &memory::whole_problem(&shape, eng.max_binding()).py_err()?).py_err()?;
     let v = choose(py, &eng, &shape, variant, None)?.variant;
     let times = py
         .detach(|| -> Result<Vec<f64>, Error> {
@@ -543,6 +546,7 @@ impl PyTensor {
 
     /// Copies the tensor into a new numpy array.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray4<f32>>> {
+        memory::check(&self.engine, "Tensor.numpy()", &memory::download(self.inner.len() as u64)).py_err()?;
         // Fully written by the read below, or dropped on error.
         let out = new_output(py, self.inner.dims)?;
         let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
@@ -623,6 +627,44 @@ fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>>
     Ok(d)
 }
 
+type Parts = Vec<(String, u64)>;
+
+fn parts(need: Need) -> (Parts, Parts) {
+    (need.host, need.device)
+}
+
+/// The host and GPU bytes a conv2d needs, by purpose, worked out from the shapes alone (the
+/// shape is validated first). `x_on_device`: `x` is a Tensor and the result stays on the GPU.
+#[pyfunction]
+#[pyo3(signature = (spec, x_on_device))]
+fn conv2d_footprint(py: Python<'_>, spec: Spec, x_on_device: bool) -> PyResult<(Parts, Parts)> {
+    let shape = spec.shape()?;
+    let eng = py.detach(device::engine).py_err()?;
+    let need = if x_on_device {
+        memory::conv2d_device(&shape, eng.max_binding())
+    } else {
+        memory::conv2d_host(&shape, eng.max_binding())
+    };
+    need.map(parts).py_err()
+}
+
+/// The host and GPU bytes `to_device` needs for an array of this shape.
+#[pyfunction]
+fn upload_footprint(py: Python<'_>, shape: Vec<usize>) -> PyResult<(Parts, Parts)> {
+    let elems = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+    let elems = elems.ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} has too many elements")))?;
+    let eng = py.detach(device::engine).py_err()?;
+    memory::upload(elems, eng.max_binding()).map(parts).py_err()
+}
+
+/// Raises OutOfMemoryError, naming the bytes and the limit, when `host` or `device` (bytes
+/// by purpose) need more memory than the host or the GPU has.
+#[pyfunction]
+fn check_memory(py: Python<'_>, what: &str, host: Parts, device: Parts) -> PyResult<()> {
+    let eng = py.detach(device::engine).py_err()?;
+    memory::check(&eng, what, &Need { host, device }).py_err()
+}
+
 #[pyfunction]
 fn _set_poison(on: bool) {
     POISON.store(on, Ordering::Relaxed);
@@ -659,5 +701,8 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(to_device, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(conv2d_footprint, m)?)?;
+    m.add_function(wrap_pyfunction!(upload_footprint, m)?)?;
+    m.add_function(wrap_pyfunction!(check_memory, m)?)?;
     Ok(())
 }
