@@ -89,6 +89,8 @@ pub struct Engine {
     pub pool: Arc<crate::pool::Pool>,
     /// The output-check kernels, compiled on first use.
     checker: Mutex<Option<Arc<crate::check::Checker>>>,
+    /// The size of the adapter's largest device-local memory heap, where it can be read.
+    pub device_heap: Option<u64>,
     /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
 }
@@ -254,6 +256,29 @@ fn pick(list: Vec<wgpu::Adapter>, selector: Option<String>) -> Result<(usize, wg
     chosen.ok_or_else(|| no_adapter_error(empty))
 }
 
+/// The largest device-local memory heap Vulkan reports. wgpu has no portable query for it
+/// (its limits only bound single buffers), so it is read through wgpu's Vulkan backend.
+#[cfg(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple")))))]
+fn device_heap_bytes(adapter: &wgpu::Adapter) -> Option<u64> {
+    // SAFETY: reads properties of the physical device only; nothing is created or destroyed.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let instance = hal.shared_instance().raw_instance();
+    // SAFETY: the physical device belongs to this instance, which the adapter keeps alive.
+    let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    const DEVICE_LOCAL: u32 = 0x1; // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
+    props
+        .memory_heaps_as_slice()
+        .iter()
+        .filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0)
+        .map(|h| h.size)
+        .max()
+}
+
+#[cfg(not(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple"))))))]
+fn device_heap_bytes(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
+}
+
 impl Engine {
     fn create() -> Result<Engine> {
         let (_instance, list) = discover();
@@ -321,6 +346,7 @@ impl Engine {
             mapped_at_creation: false,
         });
         let pool = crate::pool::Pool::new(device.clone());
+        let device_heap = device_heap_bytes(&adapter);
         Ok(Engine {
             adapter,
             device,
@@ -335,6 +361,7 @@ impl Engine {
             lost,
             pool,
             checker: Mutex::new(None),
+            device_heap,
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
         })
     }

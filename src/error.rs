@@ -19,6 +19,10 @@ pub enum Error {
     /// The GPU ran out of memory for this call (Python: convtune.OutOfMemoryError).
     #[error("GPU out of memory: {0}")]
     OutOfMemory(String),
+    /// A call would need more host or GPU memory than there is; found before allocating
+    /// (Python: convtune.OutOfMemoryError).
+    #[error("{0}")]
+    MemoryLimit(String),
     /// The device was lost; the next call creates a new one (Python: convtune.DeviceLostError).
     #[error("GPU device lost: {0}")]
     DeviceLost(String),

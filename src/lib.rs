@@ -7,6 +7,7 @@ pub mod codegen;
 pub mod device;
 pub mod error;
 pub mod kernels;
+pub mod memory;
 pub mod params;
 pub mod pool;
 pub mod precision;

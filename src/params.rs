@@ -5,6 +5,7 @@
 //! "same" with an even effective kernel pads one more at the bottom/right).
 
 use crate::error::{Error, Result};
+use crate::memory::human;
 use serde::{Deserialize, Serialize};
 
 /// Padding as asked for by the caller, before it is resolved against the kernel size.
@@ -166,8 +167,10 @@ impl ConvShape {
         ] {
             if count > i32::MAX as u64 {
                 return Err(Error::invalid(format!(
-                    "{what} has {count} elements; at most {} are supported",
-                    i32::MAX
+                    "{what} has {count} elements ({} as float32); at most {} ({}) are supported",
+                    human(count.saturating_mul(4)),
+                    i32::MAX,
+                    human(i32::MAX as u64 * 4)
                 )));
             }
         }

@@ -45,6 +45,8 @@ pub struct PoolStats {
     pub live: u64,
     /// Bytes in buffers kept for reuse.
     pub idle: u64,
+    /// Bytes in device-local buffers handed out and not yet returned.
+    pub live_device: u64,
     /// Buffers created since the engine started.
     pub allocations: u64,
     /// Most bytes of device-local buffers in use at once since the last `reset_peak`.
@@ -73,6 +75,7 @@ impl Pool {
         PoolStats {
             live: self.live.load(Ordering::Relaxed),
             idle: self.idle.load(Ordering::Relaxed),
+            live_device: self.live_device.load(Ordering::Relaxed),
             allocations: self.allocations.load(Ordering::Relaxed),
             peak_device: self.peak_device.load(Ordering::Relaxed),
         }

@@ -4,6 +4,7 @@ use crate::autotune::{self, Choice};
 use crate::cache::{self, Cache};
 use crate::device::{self, AdapterDesc, Engine};
 use crate::error::Error;
+use crate::memory::{self, Need};
 use crate::params::{ConvShape, Padding};
 use crate::precision::Precision;
 use crate::runner::{self, DeviceArray, DeviceTensors};
@@ -11,7 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use crate::tuner::{self, Progress, TuneReport};
 use crate::kernels::{self, Variant};
-use numpy::{PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4, PyUntypedArrayMethods};
+use numpy::{
+    npyffi, Element, PyArray4, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
+    PyUntypedArrayMethods,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
@@ -22,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 create_exception!(_convtune, ConvtuneError, PyRuntimeError, "A GPU-side failure in convtune.");
 create_exception!(_convtune, NoAdapterError, ConvtuneError, "No usable GPU adapter or Vulkan loader.");
-create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU ran out of memory for this call.");
+create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU or the host has not enough memory for this call.");
 create_exception!(_convtune, DeviceLostError, ConvtuneError, "The GPU device was lost; the next call opens a new one.");
 create_exception!(_convtune, ShaderError, ConvtuneError, "A generated shader failed to compile.");
 create_exception!(_convtune, ConvtuneWarning, PyUserWarning, "A recoverable problem: an unreadable tuning cache, a failed tuning run.");
@@ -34,7 +38,7 @@ fn to_pyerr(e: Error) -> PyErr {
         Error::InvalidArgument(_) => PyValueError::new_err(msg),
         Error::InvalidType(_) => PyTypeError::new_err(msg),
         Error::NoAdapter(_) => NoAdapterError::new_err(msg),
-        Error::OutOfMemory(_) => OutOfMemoryError::new_err(msg),
+        Error::OutOfMemory(_) | Error::MemoryLimit(_) => OutOfMemoryError::new_err(msg),
         Error::DeviceLost(_) => DeviceLostError::new_err(msg),
         Error::Shader { .. } => ShaderError::new_err(msg),
         Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) => ConvtuneError::new_err(msg),
@@ -180,6 +184,29 @@ fn not_contiguous(e: numpy::AsSliceError) -> PyErr {
     PyValueError::new_err(format!("{e}: arrays must be C-contiguous"))
 }
 
+/// A new, uninitialised float32 array. numpy's own constructor in the `numpy` crate panics
+/// when the allocation fails; this raises the MemoryError numpy set instead.
+fn new_output<'py>(py: Python<'py>, dims: [usize; 4]) -> PyResult<Bound<'py, PyArray4<f32>>> {
+    let mut shape = dims.map(|d| d as npyffi::npy_intp);
+    // SAFETY: the arguments describe a fresh C-ordered array of `dims` float32 elements that
+    // numpy allocates itself; the descriptor reference is stolen by the call, as it expects.
+    let ptr = unsafe {
+        npyffi::PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            f32::get_dtype(py).into_dtype_ptr(),
+            4,
+            shape.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        )
+    };
+    // SAFETY: a non-null result is a new reference to the float32 4-D array just made.
+    unsafe { Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked()) }
+}
+
 /// The weights and the optional bias as slices (the Python layer made them C-contiguous).
 fn weight_slices<'a>(
     w: &'a PyReadonlyArray4<'_, f32>,
@@ -223,9 +250,9 @@ fn conv2d<'py>(
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
     let v = choose(py, &eng, &shape, precision, variant, progress)?.variant;
-    // SAFETY: the array is fresh and owned here; every element is written before it is
-    // returned (the kernels write all outputs; an error drops the array).
-    let out = unsafe { PyArray4::<f32>::new(py, shape.y_dims(), false) };
+    // Every element is written before the array is returned (the kernels write all
+    // outputs; an error drops the array).
+    let out = new_output(py, shape.y_dims())?;
     let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     let poison = POISON.load(Ordering::Relaxed);
     py.detach(|| runner::conv2d(&eng, &shape, &v, xs, ws, bs, dst, poison)).py_err()?;
@@ -281,6 +308,7 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     )?;
     d.set_item("features", features)?;
     d.set_item("loader_note", eng.loader_note.clone())?;
+    d.set_item("device_heap_bytes", eng.device_heap)?;
     Ok(d)
 }
 
@@ -338,6 +366,7 @@ fn time_variant(
     let precision = Precision::resolve(precision).py_err()?;
     let shape = spec.shape()?;
     let eng = py.detach(device::engine).py_err()?;
+    memory::check(&eng, "time_variant", &memory::whole_problem(&shape, eng.max_binding()).py_err()?).py_err()?;
     let v = choose(py, &eng, &shape, precision, variant, None)?.variant;
     let times = py
         .detach(|| -> Result<Vec<f64>, Error> {
@@ -533,8 +562,9 @@ impl PyTensor {
 
     /// Copies the tensor into a new numpy array.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray4<f32>>> {
-        // SAFETY: fresh array, fully written by the read below or dropped on error.
-        let out = unsafe { PyArray4::<f32>::new(py, self.inner.dims, false) };
+        memory::check(&self.engine, "Tensor.numpy()", &memory::download(self.inner.len() as u64)).py_err()?;
+        // Fully written by the read below, or dropped on error.
+        let out = new_output(py, self.inner.dims)?;
         let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         py.detach(|| self.inner.read(&self.engine, dst)).py_err()?;
         Ok(out)
@@ -615,6 +645,44 @@ fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>>
     Ok(d)
 }
 
+type Parts = Vec<(String, u64)>;
+
+fn parts(need: Need) -> (Parts, Parts) {
+    (need.host, need.device)
+}
+
+/// The host and GPU bytes a conv2d needs, by purpose, worked out from the shapes alone (the
+/// shape is validated first). `x_on_device`: `x` is a Tensor and the result stays on the GPU.
+#[pyfunction]
+#[pyo3(signature = (spec, x_on_device))]
+fn conv2d_footprint(py: Python<'_>, spec: Spec, x_on_device: bool) -> PyResult<(Parts, Parts)> {
+    let shape = spec.shape()?;
+    let eng = py.detach(device::engine).py_err()?;
+    let need = if x_on_device {
+        memory::conv2d_device(&shape, eng.max_binding())
+    } else {
+        memory::conv2d_host(&shape, eng.max_binding())
+    };
+    need.map(parts).py_err()
+}
+
+/// The host and GPU bytes `to_device` needs for an array of this shape.
+#[pyfunction]
+fn upload_footprint(py: Python<'_>, shape: Vec<usize>) -> PyResult<(Parts, Parts)> {
+    let elems = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+    let elems = elems.ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} has too many elements")))?;
+    let eng = py.detach(device::engine).py_err()?;
+    memory::upload(elems, eng.max_binding()).map(parts).py_err()
+}
+
+/// Raises OutOfMemoryError, naming the bytes and the limit, when `host` or `device` (bytes
+/// by purpose) need more memory than the host or the GPU has.
+#[pyfunction]
+fn check_memory(py: Python<'_>, what: &str, host: Parts, device: Parts) -> PyResult<()> {
+    let eng = py.detach(device::engine).py_err()?;
+    memory::check(&eng, what, &Need { host, device }).py_err()
+}
+
 #[pyfunction]
 fn _set_poison(on: bool) {
     POISON.store(on, Ordering::Relaxed);
@@ -651,5 +719,8 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(to_device, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(conv2d_footprint, m)?)?;
+    m.add_function(wrap_pyfunction!(upload_footprint, m)?)?;
+    m.add_function(wrap_pyfunction!(check_memory, m)?)?;
     Ok(())
 }

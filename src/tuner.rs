@@ -534,6 +534,9 @@ pub fn tune(
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<TuneReport> {
     let start = Instant::now();
+    // Before the inputs are made: a shape too large for one binding must not cost gigabytes
+    // of random data first.
+    crate::memory::check(engine, "tuning", &crate::memory::whole_problem(shape, engine.max_binding())?)?;
     let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty());
     let x = random_data(shape.x_len() as usize, SEEDS.0);
     let w = random_data(shape.w_len() as usize, SEEDS.1);

@@ -21,9 +21,14 @@ padding (int, pair, 'same', 'valid', 1000, absurd values), dilation, bias
 present/absent/wrong, the kernel variant, dtypes (float16/32/64/longdouble, signed and
 unsigned ints, byte-swapped, and the rejected bool/complex/object/str/bytes/datetime/void),
 memory layouts (Fortran order, negative strides, strided and transposed views, zero-stride
-broadcasts, read-only, unaligned, nested lists, memoryviews), NaN/Inf values and wrong types
-everywhere (None, str, float stride, nested lists of the wrong depth, dict, set, object
-arrays, complex, ...).
+broadcasts, ``as_strided`` views with zero and overlapping strides, read-only, unaligned,
+nested lists, memoryviews), NaN/Inf values and wrong types everywhere (None, str, float
+stride, nested lists of the wrong depth, dict, set, object arrays, complex, ...).
+
+Huge views: now and then x or w is a zero-stride view (``np.broadcast_to`` or
+``as_strided``) of a random shape with more than 2**31 - 1 logical elements — up to
+terabytes — over a few bytes. Such a call must raise ValueError before it copies anything;
+a copy would take the process down (the child-process fuzz below would see the signal).
 
 Environment:
     CONVTUNE_FUZZ_EXAMPLES  examples of the in-process fuzz (default 150)
@@ -210,7 +215,7 @@ BAD_DTYPES = (
 )
 LAYOUTS = (
     "c", "fortran", "reversed", "reversed-last", "strided", "transposed", "broadcast",
-    "readonly", "unaligned", "byteswapped", "list", "memoryview",
+    "as-strided", "readonly", "unaligned", "byteswapped", "list", "memoryview",
 )
 # x only: a convtune.Tensor already on the GPU (conv2d then returns a Tensor).
 X_LAYOUTS = LAYOUTS + ("device",)
@@ -298,6 +303,8 @@ def _layout(a: np.ndarray, layout: str, seed: int):
         if nd == 0 or a.shape[axis] == 0:
             return a
         return np.broadcast_to(a.take([0], axis=axis), a.shape)  # zero stride, read-only
+    if layout == "as-strided":
+        return _as_strided(a, rng)
     if layout == "readonly":
         b = a.copy()
         b.flags.writeable = False
@@ -322,12 +329,51 @@ def _layout(a: np.ndarray, layout: str, seed: int):
     raise AssertionError(f"unknown layout {layout!r}")
 
 
+def _as_strided(a: np.ndarray, rng) -> np.ndarray:
+    """A read-only view of `a`'s buffer with random strides per axis: zero (a broadcast),
+    the natural one, or a smaller one whose rows overlap (a sliding window). No stride
+    exceeds the natural one, so the view stays inside the buffer; its values are whatever
+    it then shows."""
+    base = np.ascontiguousarray(a)
+    if base.size == 0:
+        return base
+    strides = []
+    for natural in base.strides:
+        mode = int(rng.integers(0, 3))
+        if mode == 0:
+            strides.append(0)
+        elif mode == 1:
+            strides.append(natural)
+        else:
+            strides.append(base.itemsize * int(rng.integers(0, natural // base.itemsize + 1)))
+    return np.lib.stride_tricks.as_strided(base, base.shape, strides, writeable=False)
+
+
+# Axes longer than this in a "huge-view" spec are zero-stride (the strategy's own dims are
+# at most 13, its huge ones at least 2**12).
+HUGE_AXIS = 64
+
+
+def _huge_view(spec: Arr) -> np.ndarray:
+    """A view of spec.shape (terabytes, maybe) over the values of a small array: the long
+    axes have stride 0 (np.broadcast_to for even seeds, as_strided for odd ones)."""
+    small_shape = tuple(1 if d > HUGE_AXIS else d for d in spec.shape)
+    small = np.ascontiguousarray(
+        _with_dtype(_values(dataclasses.replace(spec, shape=small_shape)), spec.dtype))
+    if spec.seed % 2 == 0:
+        return np.broadcast_to(small, spec.shape)
+    strides = [0 if d > HUGE_AXIS else st_ for d, st_ in zip(spec.shape, small.strides)]
+    return np.lib.stride_tricks.as_strided(small, spec.shape, strides, writeable=False)
+
+
 def materialize_array(spec):
     if spec is None:
         return None
     if isinstance(spec, Bad):
         return _bad_value(spec)
     assert isinstance(spec, Arr), spec
+    if spec.layout == "huge-view":
+        return _huge_view(spec)
     a = _with_dtype(_values(spec), spec.dtype)
     if spec.layout == "device":
         if a.dtype.kind in "fiu" and a.ndim == 4 and a.size:
@@ -519,6 +565,9 @@ def expected_outcome(args, kwargs) -> Expect:
         return e
     n, c, h, wd = (int(d) for d in x.shape)
     k, cg, r, s = (int(d) for d in w.shape)
+    for name, a in (("x", x), ("w", w)):
+        if a.size > INT32_MAX:
+            e.value_problems.append(f"{name} has {a.size} elements")
     g = groups
     if c % g:
         e.value_problems.append(f"C={c} not divisible by groups={g}")
@@ -576,8 +625,13 @@ def _kind(e: BaseException) -> str:
     return type(e).__name__
 
 
+# Inputs up to this many elements are copied to check conv2d leaves them alone; larger ones
+# are huge read-only views (a copy would not fit in memory).
+MAX_SNAPSHOT = 10**7
+
+
 def _snapshot(v):
-    if isinstance(v, np.ndarray) and v.dtype.kind in "fiu":
+    if isinstance(v, np.ndarray) and v.dtype.kind in "fiu" and v.size <= MAX_SNAPSHOT:
         return (v, v.copy())
     return None
 
@@ -788,7 +842,9 @@ def cases(draw):
     if rare(draw, CORRUPT_PERCENT):
         corrupt = {pick(draw, CORRUPTIONS) for _ in range(draw(choice([1, 1, 2])))}
         tags += [f"corrupt:{c}" for c in sorted(corrupt)]
-    regime = "huge-pad" if not corrupt and rare(draw, 12) else "normal"
+    regime = "normal"
+    if not corrupt:
+        regime = draw(weighted(("normal", 82), ("huge-pad", 12), ("huge-view", 6)))
     tags.append(f"regime:{regime}")
     small = regime == "huge-pad"
 
@@ -904,6 +960,9 @@ def cases(draw):
                            "bad-dtype-bias" in corrupt))
     tags.append(f"bias:{bmode}")
 
+    if regime == "huge-view":
+        x_spec, w_spec = _make_huge(draw, x_spec, w_spec, tags)
+
     # Absurd parameter values (some valid but beyond int32, most with gigantic outputs).
     if "absurd" in corrupt:
         which = draw(weighted(("padding", 3), ("stride", 1), ("dilation", 1), ("groups", 1)))
@@ -949,6 +1008,33 @@ def cases(draw):
     style = draw(weighted(("kw", 3), ("pos", 2), ("minimal", 2)))
     return Case(x_spec, w_spec, bias, stride, padding, dilation, groups, variant, style,
                 tuple(tags))
+
+
+# Long axes for huge views: beyond 2**32 (not even a valid dimension) included.
+HUGE_DIMS = (2**12, 2**14, 2**16, 2**20, 2**24, 2**31, 2**32 + 3)
+
+
+def _make_huge(draw, x_spec: Arr, w_spec: Arr, tags: list):
+    """x (on its N, H and W axes) or w (on K, R or S) as a zero-stride view with more than
+    2**31 - 1 elements; the other stays as drawn."""
+    target = draw(choice(["x", "w"]))
+    spec = x_spec if target == "x" else w_spec
+    axes = (0, 2, 3)  # N, H, W of x; K, R, S of w (channels must match the other array)
+    chosen = sorted({pick(draw, axes) for _ in range(draw(choice([1, 2, 3])))})
+    shape = list(spec.shape)
+    for ax in chosen:
+        shape[ax] = pick(draw, HUGE_DIMS)
+    if target == "w" and 0 in chosen:
+        # A multiple of the drawn K stays divisible by groups (the bias then mismatches K,
+        # one more ValueError).
+        k = max(w_spec.shape[0], 1)
+        shape[0] = max(shape[0] - shape[0] % k, k)
+    while math.prod(shape) <= INT32_MAX:  # e.g. one axis of 2**12 on a small array
+        shape[chosen[0]] *= 2**8
+    tags.append(f"huge-view:{target}")
+    tags.append("layout:huge-view")
+    huge = dataclasses.replace(spec, shape=tuple(shape), layout="huge-view")
+    return (huge, w_spec) if target == "x" else (x_spec, huge)
 
 
 def _settings(n: int, child: bool = False):
@@ -1009,6 +1095,15 @@ EXAMPLES = [
     Case(Arr((1, 2, 4, 4), "complex64"), Arr((1, 2, 2, 2), "bool"), tags=("example",)),
     Case(Bad("depth-1"), Arr((1, 2, 2, 2)), bias=Bad("none"), tags=("example",)),
     Case(Arr((1, 2, 4, 4)), Arr((1, 2, 2, 2)), padding=2**31 - 1, tags=("example",)),
+    # Zero and overlapping strides from as_strided on x, w and bias, float16 x.
+    Case(Arr((4, 3, 9, 9), "float16", "as-strided", 21),
+         Arr((5, 3, 3, 3), "float32", "as-strided", 22), Arr((5,), "float32", "as-strided", 23),
+         padding=1, tags=("example",)),
+    # Terabyte views over a few bytes (broadcast_to for x, as_strided for w): ValueError.
+    Case(Arr((2**20, 3, 2**12, 2**12), "float32", "huge-view", 24), Arr((4, 3, 3, 3)),
+         tags=("example",)),
+    Case(Arr((1, 2, 6, 6)), Arr((2**31, 2, 1, 1), "float64", "huge-view", 25),
+         tags=("example",)),
     # A one-column input: kernel column 0 only ever sees padding, and holds a NaN.
     Case(Arr((1, 2, 6, 1)), Arr((2, 2, 3, 3), "float32", "c", 18, "normal", ((0, np.nan),)),
          padding=1, tags=("example",)),
@@ -1049,6 +1144,12 @@ class Failures:
         return "\n".join(lines)
 
 
+def _layout_tags(case: Case) -> set:
+    """The layouts a case's arrays have, so the explicit examples count in the coverage
+    check too (their only tag is "example")."""
+    return {f"layout:{a.layout}" for a in (case.x, case.w, case.bias) if isinstance(a, Arr)}
+
+
 def _run_fuzz(n: int, given_name: str, explicit: bool, child: bool = False, log=None):
     """Runs a fuzz of n generated examples (plus the explicit ones). By default every failure is
     collected and the run goes on, so one run reports every kind of failure it met; with
@@ -1070,7 +1171,7 @@ def _run_fuzz(n: int, given_name: str, explicit: bool, child: bool = False, log=
             failures.add(str(e), case)
             outcome = "FAILED"
         outcomes[outcome] += 1
-        for t in case.tags:
+        for t in set(case.tags) | _layout_tags(case):
             seen_tags[t, outcome == "ok"] += 1
 
     body.__name__ = body.__qualname__ = given_name
@@ -1100,6 +1201,7 @@ def test_fuzz_conv2d():
         assert f"layout:{layout}" in computed, (layout, sorted(computed))
     for want in ("specials", "bias:ok", "bias:none", "regime:huge-pad"):
         assert want in computed, (want, sorted(computed))
+    assert "regime:huge-view" in raised and "regime:huge-view" not in computed, sorted(raised)
     assert sum(t.startswith("dtype:") and t != "dtype:float32" for t in computed) >= 4
     assert sum(t.startswith("corrupt:") for t in raised) >= 8, sorted(raised)
 
@@ -1107,6 +1209,11 @@ def test_fuzz_conv2d():
 # --------------------------------------------------------------------------------------------
 # The same property in a child process, so an abort or segfault is a test failure
 # --------------------------------------------------------------------------------------------
+
+
+# Address space the child may add to what it has once its device is open: the fuzz's
+# runnable cases need a few MB each.
+CHILD_HEADROOM = 2 << 30
 
 
 def _subprocess_main(n: int) -> int:
@@ -1117,6 +1224,14 @@ def _subprocess_main(n: int) -> int:
     faulthandler.enable()
     convtune._convtune._set_poison(True)
     assert os.environ.get("CONVTUNE_TUNE") == "off", "the child must run untuned (see the parent)"
+    if sys.platform.startswith("linux"):
+        # A copy of a huge view then fails at once with MemoryError (a property failure)
+        # instead of filling gigabytes, or, where memory is overcommitted, getting the
+        # process killed. The device is opened first: the driver maps much of its memory then.
+        from address_space import limit_address_space
+
+        convtune.conv2d(np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 1, 1), np.float32))
+        limit_address_space(CHILD_HEADROOM)
     count = [0]
 
     def log(case):

@@ -37,7 +37,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _convtune
+from . import _convtune, _memory
 from ._convtune import (
     Tensor,
     ConvtuneError,
@@ -115,7 +115,9 @@ def _padding(value: Any) -> Union[str, Tuple[int, int]]:
 _CASTABLE = "fiu"  # float, signed int, unsigned int
 
 
-def _array(value: Any, name: str) -> np.ndarray:
+def _view(value: Any, name: str) -> np.ndarray:
+    """``value`` as an array of a castable dtype, without copying a numpy array or view: its
+    shape is validated and its size checked before anything proportional to it is made."""
     if value is None:
         raise TypeError(f"{name} must be an array, got None")
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
@@ -129,10 +131,16 @@ def _array(value: Any, name: str) -> np.ndarray:
             f"{name} has dtype {arr.dtype}; convtune computes in float32 and accepts float and "
             f"integer arrays (cast to float32)"
         )
-    # astype keeps 0-d arrays 0-d (ascontiguousarray would make them 1-d), so the ndim
-    # checks below see what the caller passed.
+    return arr
+
+
+def _float32(arr: np.ndarray) -> np.ndarray:
+    """The C-contiguous, aligned float32 array the GPU upload takes; one copy at most (none
+    for an array that already is one). Callers check the copy's size first (_memory)."""
+    # astype keeps 0-d arrays 0-d (ascontiguousarray would make them 1-d).
     # require() also copies misaligned data (e.g. a float view of a byte buffer at an odd
-    # offset), which the GPU upload cannot take.
+    # offset), which the GPU upload cannot take. astype copies only to change the dtype or
+    # order, and its copies are aligned, so the two never both copy.
     return np.require(arr.astype(np.float32, order="C", copy=False), requirements=["C", "A"])
 
 
@@ -205,6 +213,9 @@ def conv2d(
     Raises:
         TypeError: an argument of the wrong type or dtype.
         ValueError: a bad shape or parameter; the message names it.
+        OutOfMemoryError: the call needs more host or GPU memory than there is (checked
+            before any copy, so a huge zero-stride view cannot exhaust memory); the message
+            names the bytes needed and the limit.
         ConvtuneError: a GPU-side failure (subclasses name the kind).
 
     Warns:
@@ -212,21 +223,28 @@ def conv2d(
             variant is used then).
     """
     on_device = isinstance(x, Tensor)
-    xa = x if on_device else _array(x, "x")
-    wa = _array(w, "w")
-    if not on_device and xa.ndim != 4:
-        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xa.shape}")
-    if wa.ndim != 4:
-        raise ValueError(f"w must be 4-D (K, C/groups, R, S), got shape {wa.shape}")
-    ba = None
+    xv = x if on_device else _view(x, "x")
+    wv = _view(w, "w")
+    if not on_device and xv.ndim != 4:
+        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xv.shape}")
+    if wv.ndim != 4:
+        raise ValueError(f"w must be 4-D (K, C/groups, R, S), got shape {wv.shape}")
+    bv = None
     if bias is not None:
-        ba = _array(bias, "bias")
-        if ba.ndim != 1:
-            raise ValueError(f"bias must be 1-D with K={wa.shape[0]} elements, got shape {ba.shape}")
+        bv = _view(bias, "bias")
+        if bv.ndim != 1:
+            raise ValueError(f"bias must be 1-D with K={wv.shape[0]} elements, got shape {bv.shape}")
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
+    spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
+                 None if bv is None else int(bv.shape[0]))
+    copies = [("w", wv), ("bias", bv)] + ([] if on_device else [("x", xv)])
+    _memory.check_conv2d(spec, on_device, copies)
     prec = _precision(precision)
-    _, _, s, p, d, g, _ = _spec(xa.shape, wa.shape, stride, padding, dilation, groups, None)
+    _, _, s, p, d, g, _ = spec
+    xa = x if on_device else _float32(xv)
+    wa = _float32(wv)
+    ba = None if bv is None else _float32(bv)
     progress = Progress()
     try:
         if on_device:
@@ -240,12 +258,15 @@ def to_device(x: Any) -> Tensor:
     """Uploads a 4-D array to the GPU as a float32 ``convtune.Tensor``.
 
     ``conv2d`` accepts a Tensor as ``x`` and then returns a Tensor, so chained convolutions
-    keep their intermediates on the GPU; ``Tensor.numpy()`` copies one back.
+    keep their intermediates on the GPU; ``Tensor.numpy()`` copies one back. Raises
+    ValueError when the tensor exceeds one GPU buffer and OutOfMemoryError when its copy
+    does not fit in memory, before copying.
     """
-    xa = _array(x, "x")
-    if xa.ndim != 4:
-        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xa.shape}")
-    return _convtune.to_device(xa)
+    xv = _view(x, "x")
+    if xv.ndim != 4:
+        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xv.shape}")
+    _memory.check_upload(xv)
+    return _convtune.to_device(_float32(xv))
 
 
 def memory_stats(reset_peak: bool = False) -> dict:
@@ -339,7 +360,8 @@ def devices() -> list:
 
 
 def adapter_info() -> dict:
-    """The adapter convtune uses, with its limits and features."""
+    """The adapter convtune uses, with its limits and features, and ``device_heap_bytes``:
+    the size of its largest device-local memory heap (``None`` where it cannot be read)."""
     return _convtune.adapter_info()
 
 

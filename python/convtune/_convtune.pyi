@@ -44,6 +44,9 @@ __all__ = [
     "to_device",
     "conv2d_tensor",
     "memory_stats",
+    "conv2d_footprint",
+    "upload_footprint",
+    "check_memory",
 ]
 
 _Pair = Tuple[int, int]
@@ -138,3 +141,13 @@ def conv2d_tensor(
     precision: Optional[str] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...
+
+#: Bytes by purpose: [(label, bytes), ...].
+_Parts = List[Tuple[str, int]]
+
+def conv2d_footprint(spec: _Spec, x_on_device: bool) -> Tuple[_Parts, _Parts]:
+    """(host, GPU) bytes a conv2d needs, from the shapes alone; validates the shape."""
+def upload_footprint(shape: Sequence[int]) -> Tuple[_Parts, _Parts]:
+    """(host, GPU) bytes ``to_device`` needs for an array of this shape."""
+def check_memory(what: str, host: _Parts, device: _Parts) -> None:
+    """Raises OutOfMemoryError when the bytes exceed the host's or the GPU's memory."""
