@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import max_rel_err, (
+from reference import (
     check_close,
+    max_rel_err,
     output_shape,
     random_conv_inputs,
     reference_conv2d,
