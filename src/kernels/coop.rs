@@ -4,7 +4,8 @@
 //! float32-class accuracy. Runs only where the adapter has 16x16x16 f16->f32 cooperative
 //! matrices on 32-wide subgroups.
 
-use super::cost::{ceil_to, parallel_efficiency, BARRIER, GATHER_LOAD};
+use super::cost::{parallel_efficiency, BARRIER, GATHER_LOAD};
+use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::Result;
@@ -150,25 +151,17 @@ impl KernelVariant for Coop {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
-        let red = shape.cg() * shape.r * shape.s;
-        self.bn <= shape.kg().next_power_of_two().max(64)
-            && (self.bm as u64) <= m.next_power_of_two().max(64)
-            && self.bk <= red.next_power_of_two().max(32)
+        View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
-        let (n, oh, ow) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64);
-        let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
-        let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
-        let (bm, bn, bk) = (self.bm as u64, self.bn as u64, self.bk as u64);
-        let m = n * oh * ow;
-        let tiles = m.div_ceil(bm) * kg.div_ceil(bn) * groups;
-        let fmas = (ceil_to(m, bm) * ceil_to(kg, bn) * groups * ceil_to(red, bk)) as f64;
+        let view = View::of(shape);
+        let (_, _, tiles) = view.grid(self.bm, self.bn);
         let per_fma = MMA * self.split as f64
-            + (GATHER_LOAD + CONVERT * self.parts() as f64) * (1.0 / bm as f64 + 1.0 / bn as f64)
-            + BARRIER * 2.0 / (bk as f64 * 16.0);
-        fmas * per_fma / parallel_efficiency(tiles * self.invocations() as u64)
+            + (GATHER_LOAD + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
+            + BARRIER * 2.0 / (self.bk as f64 * 16.0);
+        view.padded_fmas(self.bm, self.bn, self.bk) * per_fma
+            / parallel_efficiency(tiles * self.invocations() as u64)
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -181,10 +174,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
     let split = v.split == 3;
-    let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
-    let m_blocks = m.div_ceil(v.bm as u64);
-    let n_blocks = (shape.kg() as u64).div_ceil(v.bn as u64);
-    let blocks = m_blocks * n_blocks * shape.groups as u64;
+    let view = View::of(shape);
+    let (_, _, blocks) = view.grid(v.bm, v.bn);
     let a_chunks_per_k = v.bm / 4;
     let a_slots = v.bm * v.bk / 4 / t;
     let b_chunks_per_n = v.bk / 4;
@@ -204,20 +195,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut a_setup;
         writeln!(s, "    let am = lid % {a_chunks_per_k};").unwrap();
         for p in 0..4 {
-            writeln!(s, "    let aok{p} = m0 + 4 * am + {p} < M;").unwrap();
-            writeln!(s, "    let apix{p} = min(m0 + 4 * am + {p}, M - 1);").unwrap();
-            writeln!(s, "    let arem{p} = apix{p} % OHW;").unwrap();
-            writeln!(s, "    let aih{p} = (arem{p} / OW) * SH - PH;").unwrap();
-            writeln!(s, "    let aiw{p} = (arem{p} % OW) * SW - PW;").unwrap();
-            writeln!(s, "    let abase{p} = (apix{p} / OHW) * CH * H * W + x_group + aih{p} * W + aiw{p};").unwrap();
+            implicit::write_pixel(s, &p.to_string(), &format!("m0 + 4 * am + {p}"), "CH");
         }
         for i in 0..a_slots {
-            // The slot's reduction index, kept as (channel, row, column) and advanced by
-            // carries each step instead of divided out of a flat index.
             writeln!(s, "    let ak{i} = (lid + {}) / {a_chunks_per_k};", i * t).unwrap();
-            writeln!(s, "    var kc{i}: i32 = ak{i} / (R * S);").unwrap();
-            writeln!(s, "    var kh{i}: i32 = (ak{i} / S) % R;").unwrap();
-            writeln!(s, "    var kw{i}: i32 = ak{i} % S;").unwrap();
+            implicit::write_reduction_index(s, i);
             writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
         }
     }
@@ -273,18 +255,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    }}").unwrap();
     }
 
-    // Moving a slot's reduction index on by BK: add BK's (channel, row, column) digits, then
-    // carry. Each digit sum stays below twice its base, so one carry per digit suffices.
     let mut advance = String::from("        k_next = k0 + BK;\n");
-    let (ci, ri, si) = (v.bk / (shape.r * shape.s), (v.bk / shape.s) % shape.r, v.bk % shape.s);
-    for i in 0..a_slots {
-        let s = &mut advance;
-        writeln!(s, "        kw{i} = kw{i} + {si};").unwrap();
-        writeln!(s, "        kh{i} = kh{i} + {ri};").unwrap();
-        writeln!(s, "        kc{i} = kc{i} + {ci};").unwrap();
-        writeln!(s, "        if (kw{i} >= S) {{ kw{i} = kw{i} - S; kh{i} = kh{i} + 1; }}").unwrap();
-        writeln!(s, "        if (kh{i} >= R) {{ kh{i} = kh{i} - R; kc{i} = kc{i} + 1; }}").unwrap();
-    }
+    implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
 
     // Staging: scale, convert, and for the split also store the scaled remainder.
     let mut stage = String::new();
@@ -380,8 +352,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
 
     let mut vars = shape_vars(shape, &v.name());
+    vars.extend(view.grid_vars(v.bm, v.bn));
     vars.extend([
-        ("M", m.to_string()),
         ("BM", v.bm.to_string()),
         ("BN", v.bn.to_string()),
         ("BK", v.bk.to_string()),
@@ -395,9 +367,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
         ("SPLIT", v.split.to_string()),
         ("THREADS", t.to_string()),
-        ("M_BLOCKS", m_blocks.to_string()),
-        ("N_BLOCKS", n_blocks.to_string()),
-        ("BLOCKS", blocks.to_string()),
         ("SMEM", smem),
         ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
         ("A_SETUP", a_setup),

@@ -1,7 +1,8 @@
 //! The implicit-GEMM family: M = N*OH*OW rows, K columns, reduction C/groups*R*S, gathered
 //! from x directly (no im2col buffer) into double-buffered workgroup tiles.
 
-use super::cost::{ceil_to, parallel_efficiency, BARRIER, GATHER_LOAD, SHARED_LOAD};
+use super::cost::{parallel_efficiency, BARRIER, GATHER_LOAD, SHARED_LOAD};
+use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::Result;
@@ -89,28 +90,20 @@ impl KernelVariant for Gemm {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
-        let red = shape.cg() * shape.r * shape.s;
-        self.bn <= shape.kg().next_power_of_two().max(32)
-            && (self.bm as u64) <= m.next_power_of_two().max(32)
-            && self.bk <= red.next_power_of_two().max(8)
+        View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
-        let (n, oh, ow) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64);
-        let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
-        let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
-        let (bm, bn, bk) = (self.bm as u64, self.bn as u64, self.bk as u64);
-        let m = n * oh * ow;
-        let tiles = m.div_ceil(bm) * kg.div_ceil(bn) * groups;
-        let fmas = (ceil_to(m, bm) * ceil_to(kg, bn) * groups * ceil_to(red, bk)) as f64;
+        let view = View::of(shape);
+        let (_, _, tiles) = view.grid(self.bm, self.bn);
         let (tm, tn) = (self.tm as f64, self.tn as f64);
         let per_fma = 1.0
             + SHARED_LOAD * (tm + tn) / (tm * tn)
-            + GATHER_LOAD * (1.0 / bm as f64 + 1.0 / bn as f64)
-            + BARRIER * 2.0 / (bk as f64 * tm * tn)
-            + SETUP / red.max(1) as f64;
-        fmas * per_fma / parallel_efficiency(tiles * self.invocations() as u64)
+            + GATHER_LOAD * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
+            + BARRIER * 2.0 / (self.bk as f64 * tm * tn)
+            + SETUP / view.red.max(1) as f64;
+        view.padded_fmas(self.bm, self.bn, self.bk) * per_fma
+            / parallel_efficiency(tiles * self.invocations() as u64)
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -121,10 +114,8 @@ impl KernelVariant for Gemm {
 fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let threads = gm.invocations();
     let (tx, ty) = (gm.bm / gm.tm, gm.bn / gm.tn);
-    let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
-    let m_blocks = m.div_ceil(gm.bm as u64);
-    let n_blocks = (shape.kg() as u64).div_ceil(gm.bn as u64);
-    let blocks = m_blocks * n_blocks * shape.groups as u64;
+    let view = View::of(shape);
+    let (_, _, blocks) = view.grid(gm.bm, gm.bn);
     let a_slots = gm.bm * gm.bk / threads;
     let b_slots = gm.bn * gm.bk / threads;
 
@@ -136,17 +127,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut a_setup;
         writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
         writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
-        writeln!(s, "    let aok{i} = m0 + am{i} < M;").unwrap();
-        writeln!(s, "    let apix{i} = min(m0 + am{i}, M - 1);").unwrap();
-        writeln!(s, "    let arem{i} = apix{i} % OHW;").unwrap();
-        writeln!(s, "    let aih{i} = (arem{i} / OW) * SH - PH;").unwrap();
-        writeln!(s, "    let aiw{i} = (arem{i} % OW) * SW - PW;").unwrap();
-        writeln!(s, "    let abase{i} = (apix{i} / OHW) * C * H * W + x_group + aih{i} * W + aiw{i};").unwrap();
-        // The slot's reduction index, kept as (channel, row, column) and advanced by
-        // carries each step instead of divided out of a flat index.
-        writeln!(s, "    var kc{i}: i32 = ak{i} / (R * S);").unwrap();
-        writeln!(s, "    var kh{i}: i32 = (ak{i} / S) % R;").unwrap();
-        writeln!(s, "    var kw{i}: i32 = ak{i} % S;").unwrap();
+        implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), "C");
+        implicit::write_reduction_index(s, i);
         writeln!(s, "    var pa{i}: f32;").unwrap();
     }
     // B slots: consecutive invocations take consecutive reduction indices of one weight
@@ -186,18 +168,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        pb{i} = select(0.0, w[select(0, bbase{i} + kr, ok)], ok);").unwrap();
         writeln!(s, "    }}").unwrap();
     }
-    // Moving a slot's reduction index on by BK: add BK's (channel, row, column) digits, then
-    // carry. Each digit sum stays below twice its base, so one carry per digit suffices.
     let mut advance = String::new();
-    let (ci, ri, si) = (gm.bk / (shape.r * shape.s), (gm.bk / shape.s) % shape.r, gm.bk % shape.s);
-    for i in 0..a_slots {
-        let s = &mut advance;
-        writeln!(s, "    kw{i} = kw{i} + {si};").unwrap();
-        writeln!(s, "    kh{i} = kh{i} + {ri};").unwrap();
-        writeln!(s, "    kc{i} = kc{i} + {ci};").unwrap();
-        writeln!(s, "    if (kw{i} >= S) {{ kw{i} = kw{i} - S; kh{i} = kh{i} + 1; }}").unwrap();
-        writeln!(s, "    if (kh{i} >= R) {{ kh{i} = kh{i} - R; kc{i} = kc{i} + 1; }}").unwrap();
-    }
+    implicit::write_reduction_advance(&mut advance, a_slots, gm.bk, shape, "    ");
     let mut stage_store = String::new();
     for i in 0..a_slots {
         writeln!(
@@ -263,8 +235,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     }
 
     let mut vars = shape_vars(shape, &gm.name());
+    vars.extend(view.grid_vars(gm.bm, gm.bn));
     vars.extend([
-        ("M", m.to_string()),
         ("BM", gm.bm.to_string()),
         ("BN", gm.bn.to_string()),
         ("BK", gm.bk.to_string()),
@@ -273,9 +245,6 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         ("THREADS", threads.to_string()),
         ("TX", tx.to_string()),
         ("TY", ty.to_string()),
-        ("M_BLOCKS", m_blocks.to_string()),
-        ("N_BLOCKS", n_blocks.to_string()),
-        ("BLOCKS", blocks.to_string()),
         ("A_TILE", (2 * gm.bk * gm.bm / 4).to_string()),
         ("B_TILE", (2 * gm.bk * gm.bn / 4).to_string()),
         ("A_SETUP", a_setup),

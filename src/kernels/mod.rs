@@ -7,6 +7,7 @@ pub mod coop;
 pub mod cost;
 pub mod direct;
 pub mod gemm;
+pub mod implicit;
 
 use crate::codegen::Kernel;
 use crate::error::{Error, Result};
