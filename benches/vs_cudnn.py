@@ -3,13 +3,15 @@ same NVIDIA GPU, over the public shape suite. Writes BENCHMARKS.md and a JSON fi
 
 Usage (on the GPU machine, where PyTorch with CUDA is installed):
     CONVTUNE_COMMIT=$(git rev-parse --short HEAD) python benches/vs_cudnn.py \
-        --budget 10 --markdown BENCHMARKS.md --json benches/results/vs_cudnn.json
+        --chain --markdown BENCHMARKS.md --json benches/results/vs_cudnn.json
 
 Per shape: convtune GPU time (timestamp queries, median of 50) and its coefficient of
 variation, convtune end to end (numpy in -> numpy out, median of 10), cuDNN fp32 with TF32 off,
 TF32, and fp16 channels-last (CUDA events, median of 50), TFLOP/s, the ratio to cuDNN fp32,
 the time to tune the shape cold, tuned vs default speed-up, peak device memory of one call
 over the bytes of x + w + y, and the max relative error against PyTorch in float64.
+Precision "highest" is compared with cuDNN fp32 (TF32 off); "high" (tuned separately) with
+cuDNN TF32, each side's error measured against float64 on the same inputs.
 """
 
 from __future__ import annotations
@@ -49,19 +51,21 @@ def cuda_ms(fn, reps: int = 50) -> float:
     return statistics.median(out)
 
 
-def cudnn_times(case) -> dict:
+def cudnn_times(case, x_np, w_np, ref) -> dict:
+    """cuDNN's times per mode on these inputs, and its fp32 and TF32 errors against `ref`."""
     import torch
     import torch.nn.functional as F
 
     torch.backends.cudnn.benchmark = True
-    x = torch.randn(case.x_shape, device="cuda")
-    w = torch.randn(case.w_shape, device="cuda")
+    x = torch.from_numpy(x_np).cuda()
+    w = torch.from_numpy(w_np).cuda()
     kw = dict(stride=case.stride, padding=case.padding, groups=case.groups)
     out = {}
     for name, tf32 in (("fp32", False), ("tf32", True)):
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
         out[name] = cuda_ms(lambda: F.conv2d(x, w, **kw))
+        out[name + "_err"] = rel_err(F.conv2d(x, w, **kw).cpu().numpy(), ref)
     torch.backends.cudnn.allow_tf32 = False
     xh = x.half().to(memory_format=torch.channels_last)
     wh = w.half().to(memory_format=torch.channels_last)
@@ -69,28 +73,41 @@ def cudnn_times(case) -> dict:
     return out
 
 
-def torch_rel_err(case, x, w, y) -> float:
+def torch_f64(case, x, w) -> np.ndarray:
     import torch
 
-    ref = torch.nn.functional.conv2d(
+    return torch.nn.functional.conv2d(
         torch.from_numpy(x).cuda().double(), torch.from_numpy(w).cuda().double(),
         stride=case.stride, padding=case.padding, groups=case.groups,
     ).cpu().numpy()
-    return float(np.abs(y - ref).max() / np.abs(ref).max())
 
 
-def bench_case(case, budget: float) -> dict:
-    spec = (case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups)
+def rel_err(y, ref) -> float:
+    return float(np.abs(y.astype(np.float64) - ref).max() / np.abs(ref).max())
+
+
+def tuned_gpu_times(spec, budget, precision: str):
+    """(tuning report, wall seconds to tune, GPU seconds of 50 runs of the winner)."""
     t0 = time.perf_counter()
-    report = convtune.tune(*spec, budget=budget, force=True)
+    report = convtune.tune(*spec, budget=budget, force=True, precision=precision)
     tune_wall = time.perf_counter() - t0
     _, times = convtune.time_variant(*spec, variant=report.winner, reps=50, warmup=5)
+    return report, tune_wall, times
+
+
+def bench_case(case, budget) -> dict:
+    spec = (case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups)
+    report, tune_wall, times = tuned_gpu_times(spec, budget, "highest")
     gpu = statistics.median(times)
     cv = statistics.pstdev(times) / statistics.mean(times)
+    high, _, high_times = tuned_gpu_times(spec, budget, "high")
+    high_gpu = statistics.median(high_times)
     rng = np.random.default_rng(0)
     x = rng.standard_normal(case.x_shape, dtype=np.float32)
     w = rng.standard_normal(case.w_shape, dtype=np.float32)
+    ref = torch_f64(case, x, w)
     kw = dict(stride=case.stride, padding=case.padding, groups=case.groups)
+    y_high = convtune.conv2d(x, w, precision="high", **kw)
     y = convtune.conv2d(x, w, **kw)  # warm: pool, pipeline
     convtune.memory_stats(reset_peak=True)
     e2e = []
@@ -100,7 +117,7 @@ def bench_case(case, budget: float) -> dict:
         e2e.append(time.perf_counter() - t1)
     peak = convtune.memory_stats()["peak_device_bytes"]
     tensors = x.nbytes + w.nbytes + y.nbytes
-    ref = cudnn_times(case)
+    cudnn = cudnn_times(case, x, w, ref)
     return {
         "shape": case.label(),
         "winner": report.winner,
@@ -109,21 +126,31 @@ def bench_case(case, budget: float) -> dict:
         "cv": cv,
         "e2e_ms": statistics.median(e2e) * 1e3,
         "tflops": case.flops() / gpu / 1e12,
-        "cudnn_fp32_ms": ref["fp32"],
-        "cudnn_tf32_ms": ref["tf32"],
-        "cudnn_fp16_ms": ref["fp16"],
-        "ratio_fp32": gpu * 1e3 / ref["fp32"],
+        "cudnn_fp32_ms": cudnn["fp32"],
+        "cudnn_tf32_ms": cudnn["tf32"],
+        "cudnn_fp16_ms": cudnn["fp16"],
+        "ratio_fp32": gpu * 1e3 / cudnn["fp32"],
+        "high_winner": high.winner,
+        "high_ms": high_gpu * 1e3,
+        "high_tflops": case.flops() / high_gpu / 1e12,
+        "ratio_tf32": high_gpu * 1e3 / cudnn["tf32"],
+        "high_err": rel_err(y_high, ref),
+        "cudnn_fp32_err": cudnn["fp32_err"],
+        "cudnn_tf32_err": cudnn["tf32_err"],
         "tune_s": tune_wall,
         "default_ms": report.default_ms,
         "tuned_ms": report.tuned_ms,
         "speedup_vs_default": report.speedup,
         "peak_over_tensors": peak / tensors,
-        "rel_err_vs_torch_f64": torch_rel_err(case, x, w, y),
+        "rel_err_vs_torch_f64": rel_err(y, ref),
     }
 
 
 def markdown(rows, meta, chain) -> str:
-    geo = math.exp(sum(math.log(r["ratio_fp32"]) for r in rows) / len(rows))
+    def geomean(key):
+        return math.exp(sum(math.log(r[key]) for r in rows) / len(rows))
+
+    geo, geo_high = geomean("ratio_fp32"), geomean("ratio_tf32")
     edsr = next((r for r in rows if r["shape"].startswith("1,64,720,1280")), None)
     lines = [
         "# Benchmarks",
@@ -155,7 +182,23 @@ def markdown(rows, meta, chain) -> str:
         "",
         f"**Geometric mean of convtune / cuDNN fp32: {geo:.2f}** (target <= 1.0)."
         + (f" EDSR body: {edsr['tflops']:.1f} TFLOP/s (target >= 35)." if edsr else ""),
+        "",
+        "## Precision \"high\" against cuDNN TF32",
+        "",
+        "The same shapes tuned for `precision=\"high\"` (TF32-class; the tensor-core family "
+        "where the adapter has cooperative matrices), against cuDNN with TF32 on. err = max "
+        "relative error vs float64 on the same inputs.",
+        "",
+        "| shape | winner | GPU ms | TFLOP/s | cuDNN TF32 | ratio | err | TF32 err | highest err | fp32 err |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    for r in rows:
+        lines.append(
+            f"| {r['shape']} | `{r['high_winner']}` | {r['high_ms']:.3f} | {r['high_tflops']:.1f} | "
+            f"{r['cudnn_tf32_ms']:.3f} | {r['ratio_tf32']:.2f} | {r['high_err']:.1e} | "
+            f"{r['cudnn_tf32_err']:.1e} | {r['rel_err_vs_torch_f64']:.1e} | {r['cudnn_fp32_err']:.1e} |"
+        )
+    lines += ["", f"**Geometric mean of convtune high / cuDNN TF32: {geo_high:.2f}** (target <= 1.0)."]
     if chain:
         lines += [
             "",
@@ -172,7 +215,8 @@ def markdown(rows, meta, chain) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--budget", type=float, default=10.0, help="tuning seconds per shape")
+    p.add_argument("--budget", type=float, default=None,
+                   help="tuning seconds per shape and mode (default: convtune's, what users get)")
     p.add_argument("--only", default="", help="comma-separated indices into the suite")
     p.add_argument("--markdown", default=None)
     p.add_argument("--json", default=None)
@@ -198,7 +242,9 @@ def main() -> int:
         r = bench_case(case, args.budget)
         rows.append(r)
         print(f"{r['shape']:36s} {r['winner']:26s} {r['gpu_ms']:8.3f} ms {r['tflops']:5.1f} TFLOP/s "
-              f"cuDNN {r['cudnn_fp32_ms']:.3f} ms ratio {r['ratio_fp32']:.2f} err {r['rel_err_vs_torch_f64']:.1e}",
+              f"cuDNN {r['cudnn_fp32_ms']:.3f} ms ratio {r['ratio_fp32']:.2f} err {r['rel_err_vs_torch_f64']:.1e} | "
+              f"high {r['high_winner']:26s} {r['high_ms']:8.3f} ms vs TF32 {r['ratio_tf32']:.2f} "
+              f"err {r['high_err']:.1e} (TF32 {r['cudnn_tf32_err']:.1e})",
               flush=True)
     chain = chained_edsr() if args.chain else None
     md = markdown(rows, meta, chain)

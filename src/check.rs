@@ -67,17 +67,33 @@ impl Checker {
         Ok(Checker { fill, compare, maxabs })
     }
 
-    /// Records filling `buf` with the poison pattern.
-    pub fn fill(&self, device: &wgpu::Device, enc: &mut wgpu::CommandEncoder, buf: &PooledBuffer) {
+    /// Records one pass of `pipeline` over `buffers` (binding, buffer).
+    fn record(
+        device: &wgpu::Device,
+        enc: &mut wgpu::CommandEncoder,
+        pipeline: &wgpu::ComputePipeline,
+        label: &str,
+        buffers: &[(u32, &PooledBuffer)],
+        timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
+    ) {
+        let entries: Vec<_> = buffers
+            .iter()
+            .map(|&(binding, buf)| wgpu::BindGroupEntry { binding, resource: buf.binding() })
+            .collect();
         let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("convtune poison"),
-            layout: &self.fill.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry { binding: 3, resource: buf.binding() }],
+            label: Some(label),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
         });
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&self.fill);
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes });
+        pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+    }
+
+    /// Records filling `buf` with the poison pattern.
+    pub fn fill(&self, device: &wgpu::Device, enc: &mut wgpu::CommandEncoder, buf: &PooledBuffer) {
+        Self::record(device, enc, &self.fill, "convtune poison", &[(3, buf)], None);
     }
 
     /// Records writing max |x| and max |w| over finite elements into `scales` (16 bytes,
@@ -87,30 +103,18 @@ impl Checker {
         &self,
         device: &wgpu::Device,
         enc: &mut wgpu::CommandEncoder,
-        x: &wgpu::BindingResource<'_>,
-        w: &wgpu::BindingResource<'_>,
+        x: &PooledBuffer,
+        w: &PooledBuffer,
         scales: &PooledBuffer,
         timestamps: Option<(&wgpu::QuerySet, u32)>,
     ) {
         enc.clear_buffer(scales, 0, Some(16));
-        let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("convtune maxabs"),
-            layout: &self.maxabs.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: x.clone() },
-                wgpu::BindGroupEntry { binding: 1, resource: w.clone() },
-                wgpu::BindGroupEntry { binding: 2, resource: scales.binding() },
-            ],
-        });
         let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
             query_set: qs,
             beginning_of_pass_write_index: Some(i),
             end_of_pass_write_index: None,
         });
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("convtune maxabs"), timestamp_writes });
-        pass.set_pipeline(&self.maxabs);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+        Self::record(device, enc, &self.maxabs, "convtune maxabs", &[(0, x), (1, w), (2, scales)], timestamp_writes);
     }
 
     /// Records comparing `got` with `want` into `stats` (16 bytes, zeroed here).
@@ -123,19 +127,7 @@ impl Checker {
         stats: &PooledBuffer,
     ) {
         enc.clear_buffer(stats, 0, Some(16));
-        let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("convtune compare"),
-            layout: &self.compare.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: got.binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: want.binding() },
-                wgpu::BindGroupEntry { binding: 2, resource: stats.binding() },
-            ],
-        });
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&self.compare);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+        Self::record(device, enc, &self.compare, "convtune compare", &[(0, got), (1, want), (2, stats)], None);
     }
 }
 

@@ -159,7 +159,7 @@ fn encode(
     }
     if let Some(scales) = &b.scales {
         let checker = engine.checker()?;
-        checker.maxabs(&engine.device, encoder, &b.x.binding(), &b.w.binding(), scales, timestamps);
+        checker.maxabs(&engine.device, encoder, b.x, b.w, scales, timestamps);
     }
     let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
         query_set: qs,
