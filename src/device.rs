@@ -410,20 +410,8 @@ impl Engine {
     /// Compiles (variant, shape) without caching the result: the tuner compiles dozens of
     /// candidates per shape and only the winner is worth keeping.
     pub fn compile(&self, variant: &Variant, shape: &ConvShape) -> Result<Compiled> {
-        if variant.needs_tensor_cores() {
-            if let Some(why) = self.caps.tensor_cores_missing() {
-                return Err(Error::invalid(format!("variant {variant} cannot run here: {why}")));
-            }
-        }
-        if !variant.fits(&self.caps) {
-            return Err(Error::invalid(format!(
-                "variant {variant} needs {} invocations and {} bytes of workgroup memory; \
-                 the adapter allows {} and {}",
-                variant.invocations(),
-                variant.workgroup_bytes(),
-                self.caps.limits.max_compute_invocations_per_workgroup,
-                self.caps.limits.max_compute_workgroup_storage_size
-            )));
+        if let Some(why) = variant.unfit(&self.caps) {
+            return Err(Error::invalid(why));
         }
         let kernel = variant.generate(shape)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);

@@ -87,15 +87,30 @@ pub trait KernelVariant {
     /// The WGSL for this variant on `shape`, and its dispatch.
     fn generate(&self, shape: &ConvShape) -> Result<Kernel>;
 
-    /// Whether the adapter can run it at all.
-    fn fits(&self, caps: &Caps) -> bool {
+    /// Why the adapter cannot run it at all, or `None` if it can.
+    fn unfit(&self, caps: &Caps) -> Option<String> {
+        if self.needs_tensor_cores() {
+            if let Some(why) = caps.tensor_cores_missing() {
+                return Some(format!("variant {} cannot run here: {why}", self.name()));
+            }
+        }
         let l = &caps.limits;
         let (x, y) = self.workgroup_dims();
-        (caps.tensor_cores || !self.needs_tensor_cores())
-            && x <= l.max_compute_workgroup_size_x
+        let fits = x <= l.max_compute_workgroup_size_x
             && y <= l.max_compute_workgroup_size_y
             && self.invocations() <= l.max_compute_invocations_per_workgroup
-            && self.workgroup_bytes() <= l.max_compute_workgroup_storage_size
+            && self.workgroup_bytes() <= l.max_compute_workgroup_storage_size;
+        (!fits).then(|| {
+            format!(
+                "variant {} needs {} invocations and {} bytes of workgroup memory; the adapter \
+                 allows {} and {}",
+                self.name(),
+                self.invocations(),
+                self.workgroup_bytes(),
+                l.max_compute_invocations_per_workgroup,
+                l.max_compute_workgroup_storage_size
+            )
+        })
     }
 }
 
@@ -174,11 +189,13 @@ impl Variant {
     pub fn well_formed(&self) -> bool {
         self.ops().well_formed()
     }
+    /// Whether the adapter can run it at all.
     pub fn fits(&self, caps: &Caps) -> bool {
-        self.ops().fits(caps)
+        self.unfit(caps).is_none()
     }
-    pub fn needs_tensor_cores(&self) -> bool {
-        self.ops().needs_tensor_cores()
+    /// Why the adapter cannot run it, or `None` if it can.
+    pub fn unfit(&self, caps: &Caps) -> Option<String> {
+        self.ops().unfit(caps)
     }
     pub fn serves(&self, precision: Precision) -> bool {
         self.ops().serves(precision)
