@@ -8,6 +8,7 @@
 use convtune::autotune;
 use convtune::device::{self, Compiled, Engine};
 use convtune::params::{ConvShape, Padding};
+use convtune::precision::Precision;
 use convtune::runner::{random_data, DeviceTensors};
 use convtune::kernels::{self, Variant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -54,7 +55,7 @@ fn gpu_time(engine: &Engine, t: &DeviceTensors, kernel: &Compiled, iters: u64) -
 
 fn bench_shape(c: &mut Criterion, engine: &Engine, shape: &ConvShape) {
     let default = kernels::default_variant(shape, &engine.caps);
-    let tuned = match autotune::choose(engine, shape, None, &mut |_| Ok(())) {
+    let tuned = match autotune::choose(engine, shape, Precision::default(), None, &mut |_| Ok(())) {
         Ok(choice) => choice.variant,
         Err(e) => {
             eprintln!("{}: tuning failed ({e}); benchmarking the default only", shape.label());
