@@ -77,8 +77,14 @@ def test_tuning_cache_keeps_modes_apart(tuning_env):
     assert (high.precision, highest.precision) == ("high", "highest")
     assert highest.source == "tuned"  # not the "high" entry
     assert convtune.tune(*shape, padding=1, precision="high").source == "cache"
-    # No tensor-core candidate serves "highest" (see split_pending below).
-    assert not [c["name"] for c in highest.candidates if c["name"].startswith("coop_")]
+    # Single-pass tensor-core variants serve "high" only, split ones "highest" only.
+    def coop(report):
+        return [c["name"] for c in report.candidates if c["name"].startswith("coop_")]
+
+    assert all(n.endswith("_p3") for n in coop(highest)), coop(highest)
+    assert all(n.endswith("_p1") for n in coop(high)), coop(high)
+    if TC:
+        assert coop(highest) and coop(high)
 
 
 def test_tensor_core_variants_are_in_the_space_and_refused_where_missing():
@@ -110,18 +116,9 @@ def _bound(variant):
     return 1e-5 if variant.endswith("_p3") else 4e-3
 
 
-# The hi/lo split (split 3) does not reach float32-class error on the H100 yet (about 3e-4);
-# the tuner does not use it. Strict: these fail loudly once it does.
-split_pending = pytest.mark.xfail(
-    strict=True, reason="hi/lo split measured at ~3e-4, not float32-class; not used by the tuner")
-
-
-def _param(variant):
-    return pytest.param(variant, marks=split_pending) if variant.endswith("_p3") else variant
-
 
 @needs_tc
-@pytest.mark.parametrize("variant", [_param(v) for v in COOP])
+@pytest.mark.parametrize("variant", COOP)
 def test_tensor_core_variant_computes_the_reference(variant):
     rng = np.random.default_rng(abs(hash(variant)) % 2**32)
     for xs, ws, st, pad, dil, g, has_b in SHAPES:
@@ -136,7 +133,7 @@ def test_tensor_core_variant_computes_the_reference(variant):
 
 @needs_tc
 @pytest.mark.parametrize("xs, wsc", [(1e-30, 1.0), (1e30, 1e-30), (1e-20, 1e-15), (1e18, 1e15)])
-@pytest.mark.parametrize("split", [1, pytest.param(3, marks=split_pending)])
+@pytest.mark.parametrize("split", [1, 3])
 def test_tensor_cores_scale_any_value_range(xs, wsc, split):
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((2, 32, 12, 12)) * xs).astype(np.float32)
@@ -152,17 +149,20 @@ def test_tensor_cores_scale_any_value_range(xs, wsc, split):
 
 
 @needs_tc
-def test_tensor_cores_mixed_channel_magnitudes_meet_high():
+@pytest.mark.parametrize("split", [1, 3])
+def test_tensor_cores_mixed_channel_magnitudes_meet_their_bound(split):
     rng = np.random.default_rng(8)
     x = rng.standard_normal((1, 32, 10, 10)).astype(np.float32)
     x *= np.logspace(-6, 6, 32, dtype=np.float32)[None, :, None, None]
     w = rng.standard_normal((32, 32, 3, 3)).astype(np.float32)
-    got = convtune.conv2d(x, w, padding=1, variant="coop_b64x64x32_s2x2_p1")
-    assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= 4e-3
+    w *= np.logspace(3, -3, 32, dtype=np.float32)[:, None, None, None]
+    variant = f"coop_b64x64x32_s2x2_p{split}"
+    got = convtune.conv2d(x, w, padding=1, variant=variant)
+    assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= _bound(variant)
 
 
 @needs_tc
-@pytest.mark.parametrize("split", [1, pytest.param(3, marks=split_pending)])
+@pytest.mark.parametrize("split", [1, 3])
 def test_tensor_cores_propagate_nan_and_inf(split):
     rng = np.random.default_rng(9)
     x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
