@@ -126,7 +126,12 @@ def test_tensor_core_variant_computes_the_reference(variant):
         w = rng.standard_normal(ws).astype(np.float32)
         b = rng.standard_normal(ws[0]).astype(np.float32) if has_b else None
         kw = dict(stride=st, padding=pad, dilation=dil, groups=g, bias=b)
-        got = convtune.conv2d(x, w, variant=variant, **kw)
+        try:
+            got = convtune.conv2d(x, w, variant=variant, **kw)
+        except ValueError as e:
+            if "the adapter allows" in str(e):
+                pytest.skip(f"{variant} exceeds this adapter's workgroup memory: {e}")
+            raise
         err = _rel_err(got, reference_conv2d(x, w, **kw))
         assert err <= _bound(variant), (variant, xs, ws, err)
 

@@ -264,10 +264,13 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         if split {
             // hi keeps v's top 11 significant bits by masking, so v - hi is exact and no
             // compiler can fold a float round trip away (converting through f16 and back did
-            // leave lo zero on the GPU).
-            writeln!(s, "            let h32 = bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) & vec4<u32>(0xFFFFE000u));").unwrap();
+            // leave lo zero on the GPU). Inf and NaN go into hi whole (a mask could turn a
+            // NaN into Inf) with a zero lo (Inf - Inf would make a NaN of an Inf result).
+            writeln!(s, "            let bits = bitcast<vec4<u32>>(v);").unwrap();
+            writeln!(s, "            let fin = (bits & vec4<u32>(0x7F800000u)) != vec4<u32>(0x7F800000u);").unwrap();
+            writeln!(s, "            let h32 = select(v, bitcast<vec4<f32>>(bits & vec4<u32>(0xFFFFE000u)), fin);").unwrap();
             writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(h32);").unwrap();
-            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>((v - h32) * LO);").unwrap();
+            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>(select(vec4<f32>(0.0), (v - h32) * LO, fin));").unwrap();
         } else {
             writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(v);").unwrap();
         }
