@@ -30,7 +30,7 @@ enable f16;
 enable wgpu_cooperative_matrix;
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<{{W_ELEM}}>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 // [0], [1]: bits of max |x| and max |w| over finite elements.

@@ -222,6 +222,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     acc.push_str("    var k_next: i32 = 0;\n");
 
     let lanes = ["x", "y", "z", "w"];
+    // Weight rows of a multiple of four values are bound as vec4s.
+    let vec_w = view.red % 4 == 0;
     let mut fetch = String::new();
     for i in 0..a_slots {
         let s = &mut fetch;
@@ -234,7 +236,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             writeln!(s, "        {{").unwrap();
             writeln!(s, "            let ih = aih{p} + khd;").unwrap();
             writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
-            writeln!(s, "            let ok = aok{p} && kok && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
+            writeln!(s, "            let ok = aok{p} && kok{};", implicit::window_check(shape)).unwrap();
             writeln!(s, "            pa{i}.{lane} = select(0.0, x[select(0, abase{p} + koff, ok)], ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
@@ -244,6 +246,13 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut fetch;
         writeln!(s, "    {{").unwrap();
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
+        if vec_w {
+            // Whole chunks of a weight row, 16-byte aligned: one load each.
+            writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
+            writeln!(s, "        pb{i} = select(vec4<f32>(0.0), w[select(0, (bbase{i} + kr) / 4, ok)], ok);").unwrap();
+            writeln!(s, "    }}").unwrap();
+            continue;
+        }
         for (q, lane) in lanes.iter().enumerate() {
             writeln!(s, "        {{").unwrap();
             writeln!(s, "            let ok = bok{i} && kr + {q} < KR;").unwrap();
@@ -368,6 +377,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
         ("SPLIT", v.split.to_string()),
         ("THREADS", t.to_string()),
+        ("W_ELEM", if vec_w { "vec4<f32>" } else { "f32" }.to_string()),
         ("SMEM", smem),
         ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
         ("A_SETUP", a_setup),

@@ -155,7 +155,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    {{").unwrap();
         writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
         writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
-        writeln!(s, "        let ok = aok{i} && kc{i} < CG && ih >= 0 && ih < H && iw >= 0 && iw < W;").unwrap();
+        writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
         writeln!(s, "        let idx = abase{i} + kc{i} * H * W + kh{i} * DH * W + kw{i} * DW;").unwrap();
         writeln!(s, "        pa{i} = select(pad0, x[select(0, idx, ok)], ok);").unwrap();
         writeln!(s, "    }}").unwrap();

@@ -56,6 +56,16 @@ impl View {
     }
 }
 
+/// The test that input row `ih` and column `iw` lie inside the image, as a WGSL `&&` term;
+/// empty without padding, where every window lies inside by construction of OH and OW.
+pub fn window_check(shape: &ConvShape) -> &'static str {
+    if shape.pad == (0, 0) && shape.pad_end == (0, 0) {
+        ""
+    } else {
+        " && ih >= 0 && ih < H && iw >= 0 && iw < W"
+    }
+}
+
 /// Decodes output pixel `m` (`M - 1` at most, flagged `aok{tag}` when in range) into its
 /// top-left input row and column and its base offset in x. `channels` names the input-channel
 /// constant of the template.
