@@ -17,9 +17,13 @@
 // carried as lo = f16((v - hi) * 2^11), and hi*hi + (hi*lo + lo*hi) / 2^11 is summed with
 // the correction terms in their own accumulators (float32-class, Ootomo & Yokota 2022).
 //
-// Tiles are staged column-major for the pixel side (a_hi[k][m]) and the channel side
-// (b_hi[n][k]) so that neighbouring invocations gather neighbouring pixels or weights, and
-// rows are padded by 8 f16 to spread the 16x16 loads over banks. The epilogue goes through
+// Layout {{LAYOUT}}: 0 gathers x in its own (N, C, H, W) layout, one element at a time, and
+// stages the pixel side column-major (a_hi[k][m]) so that neighbouring invocations gather
+// neighbouring pixels. 1 runs `prologue` first, which copies x to (N, H, W, C) and w to
+// (K, R, S, C/groups) in the workspace; the reduction then walks channels fastest, so four
+// consecutive terms are one 16-byte load, and the pixel side is staged row-major
+// (a_hi[m][k]). The channel side is staged as b_hi[n][k] in both. Rows are padded by 8 f16
+// to spread the 16x16 loads over banks. The epilogue goes through
 // a 16x16 f32 scratch per subgroup: output tiles need bounds checks, scaling and bias, and
 // their pixels may cross an image boundary, which a direct matrix store cannot express.
 //
@@ -34,7 +38,10 @@ enable wgpu_cooperative_matrix;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 // [0], [1]: bits of max |x| and max |w| over finite elements.
-@group(0) @binding(4) var<storage, read> scales: array<u32>;
+@group(0) @binding(4) var<storage, read_write> scales: array<atomic<u32>, 4>;
+// Layout 1: x as (N, H, W, C) and w as (K, R, S, CG), written by `prologue`.
+@group(0) @binding(5) var<storage, read_write> xt: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> wt: array<vec4<f32>>;
 
 alias MatA = coop_mat16x16<f16, A>;
 alias MatB = coop_mat16x16<f16, B>;
@@ -102,12 +109,12 @@ fn main(
     let wm = (sg / {{SGN}}u) * {{WM}}u;   // this subgroup's first row (pixel) in the tile
     let wn = (sg % {{SGN}}u) * {{WN}}u;   // and first column (channel)
     let x_group = g * CG * H * W;
-    let ex = scale_exp(scales[0]);
-    let ew = scale_exp(scales[1]);
+    let ex = scale_exp(atomicLoad(&scales[0]));
+    let ew = scale_exp(atomicLoad(&scales[1]));
     let sx = ldexp(1.0, ex);
     let sw = ldexp(1.0, ew);
 
-    // This invocation gathers four consecutive pixels of the A tile, decoded once.
+    // This invocation's A slots: pixels decoded once, and where their terms come from.
 {{A_SETUP}}
     // Its B slots: four consecutive reduction indices of one weight row each.
 {{B_SETUP}}
@@ -129,4 +136,93 @@ fn main(
     let uw = ldexp(1.0, -ew);
     let sbase = sg * 256u;
 {{STORE}}
+}
+
+// ---------------------------------------------------------------------------------------
+// Layout 1's prologue: the channels-last copies, and max |x|, max |w| in the same pass.
+// The first X_BLOCKS workgroups each transpose a 32-channel x 32-pixel tile of one image
+// through workgroup memory (reads and writes both coalesced); the rest rearrange w, four
+// channels of one (k, r, s) per invocation.
+
+const HW: i32 = H * W;
+const P_TILES: u32 = {{P_TILES}}u;    // ceil(H * W / 32)
+const C_TILES: u32 = {{C_TILES}}u;    // ceil(C / 32)
+const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES
+const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KR / 4 / 256)
+// vec4s per wt row: layout 1 has KR % 4 == 0; the max keeps other modules free of a
+// constant division by zero in this entry point, which they never run.
+const KR4: i32 = max(KR / 4, 1);
+
+var<workgroup> tile: array<f32, 1056>;  // 32 x 33: the odd row length avoids bank conflicts
+var<workgroup> tile_max: array<atomic<u32>, 2>;
+
+// |v|'s bits when v is finite, else 0: non-negative floats order like their bits.
+fn finite_abs_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v) & 0x7FFFFFFFu;
+    return select(0u, b, b < 0x7F800000u);
+}
+
+fn w_at(i: i32) -> f32 {
+{{W_AT}}
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn prologue(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let block = wid.y * nwg.x + wid.x;
+    if (block >= X_BLOCKS + W_BLOCKS) {
+        return;
+    }
+    if (lidx == 0u) {
+        atomicStore(&tile_max[0], 0u);
+        atomicStore(&tile_max[1], 0u);
+    }
+    workgroupBarrier();
+    let lid = i32(lidx);
+    if (block < X_BLOCKS) {
+        let p0 = i32(block % P_TILES) * 32;
+        let c0 = i32((block / P_TILES) % C_TILES) * 32;
+        let n = i32(block / (P_TILES * C_TILES));
+        var mx = 0u;
+        for (var i = 0; i < 4; i = i + 1) {
+            let cy = lid / 32 + 8 * i;
+            let p = p0 + lid % 32;
+            let ok = c0 + cy < CH && p < HW;
+            let v = select(0.0, x[select(0, (n * CH + c0 + cy) * HW + p, ok)], ok);
+            mx = max(mx, finite_abs_bits(v));
+            tile[cy * 33 + lid % 32] = v;
+        }
+        atomicMax(&tile_max[0], mx);
+        workgroupBarrier();
+        let py = lid / 8;
+        let c4 = 4 * (lid % 8);
+        if (p0 + py < HW && c0 + c4 < CH) {
+            xt[((n * HW + p0 + py) * CH + c0 + c4) / 4] = vec4<f32>(
+                tile[c4 * 33 + py], tile[(c4 + 1) * 33 + py],
+                tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]);
+        }
+    } else {
+        // wt[k][(r * S + s) * CG + c] = w[k][c][r][s], four consecutive c at a time.
+        let i = i32(block - X_BLOCKS) * 256 + lid;
+        if (i < K * KR4) {
+            let k = i / KR4;
+            let t = 4 * (i % KR4);
+            let c = t % CG;
+            let rs = t / CG;
+            let src = (k * CG + c) * R * S + rs;
+            let v = vec4<f32>(w_at(src), w_at(src + R * S), w_at(src + 2 * R * S), w_at(src + 3 * R * S));
+            wt[i] = v;
+            let b = bitcast<vec4<u32>>(v) & vec4<u32>(0x7FFFFFFFu);
+            let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
+            atomicMax(&tile_max[1], max(max(f.x, f.y), max(f.z, f.w)));
+        }
+    }
+    workgroupBarrier();
+    if (lidx == 0u) {
+        atomicMax(&scales[0], atomicLoad(&tile_max[0]));
+        atomicMax(&scales[1], atomicLoad(&tile_max[1]));
+    }
 }

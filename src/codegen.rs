@@ -16,6 +16,18 @@ pub struct Kernel {
     /// Whether the kernel reads max |x| and max |w| (binding 4), which a pass before it
     /// computes.
     pub scaled: bool,
+    /// Workgroups of the module's `prologue` entry point, run before `main`. It fills the
+    /// workspace buffers and, for a scaled kernel, computes the scales itself.
+    pub prologue: Option<u64>,
+    /// Bytes of the two workspace buffers (bindings 5 and 6) the prologue fills.
+    pub workspace: [u64; 2],
+}
+
+impl Kernel {
+    /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
+    pub fn plain(source: String, workgroups: u64) -> Kernel {
+        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0] }
+    }
 }
 
 /// Replaces every `{{NAME}}` in `template`; a placeholder left without a value is an error.
@@ -95,6 +107,8 @@ mod tests {
         let shapes = [
             ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4)).unwrap(),
             ConvShape::new([1, 3, 5, 5], [5, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap(),
+            // Channel counts the channels-last gathers take.
+            ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6)).unwrap(),
         ];
         for shape in &shapes {
             for v in all_variants() {

@@ -46,6 +46,10 @@ pub struct Compiled {
     pub workgroups: u64,
     /// Needs the max-|x|, max-|w| pass before it (`Kernel::scaled`).
     pub scaled: bool,
+    /// The module's `prologue` entry point and its workgroups (`Kernel::prologue`).
+    pub prologue: Option<(wgpu::ComputePipeline, u64)>,
+    /// Bytes of the workspace buffers the prologue fills (`Kernel::workspace`).
+    pub workspace: [u64; 2],
 }
 
 const TENSOR_CORE_FEATURES: wgpu::Features =
@@ -81,9 +85,10 @@ pub struct Engine {
     pub loader_note: Option<String>,
     pub bind_layout: wgpu::BindGroupLayout,
     pub pipeline_layout: wgpu::PipelineLayout,
-    /// A stand-in for the bias of calls without bias, and for the scales of kernels that do
-    /// not scale: storage bindings may not be empty.
+    /// A stand-in for the bias of calls without bias: storage bindings may not be empty.
     pub no_bias: wgpu::Buffer,
+    /// The same for the writable bindings a kernel does not use (scales, workspace).
+    pub no_scratch: wgpu::Buffer,
     pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
     lost: Arc<AtomicBool>,
     pub pool: Arc<crate::pool::Pool>,
@@ -331,8 +336,17 @@ impl Engine {
         };
         let bind_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("convtune conv2d"),
-            // 0: x, 1: w, 2: bias, 3: y, 4: max |x| and max |w| for kernels that scale.
-            entries: &[entry(0, true), entry(1, true), entry(2, true), entry(3, false), entry(4, true)],
+            // 0: x, 1: w, 2: bias, 3: y, 4: max |x| and max |w| for kernels that scale,
+            // 5 and 6: workspace a kernel's prologue fills (rearranged copies of x and w).
+            entries: &[
+                entry(0, true),
+                entry(1, true),
+                entry(2, true),
+                entry(3, false),
+                entry(4, false),
+                entry(5, false),
+                entry(6, false),
+            ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some("convtune conv2d"),
@@ -341,6 +355,12 @@ impl Engine {
         });
         let no_bias = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("convtune no-bias"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        let no_scratch = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("convtune no-scratch"),
             size: 16,
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
@@ -357,6 +377,7 @@ impl Engine {
             bind_layout,
             pipeline_layout,
             no_bias,
+            no_scratch,
             pipelines: Mutex::new(HashMap::new()),
             lost,
             pool,
@@ -433,22 +454,32 @@ impl Engine {
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
             }
         };
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("convtune conv2d"),
-            layout: Some(&self.pipeline_layout),
-            module: &module,
-            entry_point: Some("main"),
-            // Every kernel writes workgroup memory before reading it.
-            compilation_options: wgpu::PipelineCompilationOptions {
-                zero_initialize_workgroup_memory: self.runtime_checks,
-                ..Default::default()
-            },
-            cache: None,
-        });
+        let entry = |name: &str| {
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("convtune conv2d"),
+                layout: Some(&self.pipeline_layout),
+                module: &module,
+                entry_point: Some(name),
+                // Every kernel writes workgroup memory before reading it.
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: self.runtime_checks,
+                    ..Default::default()
+                },
+                cache: None,
+            })
+        };
+        let pipeline = entry("main");
+        let prologue = kernel.prologue.map(|groups| (entry("prologue"), groups));
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
         }
-        Ok(Compiled { pipeline, workgroups: kernel.workgroups, scaled: kernel.scaled })
+        Ok(Compiled {
+            pipeline,
+            workgroups: kernel.workgroups,
+            scaled: kernel.scaled,
+            prologue,
+            workspace: kernel.workspace,
+        })
     }
 }
 

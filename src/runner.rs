@@ -99,13 +99,15 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer) -> Result<()> {
     })
 }
 
-/// The bindings of one conv dispatch: x, w, bias, y, and for kernels that scale their
-/// inputs the buffer the max-|x|, max-|w| pass writes before them.
+/// The bindings of one conv dispatch: x, w, bias, y, for kernels that scale their inputs
+/// the buffer the max-|x|, max-|w| pass writes before them, and the workspace a kernel's
+/// prologue fills.
 struct Bindings<'a> {
     group: wgpu::BindGroup,
     x: &'a PooledBuffer,
     w: &'a PooledBuffer,
     scales: Option<PooledBuffer>,
+    _workspace: Vec<PooledBuffer>,
 }
 
 fn bindings<'a>(
@@ -117,12 +119,14 @@ fn bindings<'a>(
     y: &PooledBuffer,
 ) -> Result<Bindings<'a>> {
     let scales = if kernel.scaled { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
+    let workspace = kernel
+        .workspace
+        .iter()
+        .filter(|&&bytes| bytes > 0)
+        .map(|&bytes| engine.pool.take(OUTPUT, bytes.max(16)))
+        .collect::<Result<Vec<_>>>()?;
     let bias = match bias {
         Some(b) => b.binding(),
-        None => engine.no_bias.as_entire_binding(),
-    };
-    let scales_binding = match &scales {
-        Some(s) => s.binding(),
         None => engine.no_bias.as_entire_binding(),
     };
     let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -133,14 +137,37 @@ fn bindings<'a>(
             wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
             wgpu::BindGroupEntry { binding: 2, resource: bias },
             wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: scales_binding },
+            wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, scales.as_ref()) },
+            wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, workspace.first()) },
+            wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, workspace.get(1)) },
         ],
     });
-    Ok(Bindings { group, x, w, scales })
+    Ok(Bindings { group, x, w, scales, _workspace: workspace })
 }
 
-/// Records one run of `kernel` (its scale pass, then its dispatch), optionally bracketed
-/// by timestamp queries.
+/// `buf`'s binding, or the stand-in for a writable binding the kernel does not use.
+fn or_scratch<'b>(engine: &'b Engine, buf: Option<&'b PooledBuffer>) -> wgpu::BindingResource<'b> {
+    match buf {
+        Some(b) => b.binding(),
+        None => engine.no_scratch.as_entire_binding(),
+    }
+}
+
+/// `groups` workgroups folded into a 2D grid within the per-dimension limit.
+fn grid(engine: &Engine, groups: u64) -> Result<(u32, u32)> {
+    let max = engine.caps.limits.max_compute_workgroups_per_dimension.max(1) as u64;
+    let gx = groups.min(max);
+    let gy = groups.div_ceil(gx.max(1));
+    if gy > max {
+        return Err(Error::invalid(format!(
+            "the problem needs {groups} workgroups, more than this adapter can dispatch"
+        )));
+    }
+    Ok((gx as u32, gy as u32))
+}
+
+/// Records one run of `kernel` (its scale pass or prologue, then its dispatch), optionally
+/// bracketed by timestamp queries.
 fn encode(
     engine: &Engine,
     encoder: &mut wgpu::CommandEncoder,
@@ -148,22 +175,33 @@ fn encode(
     b: &Bindings,
     timestamps: Option<(&wgpu::QuerySet, u32)>,
 ) -> Result<()> {
-    let max = engine.caps.limits.max_compute_workgroups_per_dimension.max(1) as u64;
-    let gx = kernel.workgroups.min(max);
-    let gy = kernel.workgroups.div_ceil(gx.max(1));
-    if gy > max {
-        return Err(Error::invalid(format!(
-            "the problem needs {} workgroups, more than this adapter can dispatch",
-            kernel.workgroups
-        )));
-    }
-    if let Some(scales) = &b.scales {
+    let (gx, gy) = grid(engine, kernel.workgroups)?;
+    let mut began = false;
+    if let Some((pipeline, groups)) = &kernel.prologue {
+        let (px, py) = grid(engine, *groups)?;
+        if let Some(scales) = &b.scales {
+            encoder.clear_buffer(scales, 0, Some(16));
+        }
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("convtune prologue"),
+            timestamp_writes: timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+                query_set: qs,
+                beginning_of_pass_write_index: Some(i),
+                end_of_pass_write_index: None,
+            }),
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &b.group, &[]);
+        pass.dispatch_workgroups(px, py, 1);
+        began = true;
+    } else if let Some(scales) = &b.scales {
         let checker = engine.checker()?;
         checker.maxabs(&engine.device, encoder, b.x, b.w, scales, timestamps);
+        began = true;
     }
     let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
         query_set: qs,
-        beginning_of_pass_write_index: b.scales.is_none().then_some(i),
+        beginning_of_pass_write_index: (!began).then_some(i),
         end_of_pass_write_index: Some(i + 1),
     });
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -172,7 +210,7 @@ fn encode(
     });
     pass.set_pipeline(&kernel.pipeline);
     pass.set_bind_group(0, &b.group, &[]);
-    pass.dispatch_workgroups(gx as u32, gy as u32, 1);
+    pass.dispatch_workgroups(gx, gy, 1);
     Ok(())
 }
 

@@ -553,10 +553,10 @@ def test_variant_matches_reference(name):
     try:
         got = convtune.conv2d(x, w, bias=b, variant=name, **V_KW)
     except ValueError as e:
-        if "the adapter allows" in str(e) or "cannot run here" in str(e):
+        if any(why in str(e) for why in ("the adapter allows", "cannot run here", "cannot run on this shape")):
             pytest.skip(f"{name} cannot run on this adapter: {e}")
         raise
-    if name.endswith("_p1") and name.startswith("coop_"):
+    if name.startswith("coop_") and convtune.variant_knobs(name)["split"] == 1:
         # Single-pass tensor-core variants serve precision "high" (TF32-class);
         # tests/test_precision.py covers the family in depth.
         assert max_rel_err(got, _V_REF) <= 4e-3, name

@@ -8,7 +8,7 @@ use super::cost::{parallel_efficiency, BARRIER, GATHER_LOAD};
 use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::precision::Precision;
 use std::fmt::Write as _;
@@ -24,6 +24,9 @@ pub struct Coop {
     pub sgn: u32,
     /// 1: one f16 product per term; 3: hi*hi + hi*lo + lo*hi.
     pub split: u32,
+    /// 0: gather x in place (N, C, H, W); 1: gather from a channels-last copy a prologue
+    /// makes (16-byte loads; needs C/groups divisible by 4, and workspace of x's size).
+    pub layout: u32,
 }
 
 /// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
@@ -39,6 +42,7 @@ const TILES: [(u32, u32, u32, u32); 8] = [
 ];
 const BK: [u32; 2] = [32, 64];
 const SPLIT: [u32; 2] = [1, 3];
+const LAYOUT: [u32; 2] = [0, 1];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
 /// Subgroup width the kernel's tile partition assumes.
@@ -48,6 +52,8 @@ pub const SUBGROUP: u32 = 32;
 const MMA: f64 = 0.08;
 /// The scale pass and the f16 conversion while staging, per staged element.
 const CONVERT: f64 = 2.0;
+/// Layout 1's prologue, per element of x and w it copies.
+const PROLOGUE: f64 = 6.0;
 
 impl Coop {
     fn threads(&self) -> u32 {
@@ -59,8 +65,13 @@ impl Coop {
     fn tn(&self) -> u32 {
         self.bn / (self.sgn * 16)
     }
+    /// Staged A row length: a k row of the tile (layout 0) or a pixel's row (layout 1).
     fn lda(&self) -> u32 {
-        self.bm + PAD
+        if self.layout == 1 { self.bk + PAD } else { self.bm + PAD }
+    }
+    /// Staged A rows: k (layout 0) or pixels (layout 1).
+    fn a_rows(&self) -> u32 {
+        if self.layout == 1 { self.bm } else { self.bk }
     }
     fn ldb(&self) -> u32 {
         self.bk + PAD
@@ -77,12 +88,14 @@ impl Family for Coop {
 
     fn space() -> Vec<Self> {
         let mut out = Vec::new();
-        for &split in &SPLIT {
-            for &(bm, bn, sgm, sgn) in &TILES {
-                for &bk in &BK {
-                    let v = Coop { bm, bn, bk, sgm, sgn, split };
-                    if v.well_formed() {
-                        out.push(v);
+        for &layout in &LAYOUT {
+            for &split in &SPLIT {
+                for &(bm, bn, sgm, sgn) in &TILES {
+                    for &bk in &BK {
+                        let v = Coop { bm, bn, bk, sgm, sgn, split, layout };
+                        if v.well_formed() {
+                            out.push(v);
+                        }
                     }
                 }
             }
@@ -92,7 +105,8 @@ impl Family for Coop {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split }),
+            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0 }),
+            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout }),
             _ => None,
         }
     }
@@ -104,13 +118,15 @@ impl KernelVariant for Coop {
     }
 
     fn name(&self) -> String {
-        format!("coop_b{}x{}x{}_s{}x{}_p{}", self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split)
+        let name = format!("coop_b{}x{}x{}_s{}x{}_p{}", self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split);
+        // Layout 0 keeps the names it had before layouts existed, so caches stay valid.
+        if self.layout == 0 { name } else { format!("{name}_l{}", self.layout) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
         vec![
             ("bm", self.bm), ("bn", self.bn), ("bk", self.bk),
-            ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split),
+            ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split), ("layout", self.layout),
         ]
     }
 
@@ -119,9 +135,11 @@ impl KernelVariant for Coop {
         TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
             && BK.contains(&self.bk)
             && SPLIT.contains(&self.split)
-            // Each invocation stages whole chunks of four, with the same four pixels in
-            // every A slot, and every slot count is whole.
-            && t % (self.bm / 4) == 0
+            && LAYOUT.contains(&self.layout)
+            // Each invocation stages whole chunks of four, with the same four pixels
+            // (layout 0) or the same four reduction terms (layout 1) in every A slot, and
+            // every slot count is whole.
+            && t % (if self.layout == 1 { self.bk / 4 } else { self.bm / 4 }) == 0
             && (self.bm * self.bk / 4) % t == 0
             && (self.bn * self.bk / 4) % t == 0
             // The large-k-step variants only where the tile stays small enough to pay off.
@@ -133,7 +151,7 @@ impl KernelVariant for Coop {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        let staged = (self.bk * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
+        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
         let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
         staged + scratch
     }
@@ -149,17 +167,27 @@ impl KernelVariant for Coop {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+        // Layout 1 loads four channels of one (r, s) at once.
+        (self.layout == 0 || shape.cg() % 4 == 0)
+            && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
         let view = View::of(shape);
         let (_, _, tiles) = view.grid(self.bm, self.bn);
+        // Layout 1 gathers four terms per load and index computation, after a prologue
+        // that reads x and w once and writes them once.
+        let (gather, prologue) = if self.layout == 1 {
+            (GATHER_LOAD / 4.0, PROLOGUE * (shape.x_len() + shape.w_len()) as f64)
+        } else {
+            (GATHER_LOAD, 0.0)
+        };
         let per_fma = MMA * self.split as f64
-            + (GATHER_LOAD + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
+            + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
             + BARRIER * 2.0 / (self.bk as f64 * 16.0);
         view.padded_fmas(self.bm, self.bn, self.bk) * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
+            + prologue
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -168,13 +196,19 @@ impl KernelVariant for Coop {
 }
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
+    if v.layout == 1 && shape.cg() % 4 != 0 {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: its channels-last gathers need C/groups divisible by 4, got {}",
+            v.name(),
+            shape.cg()
+        )));
+    }
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
     let split = v.split == 3;
     let view = View::of(shape);
     let (_, _, blocks) = view.grid(v.bm, v.bn);
-    let a_chunks_per_k = v.bm / 4;
     let a_slots = v.bm * v.bk / 4 / t;
     let b_chunks_per_n = v.bk / 4;
     let b_slots = v.bn * v.bk / 4 / t;
@@ -182,25 +216,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let mut smem = String::new();
     for p in parts {
-        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.bk * lda / 4).unwrap();
+        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
         writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
     }
 
-    // A: this invocation's four pixels 4*am .. 4*am+3 of the tile; the same in every slot,
-    // because the invocation count is a multiple of the chunks per k row.
-    let mut a_setup = String::new();
-    {
-        let s = &mut a_setup;
-        writeln!(s, "    let am = lid % {a_chunks_per_k};").unwrap();
-        for p in 0..4 {
-            implicit::write_pixel(s, &p.to_string(), &format!("m0 + 4 * am + {p}"), "CH");
-        }
-        for i in 0..a_slots {
-            writeln!(s, "    let ak{i} = (lid + {}) / {a_chunks_per_k};", i * t).unwrap();
-            implicit::write_reduction_index(s, i);
-            writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
-        }
-    }
+    let a_setup = if v.layout == 1 { a_setup_channels_last(v, a_slots) } else { a_setup_in_place(v, a_slots) };
     let mut b_setup = String::new();
     for i in 0..b_slots {
         let s = &mut b_setup;
@@ -222,34 +242,24 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     acc.push_str("    var k_next: i32 = 0;\n");
 
     let lanes = ["x", "y", "z", "w"];
-    // Weight rows of a multiple of four values are bound as vec4s.
+    // Weight rows of a multiple of four values are bound as vec4s; layout 1 reads its
+    // channels-last copy, whose rows are always whole vec4s.
     let vec_w = view.red % 4 == 0;
+    let w_buf = if v.layout == 1 { "wt" } else { "w" };
     let mut fetch = String::new();
-    for i in 0..a_slots {
-        let s = &mut fetch;
-        writeln!(s, "    {{").unwrap();
-        writeln!(s, "        let khd = kh{i} * DH;").unwrap();
-        writeln!(s, "        let kwd = kw{i} * DW;").unwrap();
-        writeln!(s, "        let koff = kc{i} * H * W + khd * W + kwd;").unwrap();
-        writeln!(s, "        let kok = kc{i} < CG;").unwrap();
-        for (p, lane) in lanes.iter().enumerate() {
-            writeln!(s, "        {{").unwrap();
-            writeln!(s, "            let ih = aih{p} + khd;").unwrap();
-            writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
-            writeln!(s, "            let ok = aok{p} && kok{};", implicit::window_check(shape)).unwrap();
-            writeln!(s, "            pa{i}.{lane} = select(0.0, x[select(0, abase{p} + koff, ok)], ok);").unwrap();
-            writeln!(s, "        }}").unwrap();
-        }
-        writeln!(s, "    }}").unwrap();
+    if v.layout == 1 {
+        fetch_channels_last(&mut fetch, a_slots, shape);
+    } else {
+        fetch_in_place(&mut fetch, a_slots, shape);
     }
     for i in 0..b_slots {
         let s = &mut fetch;
         writeln!(s, "    {{").unwrap();
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
-        if vec_w {
+        if vec_w || v.layout == 1 {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
             writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
-            writeln!(s, "        pb{i} = select(vec4<f32>(0.0), w[select(0, (bbase{i} + kr) / 4, ok)], ok);").unwrap();
+            writeln!(s, "        pb{i} = select(vec4<f32>(0.0), {w_buf}[select(0, (bbase{i} + kr) / 4, ok)], ok);").unwrap();
             writeln!(s, "    }}").unwrap();
             continue;
         }
@@ -263,7 +273,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
 
     let mut advance = String::from("        k_next = k0 + BK;\n");
-    implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
+    if v.layout == 0 {
+        implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
+    }
 
     // Staging: scale, convert, and for the split also store the scaled remainder.
     let mut stage = String::new();
@@ -286,7 +298,12 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        }}").unwrap();
     };
     for i in 0..a_slots {
-        stage_one(&mut stage, "a", &format!("pa{i}"), "sx", format!("(u32(ak{i}) * LDA) / 4u + u32(am)"));
+        let at = if v.layout == 1 {
+            format!("(u32(arow{i}) * LDA) / 4u + u32(acol)")
+        } else {
+            format!("(u32(ak{i}) * LDA) / 4u + u32(am)")
+        };
+        stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
     }
     for i in 0..b_slots {
         stage_one(&mut stage, "b", &format!("pb{i}"), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
@@ -298,13 +315,13 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        {{").unwrap();
         for p in parts {
             for i in 0..tm {
-                writeln!(
-                    s,
-                    "            let a{p}{i} = coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u);",
-                    kk * 16,
-                    i * 16
-                )
-                .unwrap();
+                // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
+                let load = if v.layout == 1 {
+                    format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
+                } else {
+                    format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
+                };
+                writeln!(s, "            let a{p}{i} = {load};").unwrap();
             }
             for j in 0..tn {
                 writeln!(
@@ -363,6 +380,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, vec_w);
+    vars.extend(prologue_vars);
     vars.extend([
         ("BM", v.bm.to_string()),
         ("BN", v.bn.to_string()),
@@ -376,6 +395,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("WN", (tn * 16).to_string()),
         ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
         ("SPLIT", v.split.to_string()),
+        ("LAYOUT", v.layout.to_string()),
         ("THREADS", t.to_string()),
         ("W_ELEM", if vec_w { "vec4<f32>" } else { "f32" }.to_string()),
         ("SMEM", smem),
@@ -389,7 +409,107 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("INNER", inner),
         ("STORE", store),
     ]);
-    Ok(Kernel { source: render(Coop::TEMPLATE, &vars)?, workgroups: blocks, scaled: true })
+    let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks);
+    kernel.scaled = true;
+    if v.layout == 1 {
+        kernel.prologue = Some(prologue_blocks);
+        kernel.workspace = [shape.x_len() * 4, shape.w_len() * 4];
+    }
+    Ok(kernel)
+}
+
+/// Layout 0's A slots: this invocation's four consecutive pixels 4*am .. 4*am+3 of the tile,
+/// the same in every slot because the invocation count is a multiple of the chunks per k
+/// row, and each slot's reduction index as (channel, row, column) digits.
+fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
+    let mut s = String::new();
+    let chunks_per_k = v.bm / 4;
+    writeln!(s, "    let am = lid % {chunks_per_k};").unwrap();
+    for p in 0..4 {
+        implicit::write_pixel(&mut s, &p.to_string(), &format!("m0 + 4 * am + {p}"), "CH");
+    }
+    for i in 0..a_slots {
+        writeln!(s, "    let ak{i} = (lid + {}) / {chunks_per_k};", i * v.threads()).unwrap();
+        implicit::write_reduction_index(&mut s, i);
+        writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
+    }
+    s
+}
+
+/// Layout 1's A slots: one pixel each (row `arow{i}` of the tile), and terms 4*acol ..
+/// 4*acol+3 of each k-step, the same in every slot for the same reason as above.
+fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
+    let mut s = String::new();
+    let chunks_per_row = v.bk / 4;
+    writeln!(s, "    let acol = lid % {chunks_per_row};").unwrap();
+    for i in 0..a_slots {
+        writeln!(s, "    let arow{i} = (lid + {}) / {chunks_per_row};", i * v.threads()).unwrap();
+        implicit::write_pixel_position(&mut s, &i.to_string(), &format!("m0 + arow{i}"));
+        // Where the pixel's window starts in the (N, H, W, C) copy; only used in range.
+        writeln!(s, "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CH + g * CG;").unwrap();
+        writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
+    }
+    s
+}
+
+/// Layout 0's gathers: each slot's four pixels at its reduction index, one element each.
+fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape) {
+    let lanes = ["x", "y", "z", "w"];
+    for i in 0..a_slots {
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let khd = kh{i} * DH;").unwrap();
+        writeln!(s, "        let kwd = kw{i} * DW;").unwrap();
+        writeln!(s, "        let koff = kc{i} * H * W + khd * W + kwd;").unwrap();
+        writeln!(s, "        let kok = kc{i} < CG;").unwrap();
+        for (p, lane) in lanes.iter().enumerate() {
+            writeln!(s, "        {{").unwrap();
+            writeln!(s, "            let ih = aih{p} + khd;").unwrap();
+            writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
+            writeln!(s, "            let ok = aok{p} && kok{};", implicit::window_check(shape)).unwrap();
+            writeln!(s, "            pa{i}.{lane} = select(0.0, x[select(0, abase{p} + koff, ok)], ok);").unwrap();
+            writeln!(s, "        }}").unwrap();
+        }
+        writeln!(s, "    }}").unwrap();
+    }
+}
+
+/// Layout 1's gathers: the step's four terms (channels c .. c+3 of one (r, s), decoded once
+/// per step) for each slot's pixel, one 16-byte load each.
+fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape) {
+    writeln!(s, "    {{").unwrap();
+    writeln!(s, "        let kr = k_next + 4 * acol;").unwrap();
+    writeln!(s, "        let krs = kr / CG;").unwrap();
+    writeln!(s, "        let khd = (krs / S) * DH;").unwrap();
+    writeln!(s, "        let kwd = (krs % S) * DW;").unwrap();
+    writeln!(s, "        let koff = (khd * W + kwd) * CH + kr % CG;").unwrap();
+    writeln!(s, "        let kok = kr < KR;").unwrap();
+    for i in 0..a_slots {
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "            let ih = aih{i} + khd;").unwrap();
+        writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
+        writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
+        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), xt[select(0, (abase{i} + koff) / 4, ok)], ok);").unwrap();
+        writeln!(s, "        }}").unwrap();
+    }
+    writeln!(s, "    }}").unwrap();
+}
+
+/// The prologue's template values (it is in every coop module; only layout 1 runs it) and
+/// its workgroup count.
+fn prologue_vars(shape: &ConvShape, vec_w: bool) -> (Vec<(&'static str, String)>, u64) {
+    let hw = shape.h as u64 * shape.w as u64;
+    let (p_tiles, c_tiles) = (hw.div_ceil(32), (shape.c as u64).div_ceil(32));
+    let x_blocks = shape.n as u64 * p_tiles * c_tiles;
+    let w_blocks = (shape.w_len() / 4).div_ceil(256);
+    let w_at = if vec_w { "    return w[i / 4][i % 4];" } else { "    return w[i];" };
+    let vars = vec![
+        ("P_TILES", p_tiles.to_string()),
+        ("C_TILES", c_tiles.to_string()),
+        ("X_BLOCKS", x_blocks.to_string()),
+        ("W_BLOCKS", w_blocks.to_string()),
+        ("W_AT", w_at.to_string()),
+    ];
+    (vars, x_blocks + w_blocks)
 }
 
 #[cfg(test)]

@@ -258,9 +258,5 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         ("MAIN_LOOP", main),
         ("STORE", store),
     ]);
-    Ok(Kernel {
-        source: render(Direct::TEMPLATE, &vars)?,
-        workgroups: sp_blocks * k_blocks * shape.n as u64,
-        scaled: false,
-    })
+    Ok(Kernel::plain(render(Direct::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))
 }

@@ -256,5 +256,5 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         ("INNER", inner),
         ("STORE", store),
     ]);
-    Ok(Kernel { source: render(Gemm::TEMPLATE, &vars)?, workgroups: blocks, scaled: false })
+    Ok(Kernel::plain(render(Gemm::TEMPLATE, &vars)?, blocks))
 }

@@ -70,13 +70,19 @@ pub fn window_check(shape: &ConvShape) -> &'static str {
 /// top-left input row and column and its base offset in x. `channels` names the input-channel
 /// constant of the template.
 pub fn write_pixel(s: &mut String, tag: &str, m: &str, channels: &str) {
+    write_pixel_position(s, tag, m);
+    writeln!(s, "    let abase{tag} = (apix{tag} / OHW) * {channels} * H * W + x_group + aih{tag} * W + aiw{tag};")
+        .unwrap();
+}
+
+/// Decodes output pixel `m` (`M - 1` at most, flagged `aok{tag}` when in range) into
+/// `apix{tag}` and the top-left input row `aih{tag}` and column `aiw{tag}` of its window.
+pub fn write_pixel_position(s: &mut String, tag: &str, m: &str) {
     writeln!(s, "    let aok{tag} = {m} < M;").unwrap();
     writeln!(s, "    let apix{tag} = min({m}, M - 1);").unwrap();
     writeln!(s, "    let arem{tag} = apix{tag} % OHW;").unwrap();
     writeln!(s, "    let aih{tag} = (arem{tag} / OW) * SH - PH;").unwrap();
     writeln!(s, "    let aiw{tag} = (arem{tag} % OW) * SW - PW;").unwrap();
-    writeln!(s, "    let abase{tag} = (apix{tag} / OHW) * {channels} * H * W + x_group + aih{tag} * W + aiw{tag};")
-        .unwrap();
 }
 
 /// A slot's reduction index, from its flat value `ak{slot}`, kept as (channel, row, column)
