@@ -413,7 +413,8 @@ def tune(
     """Tunes conv2d for one shape and stores the winner in the tuning cache.
 
     Returns the cached report when the cache already has the shape, unless ``force``.
-    Ignores ``CONVTUNE_TUNE``: calling it is asking for tuning.
+    Ignores ``CONVTUNE_TUNE``: calling it is asking for tuning. Candidates come from the
+    families ``CONVTUNE_FAMILIES`` allows (``report.families`` lists them when restricted).
 
     Args:
         x_shape, w_shape, stride, padding, dilation, groups: as for ``conv2d``.
