@@ -215,20 +215,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     libs = ["convtune"] + list(others)
     for s in todo:
         sweep_base = base_for(base, s["center"])
+        print(f"\n{s['name']}: {s['param']} = {s['values'][0]}..{s['values'][-1]} around {sweep_base.label()}",
+              flush=True)
+
         progress = ListProgress(len(s["values"]))
+
+        def show(pt: Dict[str, Any], param: str = s["param"], progress: ListProgress = progress) -> None:
+            # As each point is done: a long run shows where it is even without a terminal.
+            cells = [f"{param}={pt['value']:<4}", f"convtune {_sweep.ps(pt['convtune']['s_per_flop']):>8} ps/FLOP "
+                     f"{pt['convtune']['variant']:28s}"]
+            cells += [f"{lib} {_sweep.ps(pt[lib]['s_per_flop']) if pt.get(lib) else '-':>8}" for lib in others]
+            progress.write("  " + "  ".join(cells))
+
         try:
-            pts = _sweep.run(sweep_base, s["param"], s["values"], tuned, others, progress=progress)
+            pts = _sweep.run(sweep_base, s["param"], s["values"], tuned, others, on_point=show, progress=progress)
         finally:
             progress.close()
         entry = {"name": s["name"], "param": s["param"], "base": sweep_base.label(), "points": pts,
                  "summary": {lib: _sweep.summarize(pts, lib) for lib in libs}}
         result["sweeps"].append(entry)
-        print(f"\n{s['name']}: {s['param']} = {s['values'][0]}..{s['values'][-1]} around {sweep_base.label()}")
-        for pt in pts:
-            cells = [f"{s['param']}={pt['value']:<4}", f"convtune {_sweep.ps(pt['convtune']['s_per_flop']):>8} ps/FLOP "
-                     f"{pt['convtune']['variant']:28s}"]
-            cells += [f"{lib} {_sweep.ps(pt[lib]['s_per_flop']) if pt.get(lib) else '-':>8}" for lib in others]
-            print("  " + "  ".join(cells))
         for lib in libs:
             print("  " + _sweep.summary_line(s["param"], lib, entry["summary"][lib]))
         if can_plot:

@@ -113,6 +113,18 @@ def test_list_progress_is_one_display_that_only_moves_forward():
     assert positions == sorted(positions) and 0.5 in positions
 
 
+def test_list_progress_write_prints_between_redraws(capsys):
+    buf = io.StringIO()
+    p = ListProgress(1, stream=buf, force=True)
+    p.start(0, "a")
+    p.write("a point")
+    p.close()
+    assert capsys.readouterr().out == "a point\n"
+    drawn = buf.getvalue()
+    # Drawn, cleared for the printed line, drawn again, cleared at the end.
+    assert drawn.count("[0.0/1 shapes] a") == 2 and drawn.endswith("\r")
+
+
 def test_cli_tunes_a_file_under_one_progress_display(tuning_env, tmp_path, monkeypatch, capsys):
     f = tmp_path / "shapes.txt"
     f.write_text("\n".join(TINY) + "\n")

@@ -214,6 +214,21 @@ class ListProgress:
         self._label = ""
         self._bar: Any = None
         self._plain_width = 0
+        self._line = ""
+
+    def write(self, text: str) -> None:
+        """Prints a line to stdout without tearing the display (it is drawn again below)."""
+        if self._bar is False and self._plain_width:
+            self._stream.write("\r" + " " * self._plain_width + "\r")
+            self._stream.flush()
+        elif self._bar:
+            self._bar.clear()
+        print(text, flush=True)
+        if self._bar is False and self._plain_width:
+            self._stream.write(self._line)
+            self._stream.flush()
+        elif self._bar:
+            self._bar.refresh()
 
     def start(self, index: int, label: str) -> None:
         self._index, self._label = index, label
@@ -235,6 +250,7 @@ class ListProgress:
             line = f"convtune: tuning [{position:.1f}/{self._count} shapes] {what}"
             pad = " " * max(0, self._plain_width - len(line))
             self._plain_width = len(line)
+            self._line = "\r" + line
             self._stream.write("\r" + line + pad)
             self._stream.flush()
         else:
