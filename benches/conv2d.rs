@@ -10,7 +10,9 @@ use convtune::device::{self, Compiled, Engine};
 use convtune::params::{ConvShape, Padding};
 use convtune::precision::Precision;
 use convtune::runner::{random_data, DeviceTensors};
-use convtune::kernels::{self, Variant};
+use convtune::families::Families;
+use convtune::kernels::Variant;
+use convtune::tuner;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 
@@ -54,7 +56,15 @@ fn gpu_time(engine: &Engine, t: &DeviceTensors, kernel: &Compiled, iters: u64) -
 }
 
 fn bench_shape(c: &mut Criterion, engine: &Engine, shape: &ConvShape) {
-    let default = kernels::default_variant(shape, &engine.caps);
+    // The same untuned choice conv2d makes, within CONVTUNE_FAMILIES.
+    let families = match Families::from_env() {
+        Ok(f) => f,
+        Err(e) => return eprintln!("{e}"),
+    };
+    let default = match tuner::default_choice(shape, &engine.caps, Precision::default(), &families) {
+        Ok(v) => v,
+        Err(e) => return eprintln!("{}: {e}", shape.label()),
+    };
     let tuned = match autotune::choose(engine, shape, Precision::default(), None, &mut |_| Ok(())) {
         Ok(choice) => choice.variant,
         Err(e) => {

@@ -5,10 +5,11 @@
 use crate::cache::{Cache, CacheKey, Entry};
 use crate::device::Engine;
 use crate::error::{Error, Result};
+use crate::families::Families;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
-use crate::kernels::{self, Variant};
+use crate::kernels::Variant;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,6 +74,8 @@ impl Source {
 pub struct Choice {
     pub variant: Variant,
     pub source: Source,
+    /// The families `CONVTUNE_FAMILIES` allowed when the choice was made.
+    pub families: Families,
     pub report: Option<Arc<TuneReport>>,
     pub warnings: Vec<String>,
 }
@@ -103,29 +106,50 @@ pub fn budget(arg: Option<f64>) -> Result<Duration> {
 static TUNING: Mutex<()> = Mutex::new(());
 
 /// A cached report is used only if its winner is still a variant this build and adapter can
-/// run, for this very shape and precision.
-fn usable(report: &TuneReport, shape: &ConvShape, precision: Precision, engine: &Engine) -> Option<Variant> {
+/// run, for this very shape and precision, of a family allowed now. The key already holds
+/// the families; checking the winner too keeps a hand-edited or imported entry from
+/// smuggling in an excluded one.
+fn usable(
+    report: &TuneReport,
+    shape: &ConvShape,
+    precision: Precision,
+    families: &Families,
+    engine: &Engine,
+) -> Option<Variant> {
     let v = report.winner_variant().ok()?;
-    (report.shape == *shape && report.precision == precision && v.fits(&engine.caps) && v.serves(precision))
-        .then_some(v)
+    let ok = report.shape == *shape
+        && report.precision == precision
+        && families.allows(v.family())
+        && v.fits(&engine.caps)
+        && v.serves(precision);
+    ok.then_some(v)
 }
 
 fn cached(
     engine: &Engine,
     shape: &ConvShape,
     precision: Precision,
+    families: &Families,
     cache: &Cache,
     warnings: &mut Vec<String>,
 ) -> Option<Choice> {
-    let key = CacheKey::new(&engine.desc, shape, precision);
+    let key = CacheKey::new(&engine.desc, shape, precision, families);
     let report = cache.get(&key, warnings)?;
-    match usable(&report, shape, precision, engine) {
-        Some(variant) => Some(Choice { variant, source: Source::Cache, report: Some(report), warnings: Vec::new() }),
+    match usable(&report, shape, precision, families, engine) {
+        Some(variant) => Some(Choice {
+            variant,
+            source: Source::Cache,
+            families: families.clone(),
+            report: Some(report),
+            warnings: Vec::new(),
+        }),
         None => {
+            let excluded = report.winner_variant().is_ok_and(|v| !families.allows(v.family()));
             warnings.push(format!(
-                "cached winner {:?} for {} cannot run here; ignoring the entry",
+                "cached winner {:?} for {} cannot run here{}; ignoring the entry",
                 report.winner,
-                shape.label()
+                shape.label(),
+                if excluded { " (its family is excluded by CONVTUNE_FAMILIES)" } else { "" }
             ));
             None
         }
@@ -152,19 +176,22 @@ fn print_line(report: &TuneReport) {
 }
 
 /// Tunes `shape` and stores the result. Must be called holding `TUNING`.
+#[allow(clippy::too_many_arguments)]
 fn tune_and_store(
     engine: &Engine,
     shape: &ConvShape,
     precision: Precision,
+    families: &Families,
     budget: Duration,
     cache: &Cache,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
     warnings: &mut Vec<String>,
 ) -> Result<Arc<TuneReport>> {
-    let opts = TuneOptions { budget, ..TuneOptions::default() };
+    let opts = TuneOptions { budget, families: families.clone(), ..TuneOptions::default() };
     let report = Arc::new(tuner::tune(engine, shape, precision, &opts, progress)?);
     print_line(&report);
-    let entry = Entry { key: CacheKey::new(&engine.desc, shape, precision), report: (*report).clone() };
+    let key = CacheKey::new(&engine.desc, shape, precision, families);
+    let entry = Entry { key, report: (*report).clone() };
     if let Err(e) = cache.put(vec![entry], warnings) {
         warnings.push(format!("{e}; the result is kept for this process only"));
     }
@@ -172,7 +199,7 @@ fn tune_and_store(
 }
 
 /// `convtune.tune()`: the cached report unless `force`, else a fresh tuning run. Ignores
-/// `CONVTUNE_TUNE`: the caller asked for tuning.
+/// `CONVTUNE_TUNE`: the caller asked for tuning. Honours `CONVTUNE_FAMILIES`.
 pub fn tune(
     engine: &Engine,
     shape: &ConvShape,
@@ -181,22 +208,25 @@ pub fn tune(
     force: bool,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
+    let families = Families::from_env()?;
     let cache = Cache::from_env();
     let mut warnings = Vec::new();
     let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
     if !force {
-        if let Some(mut c) = cached(engine, shape, precision, &cache, &mut warnings) {
+        if let Some(mut c) = cached(engine, shape, precision, &families, &cache, &mut warnings) {
             c.warnings = warnings;
             return Ok(c);
         }
     }
-    let report = tune_and_store(engine, shape, precision, budget, &cache, progress, &mut warnings)?;
+    let report = tune_and_store(engine, shape, precision, &families, budget, &cache, progress, &mut warnings)?;
     let variant = report.winner_variant()?;
-    Ok(Choice { variant, source: Source::Tuned, report: Some(report), warnings })
+    Ok(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings })
 }
 
 /// The variant a conv2d call runs. Tuning failures never fail the call: they are reported as
-/// warnings and the default rule is used (cancellation and device loss do propagate).
+/// warnings and the default rule is used (cancellation and device loss do propagate). A
+/// variant asked for by name runs even if `CONVTUNE_FAMILIES` leaves its family out; the
+/// variable is still read, so a bad value is reported whatever the call.
 pub fn choose(
     engine: &Engine,
     shape: &ConvShape,
@@ -204,44 +234,50 @@ pub fn choose(
     forced: Option<Variant>,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
-    let default = |warnings| Choice {
-        variant: kernels::default_variant(shape, &engine.caps),
-        source: Source::Default,
-        report: None,
-        warnings,
-    };
+    let families = Families::from_env()?;
     if let Some(variant) = forced {
-        return Ok(Choice { variant, source: Source::Forced, report: None, warnings: Vec::new() });
+        return Ok(Choice { variant, source: Source::Forced, families, report: None, warnings: Vec::new() });
     }
+    let default = |warnings| -> Result<Choice> {
+        Ok(Choice {
+            variant: tuner::default_choice(shape, &engine.caps, precision, &families)?,
+            source: Source::Default,
+            families: families.clone(),
+            report: None,
+            warnings,
+        })
+    };
     let mode = Mode::from_env()?;
     if mode == Mode::Off {
-        return Ok(default(Vec::new()));
+        return default(Vec::new());
     }
     let cache = Cache::from_env();
     let mut warnings = Vec::new();
-    if let Some(mut c) = cached(engine, shape, precision, &cache, &mut warnings) {
+    if let Some(mut c) = cached(engine, shape, precision, &families, &cache, &mut warnings) {
         c.warnings = warnings;
         return Ok(c);
     }
     if mode == Mode::Cached {
-        return Ok(default(warnings));
+        return default(warnings);
     }
     let budget = budget(None)?;
     let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
     // Another thread may have tuned this shape while this one waited.
-    if let Some(mut c) = cached(engine, shape, precision, &cache, &mut warnings) {
+    if let Some(mut c) = cached(engine, shape, precision, &families, &cache, &mut warnings) {
         c.warnings = warnings;
         return Ok(c);
     }
-    match tune_and_store(engine, shape, precision, budget, &cache, progress, &mut warnings) {
+    match tune_and_store(engine, shape, precision, &families, budget, &cache, progress, &mut warnings) {
         Ok(report) => {
             let variant = report.winner_variant()?;
-            Ok(Choice { variant, source: Source::Tuned, report: Some(report), warnings })
+            Ok(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings })
         }
         Err(e @ (Error::Cancelled(_) | Error::DeviceLost(_))) => Err(e),
         Err(e) => {
             warnings.push(format!("tuning {} failed ({e}); using the default variant", shape.label()));
-            Ok(default(warnings))
+            // Where the allowed families cannot run the shape at all, this is the error
+            // that says so.
+            default(warnings)
         }
     }
 }

@@ -14,6 +14,7 @@
 
 use crate::device::AdapterDesc;
 use crate::error::{Error, Result};
+use crate::families::Families;
 use crate::precision::Precision;
 use crate::params::ConvShape;
 use crate::tuner::TuneReport;
@@ -86,6 +87,9 @@ pub struct CacheKey {
     /// Entries written before precision modes existed were tuned for "highest".
     #[serde(default)]
     pub precision: Precision,
+    /// The families `CONVTUNE_FAMILIES` allowed, comma-separated; absent when it allowed all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub families: Option<String>,
 }
 
 fn sha256_hex(parts: &[&str]) -> String {
@@ -144,7 +148,7 @@ pub fn codegen_hash() -> &'static str {
 }
 
 impl CacheKey {
-    pub fn new(adapter: &AdapterDesc, shape: &ConvShape, precision: Precision) -> Self {
+    pub fn new(adapter: &AdapterDesc, shape: &ConvShape, precision: Precision, families: &Families) -> Self {
         CacheKey {
             adapter: adapter.into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -153,6 +157,7 @@ impl CacheKey {
             candidates: candidates_hash().into(),
             shape: shape.into(),
             precision,
+            families: families.key(),
         }
     }
 }
@@ -476,6 +481,7 @@ mod tests {
             budget_s: 3.0,
             tuned_at: "2024-01-01T00:00:00Z".into(),
             adapter: "test gpu".into(),
+            families: None,
             candidates: vec![CandidateResult {
                 name: winner.into(),
                 status: Status::Ok,
@@ -488,7 +494,8 @@ mod tests {
 
     fn entry(device: u32, k: usize, winner: &str) -> Entry {
         let s = shape(k);
-        Entry { key: CacheKey::new(&adapter(device), &s, Precision::Highest), report: report(&s, winner) }
+        let key = CacheKey::new(&adapter(device), &s, Precision::Highest, &Families::all());
+        Entry { key, report: report(&s, winner) }
     }
 
     #[test]

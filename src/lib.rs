@@ -6,6 +6,7 @@ pub mod check;
 pub mod codegen;
 pub mod device;
 pub mod error;
+pub mod families;
 pub mod kernels;
 pub mod memory;
 pub mod params;

@@ -4,6 +4,7 @@ use crate::autotune::{self, Choice};
 use crate::cache::{self, Cache};
 use crate::device::{self, AdapterDesc, Engine};
 use crate::error::Error;
+use crate::families::Families;
 use crate::memory::{self, Need};
 use crate::params::{ConvShape, Padding};
 use crate::precision::Precision;
@@ -312,6 +313,13 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// The kernel families `CONVTUNE_FAMILIES` allows now and the ones it leaves out.
+#[pyfunction]
+fn families() -> PyResult<(Vec<&'static str>, Vec<&'static str>)> {
+    let f = Families::from_env().py_err()?;
+    Ok((f.allowed().to_vec(), f.excluded()))
+}
+
 /// Every variant name the generator can emit.
 #[pyfunction]
 fn variant_space() -> Vec<String> {
@@ -330,15 +338,19 @@ fn variant_knobs<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
+/// The untuned choice for this shape, within the families `CONVTUNE_FAMILIES` allows.
 #[pyfunction]
-#[pyo3(signature = (spec))]
+#[pyo3(signature = (spec, precision=None))]
 fn default_variant(
     py: Python<'_>,
     spec: Spec,
+    precision: Option<&str>,
 ) -> PyResult<String> {
+    let precision = Precision::resolve(precision).py_err()?;
     let shape = spec.shape()?;
+    let families = Families::from_env().py_err()?;
     let eng = py.detach(device::engine).py_err()?;
-    Ok(kernels::default_variant(&shape, &eng.caps).to_string())
+    Ok(tuner::default_choice(&shape, &eng.caps, precision, &families).py_err()?.to_string())
 }
 
 /// The WGSL source convtune generates for `variant` on this shape.
@@ -409,6 +421,7 @@ fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<B
     d.set_item("budget_s", r.budget_s)?;
     d.set_item("tuned_at", &r.tuned_at)?;
     d.set_item("adapter", &r.adapter)?;
+    d.set_item("families", &r.families)?;
     d.set_item("source", source)?;
     let mut candidates = Vec::with_capacity(r.candidates.len());
     for c in &r.candidates {
@@ -480,6 +493,8 @@ fn explain<'py>(
     d.set_item("knobs", knobs_dict(py, &choice.variant)?)?;
     d.set_item("wgsl", choice.variant.generate(&shape).py_err()?.source)?;
     d.set_item("adapter", &eng.desc.name)?;
+    d.set_item("families", choice.families.allowed().to_vec())?;
+    d.set_item("excluded", choice.families.excluded())?;
     match &choice.report {
         Some(r) => d.set_item("report", report_dict(py, r, choice.source.as_str())?)?,
         None => d.set_item("report", py.None())?,
@@ -702,6 +717,7 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(adapter_info, m)?)?;
     m.add_function(wrap_pyfunction!(variant_space, m)?)?;
+    m.add_function(wrap_pyfunction!(families, m)?)?;
     m.add_function(wrap_pyfunction!(variant_knobs, m)?)?;
     m.add_function(wrap_pyfunction!(default_variant, m)?)?;
     m.add_function(wrap_pyfunction!(wgsl, m)?)?;

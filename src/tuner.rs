@@ -7,6 +7,7 @@
 use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
+use crate::families::Families;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 use crate::pool::PooledBuffer;
@@ -128,6 +129,9 @@ pub struct TuneReport {
     /// UTC, ISO 8601.
     pub tuned_at: String,
     pub adapter: String,
+    /// The families `CONVTUNE_FAMILIES` allowed; absent when it allowed all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub families: Option<Vec<String>>,
     pub candidates: Vec<CandidateResult>,
 }
 
@@ -163,11 +167,13 @@ pub struct TuneOptions {
     pub samples: u32,
     /// Top-ranked candidates timed whatever the budget says (the default always is).
     pub must_time: usize,
+    /// The families candidates may come from (`CONVTUNE_FAMILIES`).
+    pub families: Families,
 }
 
 impl Default for TuneOptions {
     fn default() -> Self {
-        TuneOptions { budget: DEFAULT_BUDGET, samples: 7, must_time: 3 }
+        TuneOptions { budget: DEFAULT_BUDGET, samples: 7, must_time: 3, families: Families::all() }
     }
 }
 
@@ -234,31 +240,76 @@ pub fn ranked_candidates(shape: &ConvShape, caps: &Caps) -> Vec<Variant> {
     first
 }
 
+/// The untuned choice: the default rule's variant, or, where `families` leaves out its
+/// family, the likeliest winner of the allowed ones. An error when no allowed variant can run
+/// `shape` on this adapter at `precision`.
+pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, families: &Families) -> Result<Variant> {
+    let rule = kernels::default_variant(shape, caps);
+    if families.allows(rule.family()) {
+        return Ok(rule);
+    }
+    let allowed = |v: &Variant| families.allows(v.family()) && v.serves(precision);
+    if let Some(v) = ranked_candidates(shape, caps).into_iter().find(allowed) {
+        return Ok(v);
+    }
+    // `suits` keeps tiles far larger than the problem out of tuning, but such a tile still
+    // computes the right result, and a restricted set may have nothing else.
+    let fallback = kernels::all_variants()
+        .into_iter()
+        .filter(|v| allowed(v) && v.fits(caps))
+        .min_by(|a, b| a.cost(shape).total_cmp(&b.cost(shape)).then_with(|| a.to_string().cmp(&b.to_string())));
+    fallback.ok_or_else(|| {
+        let why: Vec<String> = families
+            .allowed()
+            .iter()
+            .map(|f| {
+                let needs_tc = kernels::all_variants().iter().any(|v| v.family() == *f && v.needs_tensor_cores());
+                match caps.tensor_cores_missing() {
+                    Some(missing) if needs_tc => format!("{f}: {missing}"),
+                    _ => format!("{f}: no variant fits this adapter and serves precision {}", precision.as_str()),
+                }
+            })
+            .collect();
+        Error::invalid(format!(
+            "{}={} leaves no kernel variant that can run {} here ({}); allow more families",
+            crate::families::ENV,
+            families.allowed().join(","),
+            shape.label(),
+            why.join("; ")
+        ))
+    })
+}
+
 /// The order candidates are tried in: the default (the baseline every speed-up is measured
 /// against, and the first bar for pruning), the faulty test candidate when injected, then
-/// the ranked list. The default and the top `must_time` ranked ones ignore the budget.
+/// the ranked list. The default and the top `must_time` ranked ones ignore the budget. Only
+/// families `opts.families` allows take part.
 fn timing_order(
     shape: &ConvShape,
     precision: Precision,
     caps: &Caps,
     opts: &TuneOptions,
     faulty: bool,
-) -> Vec<Candidate> {
-    let default = kernels::default_variant(shape, caps);
+) -> Result<Vec<Candidate>> {
+    let families = &opts.families;
+    let default = default_choice(shape, caps, precision, families)?;
     let mut order = vec![Candidate { variant: default, faulty: false, must: true }];
     if faulty {
         order.push(Candidate { variant: default, faulty: true, must: true });
     }
-    let ranked = ranked_candidates(shape, caps).into_iter().filter(|v| *v != default && v.serves(precision));
+    let ranked = ranked_candidates(shape, caps)
+        .into_iter()
+        .filter(|v| *v != default && v.serves(precision) && families.allows(v.family()));
     for (i, variant) in ranked.enumerate() {
         order.push(Candidate { variant, faulty: false, must: i < opts.must_time });
     }
     // The reference is the fallback; make sure it is in the report even if it does not suit.
     let reference = reference_variant();
-    if !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(caps) {
+    let allowed = families.allows(reference.family());
+    if allowed && !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(caps) {
         order.push(Candidate { variant: reference, faulty: false, must: false });
     }
-    order
+    Ok(order)
 }
 
 // ----------------------------------------------------------------------------------------
@@ -537,7 +588,7 @@ pub fn tune(
     // Before the inputs are made: a shape too large for one binding must not cost gigabytes
     // of random data first.
     crate::memory::check(engine, "tuning", &crate::memory::whole_problem(shape, engine.max_binding())?)?;
-    let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty());
+    let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty())?;
     let x = random_data(shape.x_len() as usize, SEEDS.0);
     let w = random_data(shape.w_len() as usize, SEEDS.1);
     let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
@@ -587,7 +638,19 @@ pub fn tune(
     progress(&Progress { done: total, total, name: "" })?;
 
     let default = order[0].variant;
-    let winner = best.map_or_else(reference_variant, |(i, _)| order[i].variant);
+    let winner = match best {
+        Some((i, _)) => order[i].variant,
+        // The reference checks candidates whatever the families, but wins only if allowed.
+        None if opts.families.allows(reference_variant().family()) => reference_variant(),
+        None => {
+            return Err(Error::Gpu(format!(
+                "no candidate of the kernel families {}={} allows ran {} correctly",
+                crate::families::ENV,
+                opts.families.allowed().join(","),
+                shape.label()
+            )))
+        }
+    };
     let timed = |v: Variant| {
         results.iter().find(|r| r.name == v.to_string()).and_then(|r| r.median_ms)
     };
@@ -603,6 +666,7 @@ pub fn tune(
         budget_s: opts.budget.as_secs_f64(),
         tuned_at: now_iso(),
         adapter: engine.desc.name.clone(),
+        families: (!opts.families.is_all()).then(|| opts.families.allowed().iter().map(|f| f.to_string()).collect()),
         candidates: results,
     })
 }
@@ -687,10 +751,28 @@ mod tests {
         let c = ranked_candidates(&s, &caps);
         assert!(!c.is_empty());
         assert!(c.iter().all(|v| v.fits(&caps) && v.suits(&s)));
-        let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), true);
+        let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), true).unwrap();
         assert_eq!(order[0].variant, kernels::default_variant(&s, &caps));
         assert!(order[1].faulty && order[1].must);
         assert_eq!(order.iter().filter(|c| c.must).count(), 2 + 3);
+    }
+
+    #[test]
+    fn a_family_restriction_holds_for_the_default_and_every_candidate() {
+        let caps = Caps::from_limits(wgpu::Limits::downlevel_defaults());
+        // The rule picks a direct kernel here; with gemm alone the default is a gemm one.
+        let s = shape([1, 3, 32, 32], [8, 3, 3, 3], 0, 1);
+        assert_eq!(kernels::default_variant(&s, &caps).family(), "direct");
+        let gemm = Families::parse("gemm").unwrap();
+        assert_eq!(default_choice(&s, &caps, Precision::Highest, &gemm).unwrap().family(), "gemm");
+        let opts = TuneOptions { families: gemm, ..TuneOptions::default() };
+        let order = timing_order(&s, Precision::Highest, &caps, &opts, false).unwrap();
+        assert!(order.len() > 1 && order.iter().all(|c| c.variant.family() == "gemm"));
+        // Tensor-core kernels cannot run without cooperative matrices: a clear error, no panic.
+        let coop = Families::parse("coop").unwrap();
+        let e = default_choice(&s, &caps, Precision::High, &coop).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)));
+        assert!(e.to_string().contains("CONVTUNE_FAMILIES=coop") && e.to_string().contains("cooperative"), "{e}");
     }
 
     #[test]
@@ -698,7 +780,7 @@ mod tests {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let s = shape([1, 4, 12, 12], [8, 4, 3, 3], 1, 1);
         set_inject_faulty(true);
-        let opts = TuneOptions { budget: Duration::from_millis(300), samples: 3, must_time: 2 };
+        let opts = TuneOptions { budget: Duration::from_millis(300), samples: 3, must_time: 2, ..TuneOptions::default() };
         let mut calls = 0;
         let report = tune(&e, &s, Precision::Highest, &opts, &mut |_| {
             calls += 1;

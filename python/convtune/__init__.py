@@ -21,6 +21,12 @@ Environment, read at every call:
 - ``CONVTUNE_PROGRESS=0``: no progress bar while tuning (it only shows on a terminal).
 - ``CONVTUNE_PRECISION``: the default ``precision`` (``highest`` unless set).
 - ``CONVTUNE_TENSOR_CORES=0``: never use the tensor-core (cooperative-matrix) kernels.
+- ``CONVTUNE_FAMILIES``: comma-separated kernel families (``direct``, ``gemm``, ``coop``)
+  the tuner and the default rule may choose from, e.g. ``direct,gemm``; unset means all.
+  An unknown name raises ValueError naming the accepted ones. Tuning results are cached
+  per allowed set, so a restricted run never gets a winner of an excluded family from the
+  cache. A ``variant=`` asked for by name still runs, whatever its family;
+  ``explain().excluded`` lists the families left out.
 
 Precision (``precision=`` on ``conv2d``, ``tune``, ``explain``, ``time_variant``), named after
 ``torch.set_float32_matmul_precision``: ``"highest"`` (default) gives float32-class results
@@ -300,10 +306,18 @@ def default_variant(
     dilation: IntPair = 1,
     groups: int = 1,
     bias: Union[None, bool, int] = None,
+    *,
+    precision: Optional[str] = None,
 ) -> str:
-    """The variant the untuned rule picks for this shape on the current adapter."""
+    """The variant the untuned rule picks for this shape on the current adapter.
+
+    Within the families ``CONVTUNE_FAMILIES`` allows: where it excludes the rule's family,
+    the likeliest winner of the allowed ones serving ``precision``. Raises ValueError when
+    the allowed families cannot run the shape here (e.g. ``coop`` alone without tensor cores).
+    """
     return _convtune.default_variant(
-        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias)
+        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
+        precision=_precision(precision),
     )
 
 
@@ -399,7 +413,8 @@ def tune(
     """Tunes conv2d for one shape and stores the winner in the tuning cache.
 
     Returns the cached report when the cache already has the shape, unless ``force``.
-    Ignores ``CONVTUNE_TUNE``: calling it is asking for tuning.
+    Ignores ``CONVTUNE_TUNE``: calling it is asking for tuning. Candidates come from the
+    families ``CONVTUNE_FAMILIES`` allows (``report.families`` lists them when restricted).
 
     Args:
         x_shape, w_shape, stride, padding, dilation, groups: as for ``conv2d``.
@@ -410,17 +425,32 @@ def tune(
         precision: the precision mode to tune for (see ``conv2d``); each mode has its own
             cache entry.
     """
-    progress = Progress()
+    return _tune_with(
+        None, (x_shape, w_shape, stride, padding, dilation, groups), {"bias": bias},
+        budget=budget, force=force, precision=precision,
+    )
+
+
+def _tune_with(progress: Any, args: tuple, kwargs: dict, *, budget: Optional[float] = None,
+               force: bool = False, precision: Optional[str] = None) -> TuneReport:
+    """``tune(*args, **kwargs, ...)`` reporting to ``progress`` (a callable taking done, total,
+    candidate, shape), or to a display of its own when ``None``: the command line draws one
+    display across many shapes."""
+    spec = _call_spec(*args, kwargs.get("bias"))
+    own = progress is None
+    if own:
+        progress = Progress()
     try:
         d = _convtune.tune(
-            _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
+            spec,
             budget=_budget(budget),
             force=bool(force),
             progress=progress,
             precision=_precision(precision),
         )
     finally:
-        progress.close()
+        if own:
+            progress.close()
     return TuneReport.from_dict(d)
 
 
@@ -441,7 +471,8 @@ def explain(
     was involved, every candidate's time and status.
 
     Decides exactly as ``conv2d`` would, so under ``CONVTUNE_TUNE=auto`` it tunes a shape
-    the cache does not have yet.
+    the cache does not have yet. ``excluded`` names the kernel families ``CONVTUNE_FAMILIES``
+    left out of the choice.
     """
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")

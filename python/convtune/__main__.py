@@ -1,4 +1,8 @@
-"""Command line: `python -m convtune {info,run,tune,bench}`."""
+"""Command line: `python -m convtune {info,run,tune,bench}`.
+
+Shapes on the command line and in `tune --file` files are spec strings, the form reports
+print as `shape` (see `convtune._shapes`): `8x64x56x56 k64 3x3 s1 p1`.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 
 import convtune
+from convtune import _shapes, _sweep
+from convtune._shapes import Shape
+from convtune._tuning import ListProgress
 from convtune.reference import conv2d_reference, max_relative_error
 
 
@@ -40,6 +47,12 @@ class Case(NamedTuple):
         return (
             f"{self.n},{self.c},{self.h},{self.w} -> {self.k}, {self.r}x{self.s}, "
             f"s{self.stride}, p{self.padding}{g}"
+        )
+
+    def shape(self) -> Shape:
+        return Shape(
+            x=self.x_shape, w=self.w_shape, stride=(self.stride, self.stride),
+            padding=(self.padding, self.padding), groups=self.groups,
         )
 
     def flops(self) -> float:
@@ -92,6 +105,9 @@ def cmd_info(_args: argparse.Namespace) -> int:
     print(f"in use: [{info['index']}] {info['name']}")
     if info.get("loader_note"):
         print(f"note: {info['loader_note']}")
+    allowed, excluded = convtune._convtune.families()
+    print(f"kernel families: {', '.join(allowed)}"
+          + (f" (CONVTUNE_FAMILIES excludes {', '.join(excluded)})" if excluded else ""))
     print("limits:")
     for k, v in info["limits"].items():
         print(f"  {k:40s} {v}")
@@ -101,27 +117,31 @@ def cmd_info(_args: argparse.Namespace) -> int:
     return 0
 
 
-def _timed(case: Case, variant: str, reps: int) -> Tuple[float, float]:
+def _timed(shape: Shape, variant: str, reps: int, precision: Optional[str]) -> Tuple[float, float]:
     """Median GPU seconds of ``reps`` runs and their coefficient of variation."""
     _, times = convtune.time_variant(
-        case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups, variant=variant, reps=reps
+        *shape.args(), **shape.kwargs(), variant=variant, reps=reps, precision=precision
     )
     mean = statistics.fmean(times)
     cv = statistics.stdev(times) / mean if len(times) > 1 and mean > 0 else 0.0
     return statistics.median(times), cv
 
 
-def _speedup_rows(cases: List[Case], reps: int, chosen) -> List[List[str]]:
-    """One row per case: ``chosen(case)`` gives (variant, source, tuning seconds or None)."""
+# A labelled shape: suites keep their own labels, files and sweeps use spec strings.
+Item = Tuple[str, Shape]
+
+
+def _speedup_rows(items: List[Item], reps: int, chosen, precision: Optional[str] = None) -> List[List[str]]:
+    """One row per shape: ``chosen(index, shape)`` gives (variant, source, tuning seconds or None)."""
     rows = []
-    for case in cases:
-        variant, source, tuning_s = chosen(case)
-        default = convtune.default_variant(case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups)
-        d_med, _ = _timed(case, default, reps)
-        t_med, t_cv = _timed(case, variant, reps)
+    for i, (label, shape) in enumerate(items):
+        variant, source, tuning_s = chosen(i, shape)
+        default = convtune.default_variant(*shape.args(), **shape.kwargs(), precision=precision)
+        d_med, _ = _timed(shape, default, reps, precision)
+        t_med, t_cv = _timed(shape, variant, reps, precision)
         rows.append([
-            case.label(), variant, source, f"{d_med * 1e3:.3f}", f"{t_med * 1e3:.3f}",
-            f"{d_med / t_med:.2f}x", f"{case.flops() / t_med / 1e9:.1f}", f"{t_cv * 100:.1f}%",
+            label, variant, source, f"{d_med * 1e3:.3f}", f"{t_med * 1e3:.3f}",
+            f"{d_med / t_med:.2f}x", f"{shape.flops() / t_med / 1e9:.1f}", f"{t_cv * 100:.1f}%",
             "-" if tuning_s is None else f"{tuning_s:.1f}",
         ])
         print(".", end="", file=sys.stderr, flush=True)
@@ -129,10 +149,8 @@ def _speedup_rows(cases: List[Case], reps: int, chosen) -> List[List[str]]:
     return rows
 
 
-_SPEEDUP_HEADERS = [
-    "shape (N,C,H,W -> K, RxS, stride, pad)", "winner", "from", "default ms", "tuned ms",
-    "speed-up", "GFLOP/s", "CV", "tuning s",
-]
+_SUITE_SHAPE = "shape (N,C,H,W -> K, RxS, stride, pad)"
+_SPEEDUP_HEADERS = ["winner", "from", "default ms", "tuned ms", "speed-up", "GFLOP/s", "CV", "tuning s"]
 
 
 def _print_adapter() -> None:
@@ -140,33 +158,95 @@ def _print_adapter() -> None:
     print(f"adapter: {info['name']} ({info['backend']}, {info['type']})")
 
 
+def _suite_items(name: str) -> List[Item]:
+    return [(c.label(), c.shape()) for c in SUITES[name]]
+
+
+def _file_items(path: str, precision: Optional[str]) -> List[Item]:
+    """The shapes of a file, each checked by convtune itself before anything is tuned, so a
+    bad line late in a long file fails at once, naming the file and line."""
+    items = []
+    for where, shape in _shapes.load(path):
+        try:
+            convtune.default_variant(*shape.args(), **shape.kwargs(), precision=precision)
+        except (TypeError, ValueError) as e:
+            raise _shapes.ShapeError(f"{where}: {shape.label()}: {e}") from None
+        items.append((shape.label(), shape))
+    return items
+
+
+def tune_all(items: List[Item], budget: Optional[float], force: bool,
+             precision: Optional[str]) -> List[convtune.TuneReport]:
+    """Tunes every shape under one progress display."""
+    progress = ListProgress(len(items))
+    reports = []
+    try:
+        for i, (label, shape) in enumerate(items):
+            progress.start(i, label)
+            reports.append(convtune._tune_with(
+                progress, shape.args(), shape.kwargs(), budget=budget, force=force, precision=precision,
+            ))
+            progress.finish()
+    finally:
+        progress.close()
+    return reports
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        items, header = _file_items(args.file, args.precision), "shape"
+    else:
+        items, header = _suite_items(args.suite or "default"), _SUITE_SHAPE
     _print_adapter()
+    reports = tune_all(items, args.budget, args.force, args.precision)
 
-    def chosen(case: Case):
-        r = convtune.tune(
-            case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups,
-            budget=args.budget, force=args.force,
-        )
-        return r.winner, r.source, r.tuning_s
+    def chosen(i: int, _shape: Shape):
+        return reports[i].winner, reports[i].source, reports[i].tuning_s
 
-    print(_table(_SPEEDUP_HEADERS, _speedup_rows(SUITES[args.suite], args.reps, chosen)))
-    print(f"ms: median of {args.reps} GPU-timed runs; CV: coefficient of variation of the winner's runs; "
-          f"cache: {convtune.cache_path()}")
+    rows = _speedup_rows(items, args.reps, chosen, args.precision)
+    print(_table([header] + _SPEEDUP_HEADERS, rows))
+    print(f"{len(items)} shapes; ms: median of {args.reps} GPU-timed runs; CV: coefficient of variation "
+          f"of the winner's runs; cache: {convtune.cache_path()}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.sweep is not None:
+        return cmd_sweep(args)
     _print_adapter()
 
-    def chosen(case: Case):
-        e = convtune.explain(case.x_shape, case.w_shape, case.stride, case.padding, 1, case.groups)
+    def chosen(_i: int, shape: Shape):
+        e = convtune.explain(*shape.args(), **shape.kwargs())
         tuning = e.report.tuning_s if e.report is not None and e.source == "tuned" else None
         return e.variant, e.source, tuning
 
-    print(_table(_SPEEDUP_HEADERS, _speedup_rows(SUITES[args.suite], args.reps, chosen)))
+    print(_table([_SUITE_SHAPE] + _SPEEDUP_HEADERS, _speedup_rows(_suite_items(args.suite or "default"), args.reps, chosen)))
     print(f"ms: median of {args.reps} GPU-timed runs; CV: coefficient of variation of the winner's runs; "
           f"from: where the variant came from (CONVTUNE_TUNE={os.environ.get('CONVTUNE_TUNE', 'auto')})")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    param, values = _sweep.parse_sweep(args.sweep)
+    base = _shapes.parse_spec(args.base or _sweep.DEFAULT_BASE)
+    tuned = _sweep.Tuned(budget=args.budget, precision=args.precision, reps=args.reps, force=args.force)
+    _print_adapter()
+    print(f"sweep {param} = {values[0]}..{values[-1]} ({len(values)} points) around {base.label()}")
+    progress = ListProgress(len(values))
+    try:
+        pts = _sweep.run(base, param, values, tuned, progress=progress)
+    finally:
+        progress.close()
+    rows = [
+        [str(p["value"]), p["shape"], p["convtune"]["variant"], p["convtune"]["source"],
+         f"{p['convtune']['seconds'] * 1e3:.3f}", _sweep.ps(p["convtune"]["s_per_flop"]),
+         f"{p['flops'] / p['convtune']['seconds'] / 1e9:.1f}", f"{p['convtune']['cv'] * 100:.1f}%"]
+        for p in pts
+    ]
+    print(_table([param, "shape", "winner", "from", "GPU ms", "ps/FLOP", "GFLOP/s", "CV"], rows))
+    print(_sweep.summary_line(param, "convtune", _sweep.summarize(pts, "convtune")))
+    print(f"GPU ms: median of {args.reps} GPU-timed runs of the tuned winner; ps/FLOP: GPU time per "
+          f"floating-point operation (lower is better)")
     return 0
 
 
@@ -225,19 +305,59 @@ def main(argv: Optional[List[str]] = None) -> int:
     run.add_argument("--reps", type=int, default=10, help="timed runs per shape")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--no-check", action="store_true", help="skip the float64 reference check")
-    tune = sub.add_parser("tune", help="tune a shape suite and print each winner's speed-up over the default")
-    tune.add_argument("--suite", choices=sorted(SUITES), default="default")
+    precisions = ("highest", "high")
+    tune = sub.add_parser(
+        "tune", help="tune a shape suite or a file of shapes and print each winner's speed-up over the default",
+        description="Tunes every shape under one progress display, then times each winner against the "
+                    "default variant. --file takes a JSON list of objects {\"x\": [N,C,H,W], \"w\": "
+                    "[K,C/groups,R,S], \"stride\": 1, \"padding\": 1, \"dilation\": 1, \"groups\": 1, "
+                    "\"bias\": false} or spec strings, or a text file of one spec string per line "
+                    f"({_shapes.SPEC_SYNTAX}; '#' starts a comment).",
+    )
+    source = tune.add_mutually_exclusive_group()
+    source.add_argument("--suite", choices=sorted(SUITES), default=None, help="a built-in suite (default: default)")
+    source.add_argument("--file", metavar="PATH", help="shapes to tune: JSON or one shape spec per line")
     tune.add_argument("--budget", type=float, default=None, help="tuning seconds per shape (default: CONVTUNE_TUNE_BUDGET or 3)")
     tune.add_argument("--force", action="store_true", help="tune again even when the cache has a shape")
     tune.add_argument("--reps", type=int, default=30, help="timed runs per variant for the table")
-    bench = sub.add_parser("bench", help="time the default and the tuned variant over a shape suite")
-    bench.add_argument("--suite", choices=sorted(SUITES), default="default")
+    tune.add_argument("--precision", choices=precisions, default=None, help="precision mode (default: CONVTUNE_PRECISION or highest)")
+    tune.add_argument("--families", metavar="LIST", help="set CONVTUNE_FAMILIES for this run, e.g. direct,gemm")
+    bench = sub.add_parser(
+        "bench", help="time the default and the tuned variant over a shape suite, or sweep one parameter",
+        description="Without --sweep: default vs tuned variant over a suite. With --sweep: tune and time "
+                    "each point of a one-parameter sweep around --base and print the time per FLOP, "
+                    f"its min/max and the worst step against the better neighbour. {_sweep.SWEEP_SYNTAX}; "
+                    + "; ".join(f"{k}: {v}" for k, v in _sweep.PARAMS.items()) + ".",
+    )
+    bench.add_argument("--suite", choices=sorted(SUITES), default=None, help="a built-in suite (default: default)")
     bench.add_argument("--reps", type=int, default=30, help="timed runs per variant")
+    bench.add_argument("--sweep", metavar="PARAM=START:STOP[:STEP]", help="sweep one parameter (STOP included)")
+    bench.add_argument("--base", metavar="SPEC", default=None,
+                       help=f"base shape of --sweep as a spec string (default: '{_sweep.DEFAULT_BASE}')")
+    bench.add_argument("--budget", type=float, default=None, help="--sweep: tuning seconds per point (default: CONVTUNE_TUNE_BUDGET or 3)")
+    bench.add_argument("--force", action="store_true", help="--sweep: tune again points the cache has")
+    bench.add_argument("--precision", choices=precisions, default=None, help="--sweep: precision mode")
+    bench.add_argument("--families", metavar="LIST", help="set CONVTUNE_FAMILIES for this run, e.g. direct,gemm")
     args = p.parse_args(argv)
     if getattr(args, "reps", 2) < 2:
         p.error("--reps must be at least 2")
+    if args.cmd == "bench":
+        if args.sweep is None:
+            given = [f for f in ("base", "budget", "precision") if getattr(args, f) is not None]
+            if given or args.force:
+                p.error(f"--{(given or ['force'])[0]} applies to --sweep only")
+        elif args.suite is not None:
+            p.error("--suite and --sweep exclude each other")
+    if getattr(args, "families", None) is not None:
+        os.environ["CONVTUNE_FAMILIES"] = args.families
     try:
+        if args.cmd != "info":
+            # Checked before anything is tuned or printed: a bad name is reported alone.
+            convtune._convtune.families()
         return {"info": cmd_info, "run": cmd_run, "tune": cmd_tune, "bench": cmd_bench}[args.cmd](args)
+    except ValueError as e:
+        print(f"convtune: error: {e}", file=sys.stderr)
+        return 2
     except convtune.ConvtuneError as e:
         print(f"convtune: {e}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ __all__ = [
     "devices",
     "adapter_info",
     "variant_space",
+    "families",
     "variant_knobs",
     "default_variant",
     "wgsl",
@@ -79,9 +80,11 @@ def conv2d(
 def devices() -> List[Dict[str, Any]]: ...
 def adapter_info() -> Dict[str, Any]: ...
 def variant_space() -> List[str]: ...
+def families() -> Tuple[List[str], List[str]]: ...
 def variant_knobs(name: str) -> Dict[str, Union[str, int]]: ...
 def default_variant(
     spec: _Spec,
+    precision: Optional[str] = None,
 ) -> str: ...
 def wgsl(
     variant: str,

@@ -34,6 +34,8 @@ class TuneReport:
     adapter: str = ""
     #: The precision mode the winner was validated for ("highest" or "high").
     precision: str = "highest"
+    #: The kernel families CONVTUNE_FAMILIES allowed; ``None`` when it allowed all.
+    families: Optional[List[str]] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "TuneReport":
@@ -57,7 +59,8 @@ class TuneReport:
         lines = [
             f"{self.shape}: {self.winner} {ms(self.tuned_ms)} "
             f"({speedup} over default {self.default} {ms(self.default_ms)}); "
-            f"tuning {self.tuning_s:.2f} s, from {self.source}, precision {self.precision}",
+            f"tuning {self.tuning_s:.2f} s, from {self.source}, precision {self.precision}"
+            + ("" if self.families is None else f", families {','.join(self.families)}"),
         ]
         for c in self.candidates:
             if c["status"] == "skipped (budget)":
@@ -78,6 +81,9 @@ class Explanation:
     ``cache`` (a stored tuning result) or ``tuned`` (tuned by this call). ``family`` is the
     variant's kernel family, ``precision`` the mode it was chosen for, and ``tensor_cores``
     is ``"available"`` or says why the tensor-core family cannot run on this adapter.
+    ``families`` are the kernel families ``CONVTUNE_FAMILIES`` allows and ``excluded`` the
+    ones it leaves out (empty without a restriction); a variant forced by name runs even
+    when its family is excluded.
     """
 
     shape: str
@@ -92,6 +98,8 @@ class Explanation:
     family: str = ""
     precision: str = "highest"
     tensor_cores: str = ""
+    families: List[str] = field(default_factory=list)
+    excluded: List[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Explanation":
@@ -109,6 +117,8 @@ class Explanation:
             family=d["family"],
             precision=d["precision"],
             tensor_cores=d["tensor_cores"],
+            families=list(d.get("families", [])),
+            excluded=list(d.get("excluded", [])),
         )
 
     def __str__(self) -> str:
@@ -117,6 +127,10 @@ class Explanation:
             f"{self.shape} on {self.adapter}: {self.variant} ({knobs}); from {self.source}, "
             f"CONVTUNE_TUNE={self.mode}, precision {self.precision}; tensor cores: {self.tensor_cores}"
         )
+        if self.excluded:
+            head += f"; CONVTUNE_FAMILIES excludes {', '.join(self.excluded)}"
+            if self.family in self.excluded:
+                head += f" (the forced variant's family {self.family} runs because it was asked for by name)"
         return head if self.report is None else head + "\n" + str(self.report)
 
 
@@ -170,6 +184,86 @@ class Progress:
         self._plain_width = len(line)
         self._stream.write("\r" + line + pad)
         self._stream.flush()
+
+    def close(self) -> None:
+        if self._bar is False:
+            self._stream.write("\r" + " " * self._plain_width + "\r")
+            self._stream.flush()
+        elif self._bar is not None:
+            self._bar.close()
+        self._bar = None
+        self._plain_width = 0
+
+
+class ListProgress:
+    """One progress display across tuning a list of shapes, for the command line.
+
+    Its position counts shapes: the shapes done plus the share of the current shape's
+    candidates tried (a shape the cache already has jumps a whole step). Call ``start`` before
+    each shape, pass the object as the tuner's progress callback, ``finish`` after the shape,
+    ``close`` at the end. Shows nothing where ``Progress`` would show nothing.
+    """
+
+    def __init__(self, count: int, stream: Optional[TextIO] = None, force: bool = False) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._enabled = force or (
+            os.environ.get("CONVTUNE_PROGRESS", "1") != "0" and _is_terminal(self._stream)
+        )
+        self._count = count
+        self._index = 0
+        self._label = ""
+        self._bar: Any = None
+        self._plain_width = 0
+        self._line = ""
+
+    def write(self, text: str) -> None:
+        """Prints a line to stdout without tearing the display (it is drawn again below)."""
+        if self._bar is False and self._plain_width:
+            self._stream.write("\r" + " " * self._plain_width + "\r")
+            self._stream.flush()
+        elif self._bar:
+            self._bar.clear()
+        print(text, flush=True)
+        if self._bar is False and self._plain_width:
+            self._stream.write(self._line)
+            self._stream.flush()
+        elif self._bar:
+            self._bar.refresh()
+
+    def start(self, index: int, label: str) -> None:
+        self._index, self._label = index, label
+        self._show(float(index), "")
+
+    def __call__(self, done: int, total: int, candidate: str, shape: str) -> None:
+        self._show(self._index + (done / total if total else 1.0), candidate)
+
+    def finish(self) -> None:
+        self._show(float(self._index + 1), "")
+
+    def _show(self, position: float, candidate: str) -> None:
+        if not self._enabled:
+            return
+        if self._bar is None:
+            self._bar = self._open()
+        what = f"{self._label} {candidate}".rstrip()
+        if self._bar is False:
+            line = f"convtune: tuning [{position:.1f}/{self._count} shapes] {what}"
+            pad = " " * max(0, self._plain_width - len(line))
+            self._plain_width = len(line)
+            self._line = "\r" + line
+            self._stream.write("\r" + line + pad)
+            self._stream.flush()
+        else:
+            self._bar.n = round(position, 2)
+            self._bar.set_postfix_str(what, refresh=False)
+            self._bar.refresh()
+
+    def _open(self) -> Any:
+        try:
+            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+        except ImportError:
+            return False
+        return tqdm(total=self._count, desc="tuning", file=self._stream, leave=False, unit="shape")
 
     def close(self) -> None:
         if self._bar is False:

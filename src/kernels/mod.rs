@@ -200,6 +200,9 @@ impl Variant {
     pub fn serves(&self, precision: Precision) -> bool {
         self.ops().serves(precision)
     }
+    pub fn needs_tensor_cores(&self) -> bool {
+        self.ops().needs_tensor_cores()
+    }
     pub fn suits(&self, shape: &ConvShape) -> bool {
         self.ops().suits(shape)
     }

@@ -1,0 +1,164 @@
+"""`python -m convtune tune --file`: shape spec strings, JSON and text shape files, their
+errors (file and line), one progress display across the list, and the summary table."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+
+import convtune.__main__ as cli
+from convtune._shapes import Shape, ShapeError, from_json, load, parse_spec
+from convtune._tuning import ListProgress
+from tuning_support import tuning_env  # noqa: F401  (a fixture)
+
+TINY = ["1x4x6x6 k4 3x3 s1 p1", "1x4x7x7 k8 3x3 s2 p1 g2"]
+
+
+@pytest.mark.parametrize("spec", [
+    "8x64x56x56 k64 3x3 s1 p1",
+    "1x6x9x9 k4 3x3 s1 p0 g2",
+    "2x3x11x12 k5 3x1 s2,1 p1,0 d2 +b",
+    "1x4x8x8 k4 3x3 s1 psame",
+    "1x4x8x8 k4 2x2 s1 pvalid d1,2",
+])
+def test_spec_strings_round_trip(spec):
+    assert parse_spec(spec).label() == spec
+
+
+def test_spec_fields_and_defaults():
+    s = parse_spec("2x6x9x10 k4 3x1 g3 +b s2")
+    assert s == Shape(x=(2, 6, 9, 10), w=(4, 2, 3, 1), stride=(2, 2), padding=(0, 0), groups=3, bias=True)
+    assert s.out_hw() == (4, 5)  # (9 - 3) // 2 + 1, (10 - 1) // 2 + 1
+    assert s.flops() == 2.0 * 2 * 4 * (4 * 5) * 2 * 3 * 1  # 2 N K OH OW C/groups R S
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("8x64x56 k64 3x3", "not NxCxHxW"),
+    ("8x64x56x56 64 3x3", "not kK"),
+    ("8x64x56x56 k64 3", "not RxS"),
+    ("8x64x56x56 k64", "incomplete"),
+    ("8x64x56x56 k64 3x3 q2", "unrecognised 'q2'"),
+    ("8x64x56x56 k64 3x3 s1 s2", "stride given twice"),
+    ("1x6x8x8 k4 3x3 g4", "divide C=6"),
+    ("1x6x8x8 k4 3x3 pfull", "unrecognised"),
+])
+def test_bad_specs_raise_value_errors_naming_the_token(spec, match):
+    with pytest.raises(ValueError, match=match):
+        parse_spec(spec)
+
+
+def test_json_objects():
+    s = from_json({"x": [1, 4, 8, 8], "w": [6, 2, 3, 3], "stride": [2, 1], "padding": "same",
+                   "groups": 2, "bias": True})
+    assert s.label() == "1x4x8x8 k6 3x3 s2,1 psame g2 +b"
+    assert from_json("1x4x8x8 k4 3x3 s1 p1") == parse_spec("1x4x8x8 k4 3x3 s1 p1")
+    for bad, match in [
+        ({"x": [1, 4, 8, 8]}, "missing 'w'"),
+        ({"x": [1, 4, 8], "w": [4, 4, 3, 3]}, "x must be a list of 4"),
+        ({"x": [1, 4, 8, 8], "w": [4, 4, 3, 3], "pad": 1}, "unknown key.*'pad'"),
+        ({"x": [1, 4, 8, 8], "w": [4, 4, 3, 3], "stride": 1.5}, "stride must be an integer"),
+        ({"x": [1, 4, 8, 8], "w": [4, 4, 3, 3], "bias": 1}, "bias must be true or false"),
+        ({"x": [1, 4, 8, 8], "w": [4, 4, 3, 3], "padding": "full"}, "padding must be"),
+        (7, "expected an object"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            from_json(bad)
+
+
+def test_text_files_skip_comments_and_name_the_bad_line(tmp_path):
+    f = tmp_path / "shapes.txt"
+    f.write_text(f"# a comment\n\n{TINY[0]}   # trailing\n  {TINY[1]}\n")
+    assert [(w, s.label()) for w, s in load(f)] == [(f"{f}:3", TINY[0]), (f"{f}:4", TINY[1])]
+    f.write_text(f"{TINY[0]}\n# fine\n1x4x6x6 k4 3z3\n")
+    with pytest.raises(ShapeError, match=re.escape(f"{f}:3: ") + ".*'3z3' is not RxS"):
+        load(f)
+    f.write_text("# nothing\n")
+    with pytest.raises(ShapeError, match="no shapes"):
+        load(f)
+    with pytest.raises(ShapeError, match="cannot read"):
+        load(tmp_path / "missing.txt")
+
+
+def test_json_files(tmp_path):
+    f = tmp_path / "shapes.json"
+    f.write_text(json.dumps([{"x": [1, 4, 6, 6], "w": [4, 4, 3, 3], "padding": 1}, TINY[1]]))
+    assert [s.label() for _, s in load(f)] == TINY
+    f.write_text(json.dumps({"shapes": [TINY[0]]}))
+    assert [s.label() for _, s in load(f)] == TINY[:1]
+    f.write_text('[\n  {"x": [1, 4, 6, 6], "w": [4, 4, 3, 3]},\n  {"x": [1, 4, 6, 6] "w": []}\n]')
+    with pytest.raises(ShapeError, match=re.escape(f"{f}:3:") + ".*invalid JSON"):
+        load(f)
+    f.write_text(json.dumps([TINY[0], {"x": [1, 4, 6, 6], "w": [4, 4, 3, 3], "dilate": 2}]))
+    with pytest.raises(ShapeError, match=re.escape(f"{f}: item 2: unknown key")):
+        load(f)
+
+
+def test_list_progress_is_one_display_that_only_moves_forward():
+    buf = io.StringIO()
+    p = ListProgress(2, stream=buf, force=True)
+    p.start(0, "a")
+    for done in range(4):
+        p(done, 4, f"cand{done}", "a")
+    p.finish()
+    p.start(1, "b")  # a cached shape: no callbacks
+    p.finish()
+    p.close()
+    out = buf.getvalue()
+    assert "\n" not in out
+    positions = [float(m) for m in re.findall(r"\[(\d+\.\d)/2 shapes\]", out)]
+    assert positions[0] == 0.0 and positions[-1] == 2.0
+    assert positions == sorted(positions) and 0.5 in positions
+
+
+def test_list_progress_write_prints_between_redraws(capsys):
+    buf = io.StringIO()
+    p = ListProgress(1, stream=buf, force=True)
+    p.start(0, "a")
+    p.write("a point")
+    p.close()
+    assert capsys.readouterr().out == "a point\n"
+    drawn = buf.getvalue()
+    # Drawn, cleared for the printed line, drawn again, cleared at the end.
+    assert drawn.count("[0.0/1 shapes] a") == 2 and drawn.endswith("\r")
+
+
+def test_cli_tunes_a_file_under_one_progress_display(tuning_env, tmp_path, monkeypatch, capsys):
+    f = tmp_path / "shapes.txt"
+    f.write_text("\n".join(TINY) + "\n")
+    displays = []
+
+    def forced(count):
+        displays.append((count, io.StringIO()))
+        return ListProgress(count, stream=displays[-1][1], force=True)
+
+    monkeypatch.setattr(cli, "ListProgress", forced)
+    assert cli.main(["tune", "--file", str(f), "--budget", "0", "--reps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert len(displays) == 1 and displays[0][0] == 2
+    shown = displays[0][1].getvalue()
+    assert "[2.0/2 shapes]" in shown and TINY[1] in shown
+    rows = [line for line in out.splitlines() if line.startswith(("1x4x6x6", "1x4x7x7"))]
+    assert [r.split("  ")[0] for r in rows] == TINY
+    assert all(" tuned " in r for r in rows) and "2 shapes" in out
+
+
+def test_cli_reports_bad_lines_before_tuning_anything(tuning_env, tmp_path, capsys):
+    f = tmp_path / "shapes.txt"
+    # Syntax error on line 3, and a shape convtune rejects (C/groups != w's) on line 2.
+    f.write_text(f"{TINY[0]}\n1x4x6x6 k4 3x3 s0\n1x4x6x6 k4 3x3 s1 x\n")
+    assert cli.main(["tune", "--file", str(f), "--budget", "0"]) == 2
+    assert f"{f}:3: " in capsys.readouterr().err
+    f.write_text(f"{TINY[0]}\n1x4x6x6 k4 3x3 s0\n")
+    assert cli.main(["tune", "--file", str(f), "--budget", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:2: 1x4x6x6 k4 3x3 s0 p0: " in err and "stride" in err and "Traceback" not in err
+    assert not tuning_env.exists() or not any(tuning_env.iterdir())
+
+
+def test_cli_file_and_suite_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["tune", "--file", "x.txt", "--suite", "default"])
+    assert e.value.code == 2
