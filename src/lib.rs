@@ -13,6 +13,7 @@ pub mod pool;
 pub mod precision;
 pub mod runner;
 pub mod split;
+pub mod timing;
 pub mod tuner;
 #[cfg(feature = "python")]
 mod python;

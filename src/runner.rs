@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::pool::PooledBuffer;
 use crate::split;
+use crate::timing::Phases;
 use crate::kernels::Variant;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -359,6 +360,10 @@ fn read_f32(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32]) -> Result<()> 
 
 /// Copies the start of a GPU buffer into `out` through a mappable staging buffer.
 fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()> {
+    read_buffer_timed(engine, src, out, &mut Phases::start())
+}
+
+fn read_buffer_timed(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8], ph: &mut Phases) -> Result<()> {
     let size = out.len() as u64;
     if size == 0 {
         return Ok(());
@@ -366,6 +371,7 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
     let staging = engine
         .pool
         .take(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST, size)?;
+    ph.mark("staging");
     let mut enc = engine.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(src, 0, &staging, 0, size);
     let idx = engine.queue.submit([enc.finish()]);
@@ -373,6 +379,7 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
     staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
+    ph.mark("readback_submit");
     wait(engine, Some(idx))?;
     rx.recv_timeout(GPU_WAIT)
         .map_err(|_| Error::Gpu("read-back of the output never completed".into()))?
@@ -382,9 +389,12 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
             .slice(..size)
             .get_mapped_range()
             .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
+        ph.mark("readback_wait");
         out.copy_from_slice(&view);
+        ph.mark("copy_out");
     }
     staging.unmap();
+    ph.mark("unmap");
     Ok(())
 }
 
@@ -401,8 +411,25 @@ pub fn conv2d(
     out: &mut [f32],
     poison: bool,
 ) -> Result<()> {
+    conv2d_timed(engine, shape, variant, x, w, bias, out, poison, &mut Phases::start())
+}
+
+/// `conv2d`, charging its time to phases of `ph`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_timed(
+    engine: &Engine,
+    shape: &ConvShape,
+    variant: &Variant,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    poison: bool,
+    ph: &mut Phases,
+) -> Result<()> {
     let pieces = split::plan(shape, engine.max_binding())?;
     let (wb, bb) = upload_weights(engine, shape, w, bias)?;
+    ph.mark("write_buffer");
     for piece in &pieces {
         let runs = split::y_runs(shape, piece);
         let Some(sub) = piece.shape else {
@@ -411,22 +438,39 @@ pub fn conv2d(
         };
         let kernel = engine.pipeline(variant, &sub)?;
         let xs = split::gather_x(shape, piece, &sub, x);
-        let t = DeviceTensors::with_weights(engine, &sub, &xs, wb.clone(), bb.clone())?;
+        ph.mark("pipeline");
+        let ys = check_binding(engine, "the output", sub.y_len())?;
+        let y = engine.pool.take(OUTPUT, ys)?;
+        let xb = engine.pool.take(INPUT, (xs.len() as u64 * 4).max(4))?;
+        ph.mark("staging");
+        engine.queue.write_buffer(&xb, 0, bytes(&xs));
+        ph.mark("write_buffer");
+        let t = DeviceTensors { shape: sub, x: xb, w: wb.clone(), bias: bb.clone(), y };
         if poison {
             t.poison(engine)?;
         }
         t.run(engine, &kernel)?;
+        ph.mark("run");
         if let [(start, len)] = runs[..] {
-            t.read_y(engine, &mut out[start..start + len])?;
+            read_f32_timed(engine, &t.y, &mut out[start..start + len], ph)?;
         } else {
             let mut tmp = vec![0f32; sub.y_len() as usize];
-            t.read_y(engine, &mut tmp)?;
+            read_f32_timed(engine, &t.y, &mut tmp, ph)?;
             for (chunk, (start, len)) in tmp.chunks(runs[0].1).zip(runs) {
                 out[start..start + len].copy_from_slice(chunk);
             }
         }
+        ph.mark("copy_out");
     }
     Ok(())
+}
+
+fn read_f32_timed(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32], ph: &mut Phases) -> Result<()> {
+    // SAFETY: f32 has no invalid bit patterns, so any bytes written are valid f32s.
+    let dst = unsafe {
+        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out))
+    };
+    read_buffer_timed(engine, src, dst, ph)
 }
 
 /// Output rows whose windows see only padding: the bias plus 0 * w, which is NaN where a

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import operator
 import os
+import time
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _convtune, _memory
+from . import _convtune, _memory, _timings
 from ._convtune import (
     Tensor,
     ConvtuneError,
@@ -56,6 +57,7 @@ __all__ = [
     "Tensor",
     "to_device",
     "memory_stats",
+    "last_call_timings",
     "devices",
     "adapter_info",
     "default_variant",
@@ -222,6 +224,7 @@ def conv2d(
         ConvtuneWarning: the tuning cache was unreadable, or tuning failed (the default
             variant is used then).
     """
+    t0 = time.perf_counter()
     on_device = isinstance(x, Tensor)
     xv = x if on_device else _view(x, "x")
     wv = _view(w, "w")
@@ -239,19 +242,25 @@ def conv2d(
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
                  None if bv is None else int(bv.shape[0]))
     copies = [("w", wv), ("bias", bv)] + ([] if on_device else [("x", xv)])
-    _memory.check_conv2d(spec, on_device, copies)
     prec = _precision(precision)
+    t1 = time.perf_counter()
+    _memory.check_conv2d(spec, on_device, copies)
+    t2 = time.perf_counter()
     _, _, s, p, d, g, _ = spec
     xa = x if on_device else _float32(xv)
     wa = _float32(wv)
     ba = None if bv is None else _float32(bv)
     progress = Progress()
+    t3 = time.perf_counter()
     try:
         if on_device:
-            return _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec)
-        return _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec)
+        else:
+            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec)
     finally:
         progress.close()
+    _timings.record(t0, t1, t2, t3, time.perf_counter(), native_phases=not on_device)
+    return y
 
 
 def to_device(x: Any) -> Tensor:
@@ -267,6 +276,19 @@ def to_device(x: Any) -> Tensor:
         raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xv.shape}")
     _memory.check_upload(xv)
     return _convtune.to_device(_float32(xv))
+
+
+def last_call_timings() -> Optional[dict]:
+    """Where the time of this thread's last ``conv2d`` call went, measured, not estimated.
+
+    Returns ``None`` before the first call, else a dict: ``total`` (seconds from entering
+    ``conv2d`` to its return), ``phases`` (name -> seconds, in the order they ran, summing
+    to ``total``; ``other`` is the unmeasured remainder) and ``minor_faults`` (page faults
+    the whole process took during the native part, ``None`` where unavailable). A call
+    with a ``convtune.Tensor`` input reports its native part as one ``native`` phase.
+    Phase names are listed in README.md ("Where the time goes").
+    """
+    return _timings.last()
 
 
 def memory_stats(reset_peak: bool = False) -> dict:
