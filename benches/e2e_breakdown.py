@@ -134,6 +134,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", choices=sorted(SUITES), default=None,
                    help="shape suite (default: 'cpu' on a CPU adapter, else 'issue')")
+    p.add_argument("--only", default="", help="comma-separated shape labels of the suite to run")
     p.add_argument("--reps", type=int, default=5, help="timed calls per shape (median)")
     p.add_argument("--kernel-reps", type=int, default=5, help="timed kernel runs per shape")
     p.add_argument("--tune", choices=("auto", "cached", "off"), default=None,
@@ -158,7 +159,10 @@ def main() -> int:
           f"{os.environ.get('CONVTUNE_TUNE', 'auto')}; median of {args.reps} calls")
     rng = np.random.default_rng(0)
     rows = []
+    only = set(filter(None, args.only.split(",")))
     for label, xs, ws, stride, padding in SUITES[suite]:
+        if only and label not in only:
+            continue
         x = rng.standard_normal(xs, dtype=np.float32)
         w = rng.standard_normal(ws, dtype=np.float32)
         e2e, phases, faults = breakdown(convtune, x, w, stride, padding, args.reps)

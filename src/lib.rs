@@ -14,6 +14,7 @@ pub mod precision;
 pub mod runner;
 pub mod split;
 pub mod timing;
+pub mod transfer;
 pub mod tuner;
 #[cfg(feature = "python")]
 mod python;
