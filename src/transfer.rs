@@ -14,10 +14,10 @@ use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
 use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
-/// Bytes per chunk by default (4 MiB): large enough that a chunk's submission (tens of
+/// KiB per chunk by default (4 MiB): large enough that a chunk's submission (tens of
 /// microseconds) is small against its copy, small enough that a 10 MB tensor still spreads
 /// over a few threads.
-const CHUNK_MB: usize = 4;
+const CHUNK_KB: usize = 4096;
 
 /// How long one wait for the GPU may take before the call gives up with an error.
 pub const GPU_WAIT: Duration = Duration::from_secs(600);
@@ -37,10 +37,10 @@ fn max_threads() -> usize {
     })
 }
 
-/// Elements per chunk (`CONVTUNE_COPY_CHUNK_MB`, read once).
+/// Elements per chunk (`CONVTUNE_COPY_CHUNK_KB`, read once; tests make it tiny).
 fn chunk_elems() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| env_usize("CONVTUNE_COPY_CHUNK_MB").unwrap_or(CHUNK_MB).min(1 << 20) << 18)
+    *N.get_or_init(|| env_usize("CONVTUNE_COPY_CHUNK_KB").unwrap_or(CHUNK_KB).min(1 << 30) << 8)
 }
 
 fn as_bytes(data: &[f32]) -> &[u8] {

@@ -34,7 +34,7 @@ from __future__ import annotations
 import operator
 import os
 import time
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -83,6 +83,19 @@ __all__ = [
 
 IntPair = Union[int, Tuple[int, int], Sequence[int]]
 Padding = Union[int, Tuple[int, int], Sequence[int], str]
+
+
+class HasShape(Protocol):
+    """Anything with a ``.shape``: numpy arrays, torch tensors, ``convtune.Tensor``."""
+
+    @property
+    def shape(self) -> Sequence[int]: ...
+
+
+#: What the introspection functions take for ``x_shape`` and ``w_shape``.
+ShapeLike = Union[Sequence[int], HasShape]
+#: What they take for ``bias``: whether calls have one, its length, or the bias itself.
+BiasLike = Union[None, bool, int, HasShape]
 
 
 def _int(value: Any, name: str) -> int:
@@ -166,11 +179,55 @@ def _precision(value: Any) -> Optional[str]:
     return value
 
 
+_LAYOUTS = {"x_shape": "(N, C, H, W)", "w_shape": "(K, C/groups, R, S)"}
+
+
+def _shape4(value: Any, name: str) -> Tuple[int, int, int, int]:
+    """A 4-D shape from a sequence of ints or from anything with a ``.shape`` (an array)."""
+    expected = f"{name} must be a sequence of 4 ints {_LAYOUTS.get(name, '')} or an array with .shape"
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{expected}, got {type(value).__name__}")
+    if not isinstance(value, (tuple, list)) and hasattr(value, "shape"):
+        return _array_shape4(value, name)
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise TypeError(f"{expected}, got {type(value).__name__}") from None
+    if len(dims) != 4:
+        raise ValueError(f"{expected}; got {len(dims)} values: {dims!r}")
+    return tuple(_dim(d, name, dims) for d in dims)  # type: ignore[return-value]
+
+
+def _array_shape4(value: Any, name: str) -> Tuple[int, int, int, int]:
+    try:
+        dims = tuple(value.shape)
+    except TypeError:
+        raise TypeError(f"{name}: the .shape of a {type(value).__name__} is not a sequence of ints") from None
+    if len(dims) != 4:
+        raise ValueError(f"{name} must be 4-D {_LAYOUTS.get(name, '')}; got a {type(value).__name__} "
+                         f"of shape {dims!r}")
+    return tuple(_dim(d, name, dims) for d in dims)  # type: ignore[return-value]
+
+
+def _dim(d: Any, name: str, dims: tuple) -> int:
+    if isinstance(d, (bool, np.bool_)):
+        raise TypeError(f"{name} must hold ints, got a bool in {dims!r}")
+    try:
+        v = operator.index(d)
+    except TypeError:
+        raise TypeError(f"{name} must hold ints, got {type(d).__name__} {d!r} in {dims!r}") from None
+    if v < 0:
+        raise ValueError(f"{name} dimensions must be >= 0, got {dims!r}")
+    if v > 2**62:
+        raise ValueError(f"{name} dimension {v} is too large")
+    return v
+
+
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
           bias_len: Optional[int]) -> _Spec:
     return (
-        tuple(x_shape),
-        tuple(w_shape),
+        _shape4(x_shape, "x_shape"),
+        _shape4(w_shape, "w_shape"),
         _pair(stride, "stride"),
         _padding(padding),
         _pair(dilation, "dilation"),
@@ -301,29 +358,44 @@ def memory_stats(reset_peak: bool = False) -> dict:
     return _convtune.memory_stats(reset_peak)
 
 
-def _bias_len(bias: Union[None, int, bool], w_shape: Sequence[int]) -> Optional[int]:
+def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
     if bias is None or bias is False:
         return None
     if bias is True:
         return int(w_shape[0])
+    if hasattr(bias, "shape") and not isinstance(bias, (int, np.integer)):
+        dims = tuple(bias.shape)
+        if len(dims) != 1:
+            raise ValueError(f"bias must be 1-D with K={w_shape[0]} elements, got shape {dims!r}")
+        return _dim(dims[0], "bias", dims)
+    if isinstance(bias, (bool, np.bool_)) or not isinstance(bias, (int, np.integer)):
+        raise TypeError(f"bias must be None, a bool, its length or a 1-D array, got {type(bias).__name__}")
     return _int(bias, "bias")
 
 
 def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias):
-    """The normalised shape tuple the native functions take, from public-API arguments."""
-    return _spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape))
+    """The normalised shape tuple the native functions take, from public-API arguments:
+    shapes may be given as tuples or as the arrays themselves."""
+    spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
+    return spec[:6] + (_bias_len(bias, spec[1]),)
 
 
 def default_variant(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
 ) -> str:
-    """The variant the untuned rule picks for this shape on the current adapter."""
+    """The variant the untuned rule picks for this shape on the current adapter.
+
+    ``x_shape`` and ``w_shape`` (here and in ``wgsl``, ``time_variant``, ``tune`` and
+    ``explain``) are 4-int sequences or the arrays themselves (anything with ``.shape``:
+    numpy arrays, torch tensors, ``convtune.Tensor``); ``bias`` is whether calls have one,
+    its length, or the bias array.
+    """
     return _convtune.default_variant(
         _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias)
     )
@@ -331,28 +403,29 @@ def default_variant(
 
 def wgsl(
     variant: str,
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
 ) -> str:
-    """The WGSL source convtune generates for ``variant`` on this shape."""
+    """The WGSL source convtune generates for ``variant`` on this shape (shapes or arrays,
+    as for ``default_variant``)."""
     return _convtune.wgsl(
         variant, _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias)
     )
 
 
 def time_variant(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
     *,
     variant: Optional[str] = None,
     reps: int = 10,
@@ -406,13 +479,13 @@ def _budget(budget: Optional[float]) -> Optional[float]:
 
 
 def tune(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
     *,
     budget: Optional[float] = None,
     force: bool = False,
@@ -424,8 +497,10 @@ def tune(
     Ignores ``CONVTUNE_TUNE``: calling it is asking for tuning.
 
     Args:
-        x_shape, w_shape, stride, padding, dilation, groups: as for ``conv2d``.
-        bias: whether the calls have a bias (``True`` or its length).
+        x_shape, w_shape: shapes as 4-int sequences, or the arrays themselves (anything
+            with ``.shape``).
+        stride, padding, dilation, groups: as for ``conv2d``.
+        bias: whether the calls have a bias (``True``, its length, or the bias array).
         budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 3. The default variant
             and the few top-ranked candidates are timed even past the budget.
         force: tune again even if the cache has the shape.
@@ -447,13 +522,13 @@ def tune(
 
 
 def explain(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
     *,
     variant: Optional[str] = None,
     precision: Optional[str] = None,
