@@ -372,8 +372,9 @@ pub fn conv2d(
 /// Per piece, one pass: the input's chunks are written into mapped staging and their GPU
 /// copies submitted as they fill (with the weights' for the first piece), then the kernel
 /// and, queued behind it, the output's copies back; each output chunk is copied into `out`
-/// as it lands (`transfer`). Phases: `gpu_wait` ends with the kernel, `download` covers
-/// the read-back copies and the host copies into `out`.
+/// as it lands (`transfer`). Phases: `gpu_wait` ends with the kernel (or less, where a
+/// driver blocks in `readback_submit` until it has finished), `download` covers the rest
+/// of the read-back copies and the host copies into `out`.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_timed(
     engine: &Engine,
@@ -404,8 +405,10 @@ pub fn conv2d_timed(
         ph.mark("upload");
         let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), &y)?;
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
-        let download = transfer::start_download(engine, &y, &y_runs)?;
         ph.mark("submit");
+        // Some drivers (lavapipe) block here until the kernel is done.
+        let download = transfer::start_download(engine, &y, &y_runs)?;
+        ph.mark("readback_submit");
         wait(engine, Some(idx))?;
         ph.mark("gpu_wait");
         download.finish(engine, out)?;

@@ -80,7 +80,7 @@ def test_timings_account_for_the_whole_call():
     rec = convtune.last_call_timings()
     phases = rec["phases"]
     for name in ("args", "memory_check", "float32", "choose", "output_alloc", "upload", "submit",
-                 "gpu_wait", "download", "other"):
+                 "readback_submit", "gpu_wait", "download", "other"):
         assert name in phases, phases
     assert all(v >= 0 for k, v in phases.items() if k != "other"), phases
     assert phases["other"] >= -1e-6, phases
