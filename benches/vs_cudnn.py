@@ -6,7 +6,8 @@ Usage (on the GPU machine, where PyTorch with CUDA is installed):
         --chain --markdown BENCHMARKS.md --json benches/results/vs_cudnn.json
 
 Per shape: convtune GPU time (timestamp queries, median of 50) and its coefficient of
-variation, convtune end to end (numpy in -> numpy out, median of 10), cuDNN fp32 with TF32 off,
+variation, convtune end to end (numpy in -> numpy out, median of 10) and PyTorch's (numpy ->
+cuda -> conv -> cpu numpy, TF32 off, median of 5), cuDNN fp32 with TF32 off,
 TF32, and fp16 channels-last (CUDA events, median of 50), TFLOP/s, the ratio to cuDNN fp32,
 the time to tune the shape cold, tuned vs default speed-up, peak device memory of one call
 over the bytes of x + w + y, and the max relative error against PyTorch in float64.
@@ -73,6 +74,28 @@ def cudnn_times(case, x_np, w_np, ref) -> dict:
     return out
 
 
+def torch_e2e_ms(case, x_np, w_np, reps: int = 5) -> float:
+    """PyTorch's numpy in -> numpy out, as convtune's e2e column measures convtune: both
+    arrays to the GPU, the conv, the result back as numpy (TF32 off; median of `reps`)."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.allow_tf32 = False
+    kw = dict(stride=case.stride, padding=case.padding, groups=case.groups)
+
+    def once():
+        return F.conv2d(torch.from_numpy(x_np).cuda(), torch.from_numpy(w_np).cuda(), **kw).cpu().numpy()
+
+    once()
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        once()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out) * 1e3
+
+
 def torch_f64(case, x, w) -> np.ndarray:
     import torch
 
@@ -118,6 +141,7 @@ def bench_case(case, budget) -> dict:
     peak = convtune.memory_stats()["peak_device_bytes"]
     tensors = x.nbytes + w.nbytes + y.nbytes
     cudnn = cudnn_times(case, x, w, ref)
+    torch_e2e = torch_e2e_ms(case, x, w)
     return {
         "shape": case.label(),
         "winner": report.winner,
@@ -125,6 +149,7 @@ def bench_case(case, budget) -> dict:
         "gpu_ms": gpu * 1e3,
         "cv": cv,
         "e2e_ms": statistics.median(e2e) * 1e3,
+        "torch_e2e_ms": torch_e2e,
         "tflops": case.flops() / gpu / 1e12,
         "cudnn_fp32_ms": cudnn["fp32"],
         "cudnn_tf32_ms": cudnn["tf32"],
@@ -160,20 +185,22 @@ def markdown(rows, meta, chain) -> str:
         f"Command: `{meta['command']}`.",
         "",
         "fp32, NCHW. convtune GPU time from timestamp queries (median of 50 after warm-up; CV over "
-        "those 50); e2e = numpy in -> numpy out (median of 10); cuDNN times from CUDA events "
+        "those 50); e2e = numpy in -> numpy out (median of 10); torch e2e = the same through "
+        "PyTorch (`torch.from_numpy(x).cuda()`, likewise w, `F.conv2d`, `.cpu().numpy()`, TF32 "
+        "off, median of 5); cuDNN times from CUDA events "
         "(median of 50) with `cudnn.benchmark`; fp16 is channels-last. ratio = convtune GPU / "
         "cuDNN fp32 (TF32 off). tune = cold tuning time of the shape; speed-up = tuned vs the "
         "untuned default; peak = most device-local bytes in use during one call / bytes of "
         "x + w + y; err = max relative error vs PyTorch float64.",
         "",
         "| shape (N,C,H,W -> K, RxS, stride, pad) | winner | GPU ms | TFLOP/s | CV | e2e ms "
-        "| cuDNN fp32 | TF32 | fp16 | ratio | tune s | speed-up | peak | err |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| torch e2e ms | cuDNN fp32 | TF32 | fp16 | ratio | tune s | speed-up | peak | err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['shape']} | `{r['winner']}` | {r['gpu_ms']:.3f} | {r['tflops']:.1f} | "
-            f"{r['cv'] * 100:.1f}% | {r['e2e_ms']:.2f} | {r['cudnn_fp32_ms']:.3f} | "
+            f"{r['cv'] * 100:.1f}% | {r['e2e_ms']:.2f} | {r['torch_e2e_ms']:.2f} | {r['cudnn_fp32_ms']:.3f} | "
             f"{r['cudnn_tf32_ms']:.3f} | {r['cudnn_fp16_ms']:.3f} | {r['ratio_fp32']:.2f} | "
             f"{r['tune_s']:.1f} | {r['speedup_vs_default'] or float('nan'):.2f}x | "
             f"{r['peak_over_tensors']:.2f} | {r['rel_err_vs_torch_f64']:.1e} |"
@@ -242,7 +269,8 @@ def main() -> int:
         r = bench_case(case, args.budget)
         rows.append(r)
         print(f"{r['shape']:36s} {r['winner']:26s} {r['gpu_ms']:8.3f} ms {r['tflops']:5.1f} TFLOP/s "
-              f"cuDNN {r['cudnn_fp32_ms']:.3f} ms ratio {r['ratio_fp32']:.2f} err {r['rel_err_vs_torch_f64']:.1e} | "
+              f"cuDNN {r['cudnn_fp32_ms']:.3f} ms ratio {r['ratio_fp32']:.2f} err {r['rel_err_vs_torch_f64']:.1e} "
+              f"e2e {r['e2e_ms']:.2f} ms (torch {r['torch_e2e_ms']:.2f}) | "
               f"high {r['high_winner']:26s} {r['high_ms']:8.3f} ms vs TF32 {r['ratio_tf32']:.2f} "
               f"err {r['high_err']:.1e} (TF32 {r['cudnn_tf32_err']:.1e})",
               flush=True)

@@ -14,6 +14,8 @@ pub mod pool;
 pub mod precision;
 pub mod runner;
 pub mod split;
+pub mod timing;
+pub mod transfer;
 pub mod tuner;
 #[cfg(feature = "python")]
 mod python;

@@ -4,15 +4,28 @@
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Bytes of idle buffers the pool keeps (`CONVTUNE_POOL_MB` overrides).
 const DEFAULT_CAP: u64 = 1 << 30;
 
+/// Host-visible buffers the host writes and the GPU copies from. wgpu's `write_buffer`
+/// allocates (and the driver pins) a fresh one of these per call; pooled ones are kept
+/// mapped while idle, so a call writes into them at once.
+pub const UPLOAD: wgpu::BufferUsages = wgpu::BufferUsages::MAP_WRITE.union(wgpu::BufferUsages::COPY_SRC);
+/// Host-visible buffers the GPU copies results into for the host to read.
+pub const DOWNLOAD: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+
+/// An idle buffer; an upload buffer carries the flag saying it is mapped.
+struct Idle {
+    buf: wgpu::Buffer,
+    mapped: Option<Arc<AtomicBool>>,
+}
+
 pub struct Pool {
     device: wgpu::Device,
-    free: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
+    free: Mutex<HashMap<(u32, u64), Vec<Idle>>>,
     idle: AtomicU64,
     live: AtomicU64,
     /// Live bytes in device-local buffers (read-back staging lives in host memory) and their
@@ -24,7 +37,7 @@ pub struct Pool {
 }
 
 fn is_device_local(usage: wgpu::BufferUsages) -> bool {
-    !usage.contains(wgpu::BufferUsages::MAP_READ)
+    !usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
 }
 
 /// Sizes are rounded up to one of eight steps per power of two: at most 12.5% waste, and
@@ -90,17 +103,17 @@ impl Pool {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         for (_, bufs) in free.drain() {
             for b in bufs {
-                self.idle.fetch_sub(b.size(), Ordering::Relaxed);
-                b.destroy();
+                self.idle.fetch_sub(b.buf.size(), Ordering::Relaxed);
+                b.buf.destroy();
             }
         }
     }
 
-    fn reuse(&self, key: (u32, u64)) -> Option<wgpu::Buffer> {
+    fn reuse(&self, key: (u32, u64)) -> Option<Idle> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        let buf = free.get_mut(&key)?.pop()?;
-        self.idle.fetch_sub(buf.size(), Ordering::Relaxed);
-        Some(buf)
+        let idle = free.get_mut(&key)?.pop()?;
+        self.idle.fetch_sub(idle.buf.size(), Ordering::Relaxed);
+        Some(idle)
     }
 
     fn create(&self, usage: wgpu::BufferUsages, size: u64) -> Result<wgpu::Buffer> {
@@ -109,7 +122,8 @@ impl Pool {
             label: Some("convtune"),
             size,
             usage,
-            mapped_at_creation: false,
+            // Upload buffers start mapped, as idle ones are kept.
+            mapped_at_creation: usage == UPLOAD,
         });
         match pollster::block_on(scope.pop()) {
             None => {
@@ -120,42 +134,50 @@ impl Pool {
         }
     }
 
-    /// A buffer of at least `size` bytes with `usage`.
+    /// A buffer of at least `size` bytes with `usage`; an `UPLOAD` buffer comes mapped.
     pub fn take(self: &Arc<Self>, usage: wgpu::BufferUsages, size: u64) -> Result<PooledBuffer> {
         let class = size_class(size);
         let key = (usage.bits(), class);
-        let buf = match self.reuse(key) {
+        let idle = match self.reuse(key) {
             Some(b) => b,
-            None => match self.create(usage, class) {
-                Ok(b) => b,
-                // Idle buffers may be what fills the GPU: free them and try once more.
-                Err(_) => {
-                    self.trim();
-                    self.create(usage, class)?
-                }
-            },
+            None => {
+                let buf = match self.create(usage, class) {
+                    Ok(b) => b,
+                    // Idle buffers may be what fills the GPU: free them and try once more.
+                    Err(_) => {
+                        self.trim();
+                        self.create(usage, class)?
+                    }
+                };
+                Idle { buf, mapped: (usage == UPLOAD).then(|| Arc::new(AtomicBool::new(true))) }
+            }
         };
+        let Idle { buf, mapped } = idle;
         self.live.fetch_add(class, Ordering::Relaxed);
         if is_device_local(usage) {
             let now = self.live_device.fetch_add(class, Ordering::Relaxed) + class;
             self.peak_device.fetch_max(now, Ordering::Relaxed);
         }
-        Ok(PooledBuffer { buf: Some(buf), size, pool: self.clone() })
+        Ok(PooledBuffer { buf: Some(buf), size, pool: self.clone(), mapped })
     }
 
-    fn give_back(&self, buf: wgpu::Buffer) {
+    fn give_back(&self, buf: wgpu::Buffer, mapped: Option<Arc<AtomicBool>>) {
         let size = buf.size();
         self.live.fetch_sub(size, Ordering::Relaxed);
         if is_device_local(buf.usage()) {
             self.live_device.fetch_sub(size, Ordering::Relaxed);
         }
-        if self.idle.load(Ordering::Relaxed) + size > self.cap {
+        // An upload buffer whose mapping has not come back (an error cut its round short)
+        // cannot be written by the next call.
+        let unusable = mapped.as_ref().is_some_and(|m| !m.load(Ordering::Acquire));
+        if unusable || self.idle.load(Ordering::Relaxed) + size > self.cap {
             buf.destroy();
             return;
         }
         self.idle.fetch_add(size, Ordering::Relaxed);
         let key = (buf.usage().bits(), size);
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(buf);
+        let idle = Idle { buf, mapped };
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(idle);
     }
 }
 
@@ -165,9 +187,27 @@ pub struct PooledBuffer {
     /// The bytes asked for (the buffer may be larger).
     pub size: u64,
     pool: Arc<Pool>,
+    /// Upload buffers: whether the buffer is mapped for writing now.
+    mapped: Option<Arc<AtomicBool>>,
 }
 
 impl PooledBuffer {
+    /// Unmaps an upload buffer so a submission can copy from it.
+    pub fn unmap_upload(&self) {
+        if let Some(m) = &self.mapped {
+            m.store(false, Ordering::Release);
+        }
+        self.unmap();
+    }
+
+    /// Asks for an upload buffer's mapping back once the submissions using it are done
+    /// (call after submitting them); the pool reuses it only if the mapping came back by
+    /// the time it is dropped, which a wait on those submissions ensures.
+    pub fn remap_upload(&self) {
+        let Some(m) = self.mapped.clone() else { return };
+        self.map_async(wgpu::MapMode::Write, .., move |r| m.store(r.is_ok(), Ordering::Release));
+    }
+
     /// A binding of exactly the bytes asked for.
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -188,7 +228,7 @@ impl Deref for PooledBuffer {
 impl Drop for PooledBuffer {
     fn drop(&mut self) {
         if let Some(b) = self.buf.take() {
-            self.pool.give_back(b);
+            self.pool.give_back(b, self.mapped.take());
         }
     }
 }

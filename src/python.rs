@@ -9,6 +9,7 @@ use crate::memory::{self, Need};
 use crate::params::{ConvShape, Padding};
 use crate::precision::Precision;
 use crate::runner::{self, DeviceArray, DeviceTensors};
+use crate::timing::{self, Phases};
 use std::sync::Arc;
 use std::time::Duration;
 use crate::tuner::{self, Progress, TuneReport};
@@ -237,6 +238,7 @@ fn conv2d<'py>(
     progress: Option<Py<PyAny>>,
     precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyArray4<f32>>> {
+    let mut ph = Phases::start();
     let precision = Precision::resolve(precision).py_err()?;
     let shape = shape_of(
         dims4(x.shape(), "x")?,
@@ -250,13 +252,19 @@ fn conv2d<'py>(
     let xs = x.as_slice().map_err(not_contiguous)?;
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
+    ph.mark("native_args");
     let v = choose(py, &eng, &shape, precision, variant, progress)?.variant;
+    ph.mark("choose");
     // Every element is written before the array is returned (the kernels write all
     // outputs; an error drops the array).
     let out = new_output(py, shape.y_dims())?;
     let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    ph.mark("output_alloc");
     let poison = POISON.load(Ordering::Relaxed);
-    py.detach(|| runner::conv2d(&eng, &shape, &v, xs, ws, bs, dst, poison)).py_err()?;
+    let ph = py
+        .detach(|| runner::conv2d_timed(&eng, &shape, &v, xs, ws, bs, dst, poison, &mut ph).map(|_| ph))
+        .py_err()?;
+    ph.finish();
     Ok(out)
 }
 
@@ -698,6 +706,14 @@ fn check_memory(py: Python<'_>, what: &str, host: Parts, device: Parts) -> PyRes
     memory::check(&eng, what, &Need { host, device }).py_err()
 }
 
+/// The phases of this thread's last host-array conv2d, in seconds, in the order they ran,
+/// and the process's minor page faults during it (`None` where they cannot be read).
+#[pyfunction]
+fn _last_call_timings() -> (Vec<(&'static str, f64)>, Option<u64>) {
+    let r = timing::last();
+    (r.phases, r.minor_faults)
+}
+
 #[pyfunction]
 fn _set_poison(on: bool) {
     POISON.store(on, Ordering::Relaxed);
@@ -729,6 +745,7 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cache_import, m)?)?;
     m.add_function(wrap_pyfunction!(cache_clear, m)?)?;
     m.add_function(wrap_pyfunction!(_set_poison, m)?)?;
+    m.add_function(wrap_pyfunction!(_last_call_timings, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_tuning_state, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_faulty_candidate, m)?)?;
     m.add_class::<PyTensor>()?;

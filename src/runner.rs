@@ -6,17 +6,11 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::pool::PooledBuffer;
 use crate::split;
+use crate::timing::Phases;
+use crate::transfer::{self, scoped, wait, GPU_WAIT};
 use crate::kernels::Variant;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-
-/// How long one wait for the GPU may take before the call gives up with an error.
-const GPU_WAIT: Duration = Duration::from_secs(600);
-
-fn bytes(data: &[f32]) -> &[u8] {
-    // SAFETY: f32 has no padding and every byte pattern is a valid u8.
-    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
-}
 
 /// The four tensors of one conv2d problem, resident on the GPU.
 pub struct DeviceTensors {
@@ -44,49 +38,37 @@ fn check_binding(engine: &Engine, what: &str, elems: u64) -> Result<u64> {
     Ok(size)
 }
 
-/// Runs `f` inside out-of-memory and validation error scopes and turns what they caught into
-/// an error. Scopes are per thread, so concurrent calls do not see each other's errors.
-fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
-    let oom = engine.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-    let val = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let out = f();
-    let val_err = pollster::block_on(val.pop());
-    let oom_err = pollster::block_on(oom.pop());
-    if let Some(e) = oom_err {
-        return Err(Error::OutOfMemory(e.to_string()));
-    }
-    if let Some(e) = val_err {
-        return Err(Error::from(e));
-    }
-    Ok(out)
-}
-
 const INPUT: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST);
 const OUTPUT: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
-/// A pooled storage buffer holding `data`.
+/// A pooled storage buffer holding `data`, uploaded and waited for.
 fn upload_slice(engine: &Engine, usage: wgpu::BufferUsages, data: &[f32]) -> Result<PooledBuffer> {
     let buf = engine.pool.take(usage, (data.len() as u64 * 4).max(4))?;
-    engine.queue.write_buffer(&buf, 0, bytes(data));
+    transfer::upload_now(engine, &buf, data)?;
     Ok(buf)
 }
 
-/// The weights and bias of a problem, uploaded once and shared by all its pieces.
-fn upload_weights(
-    engine: &Engine,
-    shape: &ConvShape,
-    w: &[f32],
-    bias: Option<&[f32]>,
-) -> Result<(Arc<PooledBuffer>, Option<Arc<PooledBuffer>>)> {
+/// The weights and bias of a problem, shared by all its pieces, and the staging buffers
+/// of their uploads (in flight until the caller's next wait).
+struct Weights {
+    w: Arc<PooledBuffer>,
+    bias: Option<Arc<PooledBuffer>>,
+    staging: Vec<PooledBuffer>,
+}
+
+fn upload_weights(engine: &Engine, shape: &ConvShape, w: &[f32], bias: Option<&[f32]>) -> Result<Weights> {
     check_binding(engine, "w", shape.w_len())?;
-    let wb = Arc::new(upload_slice(engine, INPUT, w)?);
-    let bb = match bias {
-        Some(b) => Some(Arc::new(upload_slice(engine, INPUT, b)?)),
-        None => None,
+    let put = |data: &[f32], staging: &mut Vec<PooledBuffer>| -> Result<Arc<PooledBuffer>> {
+        let buf = engine.pool.take(INPUT, (data.len() as u64 * 4).max(4))?;
+        staging.extend(transfer::upload(engine, &buf, data, &[(0, data.len())])?);
+        Ok(Arc::new(buf))
     };
-    Ok((wb, bb))
+    let mut staging = Vec::new();
+    let wb = put(w, &mut staging)?;
+    let bb = bias.map(|b| put(b, &mut staging)).transpose()?;
+    Ok(Weights { w: wb, bias: bb, staging })
 }
 
 /// Fills `buf` with the poison pattern on the GPU (no host copy of the output's size).
@@ -214,14 +196,28 @@ fn encode(
     Ok(())
 }
 
+/// Submits one dispatch of `kernel`, after filling `poison` with the poison pattern.
+fn submit_once(
+    engine: &Engine,
+    kernel: &Compiled,
+    bg: &Bindings,
+    poison: Option<&PooledBuffer>,
+) -> Result<wgpu::SubmissionIndex> {
+    let checker = poison.map(|_| engine.checker()).transpose()?;
+    scoped(engine, || -> Result<wgpu::SubmissionIndex> {
+        let mut enc = engine.device.create_command_encoder(&Default::default());
+        if let (Some(c), Some(buf)) = (&checker, poison) {
+            c.fill(&engine.device, &mut enc, buf);
+        }
+        encode(engine, &mut enc, kernel, bg, None)?;
+        Ok(engine.queue.submit([enc.finish()]))
+    })?
+}
+
 /// Dispatches `kernel` once and waits for it.
 fn run_once(engine: &Engine, kernel: &Compiled, bg: &Bindings) -> Result<()> {
-    scoped(engine, || -> Result<()> {
-        let mut enc = engine.device.create_command_encoder(&Default::default());
-        encode(engine, &mut enc, kernel, bg, None)?;
-        let idx = engine.queue.submit([enc.finish()]);
-        wait(engine, Some(idx))
-    })?
+    let idx = submit_once(engine, kernel, bg, None)?;
+    wait(engine, Some(idx))
 }
 
 impl DeviceTensors {
@@ -233,23 +229,13 @@ impl DeviceTensors {
         bias: Option<&[f32]>,
     ) -> Result<Self> {
         check_binding(engine, "x", shape.x_len())?;
-        let (w, bias) = upload_weights(engine, shape, w, bias)?;
-        Self::with_weights(engine, shape, x, w, bias)
-    }
-
-    fn with_weights(
-        engine: &Engine,
-        shape: &ConvShape,
-        x: &[f32],
-        w: Arc<PooledBuffer>,
-        bias: Option<Arc<PooledBuffer>>,
-    ) -> Result<Self> {
+        let weights = upload_weights(engine, shape, w, bias)?;
         let ys = check_binding(engine, "the output", shape.y_len())?;
         Ok(DeviceTensors {
             shape: *shape,
             x: upload_slice(engine, INPUT, x)?,
-            w,
-            bias,
+            w: weights.w,
+            bias: weights.bias,
             y: engine.pool.take(OUTPUT, ys)?,
         })
     }
@@ -296,7 +282,7 @@ impl DeviceTensors {
 
     /// Copies the output into `out`.
     pub fn read_y(&self, engine: &Engine, out: &mut [f32]) -> Result<()> {
-        read_f32(engine, &self.y, out)
+        transfer::download_all(engine, &self.y, out)
     }
 
     /// Runs `kernel` until its run time settles: two consecutive batches whose medians agree
@@ -373,37 +359,14 @@ impl DeviceTensors {
     }
 }
 
-/// Waits for a submission (or all work) to finish, bounded so a hung GPU gives an error.
-fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
-    engine
-        .device
-        .poll(wgpu::PollType::Wait { submission_index: idx, timeout: Some(GPU_WAIT) })
-        .map(|_| ())
-        .map_err(|e| match e {
-            wgpu::PollError::Timeout => {
-                Error::Gpu(format!("the GPU did not finish within {} s", GPU_WAIT.as_secs()))
-            }
-            other => Error::DeviceLost(other.to_string()),
-        })
-}
-
-fn read_f32(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32]) -> Result<()> {
-    // SAFETY: f32 has no invalid bit patterns, so any bytes written are valid f32s.
-    let dst = unsafe {
-        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out))
-    };
-    read_buffer(engine, src, dst)
-}
-
-/// Copies the start of a GPU buffer into `out` through a mappable staging buffer.
+/// Copies the start of a GPU buffer into `out` through a mappable staging buffer (small
+/// reads: statistics, timestamps).
 fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()> {
     let size = out.len() as u64;
     if size == 0 {
         return Ok(());
     }
-    let staging = engine
-        .pool
-        .take(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST, size)?;
+    let staging = engine.pool.take(crate::pool::DOWNLOAD, size)?;
     let mut enc = engine.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(src, 0, &staging, 0, size);
     let idx = engine.queue.submit([enc.finish()]);
@@ -439,30 +402,59 @@ pub fn conv2d(
     out: &mut [f32],
     poison: bool,
 ) -> Result<()> {
+    conv2d_timed(engine, shape, variant, x, w, bias, out, poison, &mut Phases::start())
+}
+
+/// `conv2d`, charging its time to phases of `ph`.
+///
+/// Per piece, one pass: the input's chunks are written into mapped staging and their GPU
+/// copies submitted as they fill (with the weights' for the first piece), then the kernel
+/// and, queued behind it, the output's copies back; each output chunk is copied into `out`
+/// as it lands (`transfer`). Phases: `gpu_wait` ends with the kernel (or less, where a
+/// driver blocks in `readback_submit` until it has finished), `download` covers the rest
+/// of the read-back copies and the host copies into `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_timed(
+    engine: &Engine,
+    shape: &ConvShape,
+    variant: &Variant,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    poison: bool,
+    ph: &mut Phases,
+) -> Result<()> {
     let pieces = split::plan(shape, engine.max_binding())?;
-    let (wb, bb) = upload_weights(engine, shape, w, bias)?;
+    let mut weights = upload_weights(engine, shape, w, bias)?;
+    ph.mark("upload");
     for piece in &pieces {
-        let runs = split::y_runs(shape, piece);
+        let y_runs = split::y_runs(shape, piece);
         let Some(sub) = piece.shape else {
-            fill_padding_only(shape, w, bias, &runs, out);
+            fill_padding_only(shape, w, bias, &y_runs, out);
             continue;
         };
         let kernel = engine.pipeline(variant, &sub)?;
-        let xs = split::gather_x(shape, piece, &sub, x);
-        let t = DeviceTensors::with_weights(engine, &sub, &xs, wb.clone(), bb.clone())?;
-        if poison {
-            t.poison(engine)?;
-        }
-        t.run(engine, &kernel)?;
-        if let [(start, len)] = runs[..] {
-            t.read_y(engine, &mut out[start..start + len])?;
-        } else {
-            let mut tmp = vec![0f32; sub.y_len() as usize];
-            t.read_y(engine, &mut tmp)?;
-            for (chunk, (start, len)) in tmp.chunks(runs[0].1).zip(runs) {
-                out[start..start + len].copy_from_slice(chunk);
-            }
-        }
+        ph.mark("pipeline");
+        let xb = engine.pool.take(INPUT, (sub.x_len() * 4).max(4))?;
+        let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len())?)?;
+        ph.mark("buffers");
+        let x_staging = transfer::upload(engine, &xb, x, &split::x_runs(shape, piece, &sub))?;
+        ph.mark("upload");
+        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), &y)?;
+        let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
+        ph.mark("submit");
+        // Some drivers (lavapipe) block here until the kernel is done.
+        let download = transfer::start_download(engine, &y, &y_runs)?;
+        ph.mark("readback_submit");
+        wait(engine, Some(idx))?;
+        ph.mark("gpu_wait");
+        download.finish(engine, out)?;
+        ph.mark("download");
+        // The waits above covered every upload: the pool takes the staging back mapped.
+        drop(x_staging);
+        weights.staging.clear();
+        ph.mark("release");
     }
     Ok(())
 }
@@ -491,12 +483,11 @@ pub fn conv2d_device(
 ) -> Result<DeviceArray> {
     let ys = check_binding(engine, "the output", shape.y_len())?;
     let kernel = engine.pipeline(variant, shape)?;
-    let (wb, bb) = upload_weights(engine, shape, w, bias)?;
+    let weights = upload_weights(engine, shape, w, bias)?;
     let y = engine.pool.take(OUTPUT, ys)?;
-    if poison {
-        poison_buffer(engine, &y)?;
-    }
-    run_once(engine, &kernel, &bindings(engine, &kernel, &x.buf, &wb, bb.as_deref(), &y)?)?;
+    let bound = bindings(engine, &kernel, &x.buf, &weights.w, weights.bias.as_deref(), &y)?;
+    let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
+    wait(engine, Some(idx))?;
     Ok(DeviceArray { buf: y, dims: shape.y_dims() })
 }
 
@@ -517,7 +508,7 @@ impl DeviceArray {
 
     /// Copies the tensor to the host.
     pub fn read(&self, engine: &Engine, out: &mut [f32]) -> Result<()> {
-        read_f32(engine, &self.buf, out)
+        transfer::download_all(engine, &self.buf, out)
     }
 }
 

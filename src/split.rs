@@ -5,7 +5,6 @@
 
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
-use std::borrow::Cow;
 
 /// One piece: output rows `oh0..oh0 + shape.oh()` of images `n0..n0 + shape.n`, computed as
 /// the conv `shape` over input rows `ih0..ih0 + shape.h`.
@@ -95,20 +94,17 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
     Ok(out)
 }
 
-/// The input of a piece: whole images are a slice of `x`; a band's rows are copied out.
-pub fn gather_x<'a>(s: &ConvShape, p: &Piece, sub: &ConvShape, x: &'a [f32]) -> Cow<'a, [f32]> {
+/// Where a piece's input lies in the whole input: (offset, length) runs, one for whole
+/// images, one per channel for a band's rows. The upload writes them back to back.
+pub fn x_runs(s: &ConvShape, p: &Piece, sub: &ConvShape) -> Vec<(usize, usize)> {
     let (h, w) = (s.h as usize, s.w as usize);
     let img = s.c as usize * h * w;
     if p.images > 1 || sub.h == s.h {
-        let start = p.n0 as usize * img;
-        return Cow::Borrowed(&x[start..start + p.images as usize * img]);
+        return vec![(p.n0 as usize * img, p.images as usize * img)];
     }
-    let mut out = Vec::with_capacity(s.c as usize * sub.h as usize * w);
-    for c in 0..s.c as usize {
-        let start = p.n0 as usize * img + c * h * w + p.ih0 as usize * w;
-        out.extend_from_slice(&x[start..start + sub.h as usize * w]);
-    }
-    Cow::Owned(out)
+    (0..s.c as usize)
+        .map(|c| (p.n0 as usize * img + c * h * w + p.ih0 as usize * w, sub.h as usize * w))
+        .collect()
 }
 
 /// Where the rows of a piece's output go in the whole output: (offset, length) runs.

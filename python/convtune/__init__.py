@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any, Optional, Sequence, Tuple, Union
+import time
+from typing import Any, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _convtune, _memory
+from . import _convtune, _memory, _timings
 from ._convtune import (
     Tensor,
     ConvtuneError,
@@ -62,6 +63,7 @@ __all__ = [
     "Tensor",
     "to_device",
     "memory_stats",
+    "last_call_timings",
     "devices",
     "adapter_info",
     "default_variant",
@@ -87,6 +89,19 @@ __all__ = [
 
 IntPair = Union[int, Tuple[int, int], Sequence[int]]
 Padding = Union[int, Tuple[int, int], Sequence[int], str]
+
+
+class HasShape(Protocol):
+    """Anything with a ``.shape``: numpy arrays, torch tensors, ``convtune.Tensor``."""
+
+    @property
+    def shape(self) -> Sequence[int]: ...
+
+
+#: What the introspection functions take for ``x_shape`` and ``w_shape``.
+ShapeLike = Union[Sequence[int], HasShape]
+#: What they take for ``bias``: whether calls have one, its length, or the bias itself.
+BiasLike = Union[None, bool, int, HasShape]
 
 
 def _int(value: Any, name: str) -> int:
@@ -170,11 +185,55 @@ def _precision(value: Any) -> Optional[str]:
     return value
 
 
+_LAYOUTS = {"x_shape": "(N, C, H, W)", "w_shape": "(K, C/groups, R, S)"}
+
+
+def _shape4(value: Any, name: str) -> Tuple[int, int, int, int]:
+    """A 4-D shape from a sequence of ints or from anything with a ``.shape`` (an array)."""
+    expected = f"{name} must be a sequence of 4 ints {_LAYOUTS.get(name, '')} or an array with .shape"
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{expected}, got {type(value).__name__}")
+    if not isinstance(value, (tuple, list)) and hasattr(value, "shape"):
+        return _array_shape4(value, name)
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise TypeError(f"{expected}, got {type(value).__name__}") from None
+    if len(dims) != 4:
+        raise ValueError(f"{expected}; got {len(dims)} values: {dims!r}")
+    return tuple(_dim(d, name, dims) for d in dims)  # type: ignore[return-value]
+
+
+def _array_shape4(value: Any, name: str) -> Tuple[int, int, int, int]:
+    try:
+        dims = tuple(value.shape)
+    except TypeError:
+        raise TypeError(f"{name}: the .shape of a {type(value).__name__} is not a sequence of ints") from None
+    if len(dims) != 4:
+        raise ValueError(f"{name} must be 4-D {_LAYOUTS.get(name, '')}; got a {type(value).__name__} "
+                         f"of shape {dims!r}")
+    return tuple(_dim(d, name, dims) for d in dims)  # type: ignore[return-value]
+
+
+def _dim(d: Any, name: str, dims: tuple) -> int:
+    if isinstance(d, (bool, np.bool_)):
+        raise TypeError(f"{name} must hold ints, got a bool in {dims!r}")
+    try:
+        v = operator.index(d)
+    except TypeError:
+        raise TypeError(f"{name} must hold ints, got {type(d).__name__} {d!r} in {dims!r}") from None
+    if v < 0:
+        raise ValueError(f"{name} dimensions must be >= 0, got {dims!r}")
+    if v > 2**62:
+        raise ValueError(f"{name} dimension {v} is too large")
+    return v
+
+
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
           bias_len: Optional[int]) -> _Spec:
     return (
-        tuple(x_shape),
-        tuple(w_shape),
+        _shape4(x_shape, "x_shape"),
+        _shape4(w_shape, "w_shape"),
         _pair(stride, "stride"),
         _padding(padding),
         _pair(dilation, "dilation"),
@@ -228,6 +287,7 @@ def conv2d(
         ConvtuneWarning: the tuning cache was unreadable, or tuning failed (the default
             variant is used then).
     """
+    t0 = time.perf_counter()
     on_device = isinstance(x, Tensor)
     xv = x if on_device else _view(x, "x")
     wv = _view(w, "w")
@@ -245,19 +305,25 @@ def conv2d(
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
                  None if bv is None else int(bv.shape[0]))
     copies = [("w", wv), ("bias", bv)] + ([] if on_device else [("x", xv)])
-    _memory.check_conv2d(spec, on_device, copies)
     prec = _precision(precision)
+    t1 = time.perf_counter()
+    _memory.check_conv2d(spec, on_device, copies)
+    t2 = time.perf_counter()
     _, _, s, p, d, g, _ = spec
     xa = x if on_device else _float32(xv)
     wa = _float32(wv)
     ba = None if bv is None else _float32(bv)
     progress = Progress()
+    t3 = time.perf_counter()
     try:
         if on_device:
-            return _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec)
-        return _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec)
+        else:
+            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec)
     finally:
         progress.close()
+    _timings.record(t0, t1, t2, t3, time.perf_counter(), native_phases=not on_device)
+    return y
 
 
 def to_device(x: Any) -> Tensor:
@@ -275,6 +341,19 @@ def to_device(x: Any) -> Tensor:
     return _convtune.to_device(_float32(xv))
 
 
+def last_call_timings() -> Optional[dict]:
+    """Where the time of this thread's last ``conv2d`` call went, measured, not estimated.
+
+    Returns ``None`` before the first call, else a dict: ``total`` (seconds from entering
+    ``conv2d`` to its return), ``phases`` (name -> seconds, in the order they ran, summing
+    to ``total``; ``other`` is the unmeasured remainder) and ``minor_faults`` (page faults
+    the whole process took during the native part, ``None`` where unavailable). A call
+    with a ``convtune.Tensor`` input reports its native part as one ``native`` phase.
+    Phase names are listed in README.md ("Where the time goes").
+    """
+    return _timings.last()
+
+
 def memory_stats(reset_peak: bool = False) -> dict:
     """GPU memory of convtune's buffer pool.
 
@@ -285,27 +364,36 @@ def memory_stats(reset_peak: bool = False) -> dict:
     return _convtune.memory_stats(reset_peak)
 
 
-def _bias_len(bias: Union[None, int, bool], w_shape: Sequence[int]) -> Optional[int]:
+def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
     if bias is None or bias is False:
         return None
     if bias is True:
         return int(w_shape[0])
+    if hasattr(bias, "shape") and not isinstance(bias, (int, np.integer)):
+        dims = tuple(bias.shape)
+        if len(dims) != 1:
+            raise ValueError(f"bias must be 1-D with K={w_shape[0]} elements, got shape {dims!r}")
+        return _dim(dims[0], "bias", dims)
+    if isinstance(bias, (bool, np.bool_)) or not isinstance(bias, (int, np.integer)):
+        raise TypeError(f"bias must be None, a bool, its length or a 1-D array, got {type(bias).__name__}")
     return _int(bias, "bias")
 
 
 def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias):
-    """The normalised shape tuple the native functions take, from public-API arguments."""
-    return _spec(x_shape, w_shape, stride, padding, dilation, groups, _bias_len(bias, w_shape))
+    """The normalised shape tuple the native functions take, from public-API arguments:
+    shapes may be given as tuples or as the arrays themselves."""
+    spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
+    return spec[:6] + (_bias_len(bias, spec[1]),)
 
 
 def default_variant(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
     *,
     precision: Optional[str] = None,
 ) -> str:
@@ -314,6 +402,11 @@ def default_variant(
     Within the families ``CONVTUNE_FAMILIES`` allows: where it excludes the rule's family,
     the likeliest winner of the allowed ones serving ``precision``. Raises ValueError when
     the allowed families cannot run the shape here (e.g. ``coop`` alone without tensor cores).
+
+    ``x_shape`` and ``w_shape`` (here and in ``wgsl``, ``time_variant``, ``tune`` and
+    ``explain``) are 4-int sequences or the arrays themselves (anything with ``.shape``:
+    numpy arrays, torch tensors, ``convtune.Tensor``); ``bias`` is whether calls have one,
+    its length, or the bias array.
     """
     return _convtune.default_variant(
         _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
@@ -323,28 +416,29 @@ def default_variant(
 
 def wgsl(
     variant: str,
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
 ) -> str:
-    """The WGSL source convtune generates for ``variant`` on this shape."""
+    """The WGSL source convtune generates for ``variant`` on this shape (shapes or arrays,
+    as for ``default_variant``)."""
     return _convtune.wgsl(
         variant, _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias)
     )
 
 
 def time_variant(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
     *,
     variant: Optional[str] = None,
     reps: int = 10,
@@ -398,13 +492,13 @@ def _budget(budget: Optional[float]) -> Optional[float]:
 
 
 def tune(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
     *,
     budget: Optional[float] = None,
     force: bool = False,
@@ -417,8 +511,10 @@ def tune(
     families ``CONVTUNE_FAMILIES`` allows (``report.families`` lists them when restricted).
 
     Args:
-        x_shape, w_shape, stride, padding, dilation, groups: as for ``conv2d``.
-        bias: whether the calls have a bias (``True`` or its length).
+        x_shape, w_shape: shapes as 4-int sequences, or the arrays themselves (anything
+            with ``.shape``).
+        stride, padding, dilation, groups: as for ``conv2d``.
+        bias: whether the calls have a bias (``True``, its length, or the bias array).
         budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 3. The default variant
             and the few top-ranked candidates are timed even past the budget.
         force: tune again even if the cache has the shape.
@@ -455,13 +551,13 @@ def _tune_with(progress: Any, args: tuple, kwargs: dict, *, budget: Optional[flo
 
 
 def explain(
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
+    x_shape: ShapeLike,
+    w_shape: ShapeLike,
     stride: IntPair = 1,
     padding: Padding = 0,
     dilation: IntPair = 1,
     groups: int = 1,
-    bias: Union[None, bool, int] = None,
+    bias: BiasLike = None,
     *,
     variant: Optional[str] = None,
     precision: Optional[str] = None,

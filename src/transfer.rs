@@ -1,0 +1,342 @@
+//! Host <-> GPU copies of float32 tensors through mapped staging buffers from the pool.
+//!
+//! A transfer is cut into chunks, each with its own staging buffer and submission, and host
+//! threads work on several chunks at once: while the GPU copies one chunk, the host fills
+//! (or empties) the next, and the host-side copies, which fault in fresh pages of new numpy
+//! arrays, run on several cores. Small transfers are one chunk on the calling thread.
+//!
+//! On the host side a tensor is a list of runs `(offset, len)` in elements of a host array;
+//! on the GPU side the runs lie back to back from offset 0 (row bands of a split problem).
+
+use crate::device::Engine;
+use crate::error::{Error, Result};
+use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
+use std::sync::{mpsc, OnceLock};
+use std::time::Duration;
+
+/// KiB per chunk by default (4 MiB): large enough that a chunk's submission (tens of
+/// microseconds) is small against its copy, small enough that a 10 MB tensor still spreads
+/// over a few threads.
+const CHUNK_KB: usize = 4096;
+
+/// How long one wait for the GPU may take before the call gives up with an error.
+pub const GPU_WAIT: Duration = Duration::from_secs(600);
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.trim().parse().ok().filter(|&v| v > 0)
+}
+
+/// Host threads for chunked copies (`CONVTUNE_COPY_THREADS`, read once): half the cores, at
+/// most 8. Memory bandwidth stops growing well before that, and on a CPU adapter the other
+/// half runs the device's own copies.
+fn max_threads() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        env_usize("CONVTUNE_COPY_THREADS").unwrap_or((cores / 2).clamp(1, 8))
+    })
+}
+
+/// Elements per chunk (`CONVTUNE_COPY_CHUNK_KB`, read once; tests make it tiny).
+fn chunk_elems() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| env_usize("CONVTUNE_COPY_CHUNK_KB").unwrap_or(CHUNK_KB).min(1 << 30) << 8)
+}
+
+fn as_bytes(data: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and every byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+/// One chunk: GPU-side elements `start..start + len`, and the host runs they map to as
+/// (host offset, offset within the chunk, len).
+#[derive(Clone, Debug, PartialEq)]
+struct Chunk {
+    start: usize,
+    len: usize,
+    parts: Vec<(usize, usize, usize)>,
+}
+
+/// Cuts `runs` (laid back to back on the GPU) into chunks of at most `chunk` elements.
+fn chunks(runs: &[(usize, usize)], chunk: usize) -> Vec<Chunk> {
+    let total: usize = runs.iter().map(|r| r.1).sum();
+    let mut out: Vec<Chunk> = (0..total.div_ceil(chunk))
+        .map(|i| Chunk { start: i * chunk, len: chunk.min(total - i * chunk), parts: Vec::new() })
+        .collect();
+    let mut gpu = 0;
+    for &(host, len) in runs {
+        let mut done = 0;
+        while done < len {
+            let c = &mut out[(gpu + done) / chunk];
+            let within = gpu + done - c.start;
+            let n = (c.len - within).min(len - done);
+            c.parts.push((host + done, within, n));
+            done += n;
+        }
+        gpu += len;
+    }
+    out
+}
+
+/// Runs `work` on every chunk index, spread over up to `max_threads()` scoped threads
+/// (thread t takes chunks t, t + T, ...: early chunks finish first, so the GPU's copies
+/// start early). The first error wins.
+fn spread<T: Send>(n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let threads = max_threads().min(n);
+    if threads <= 1 {
+        return (0..n).map(&work).collect();
+    }
+    let work = &work;
+    let per_thread: Vec<Result<Vec<(usize, T)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| s.spawn(move || (t..n).step_by(threads).map(|i| Ok((i, work(i)?))).collect()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Gpu("a copy thread panicked".into()))))
+            .collect()
+    });
+    let mut slots: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for r in per_thread {
+        for (i, v) in r? {
+            slots[i] = Some(v);
+        }
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+/// Runs `f` inside out-of-memory and validation error scopes (per thread, so every copy
+/// thread opens its own) and turns what they caught into an error.
+pub fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
+    let oom = engine.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let val = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let out = f();
+    let val_err = pollster::block_on(val.pop());
+    let oom_err = pollster::block_on(oom.pop());
+    if let Some(e) = oom_err {
+        return Err(Error::OutOfMemory(e.to_string()));
+    }
+    if let Some(e) = val_err {
+        return Err(Error::from(e));
+    }
+    Ok(out)
+}
+
+/// Waits for a submission (or all work) to finish, bounded so a hung GPU gives an error.
+/// The driver blocks on a fence: no sleeping, no spinning.
+pub fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
+    engine
+        .device
+        .poll(wgpu::PollType::Wait { submission_index: idx, timeout: Some(GPU_WAIT) })
+        .map(|_| ())
+        .map_err(|e| match e {
+            wgpu::PollError::Timeout => {
+                Error::Gpu(format!("the GPU did not finish within {} s", GPU_WAIT.as_secs()))
+            }
+            other => Error::DeviceLost(other.to_string()),
+        })
+}
+
+/// Copies `runs` of `src` into `dst` (back to back from offset 0). Each chunk is written
+/// into a mapped staging buffer and its GPU copy submitted at once. Returns the staging
+/// buffers: keep them until a wait has covered these submissions, so that the pool gets
+/// them back mapped (dropped earlier they are freed instead, which is safe but slower).
+pub fn upload(engine: &Engine, dst: &wgpu::Buffer, src: &[f32], runs: &[(usize, usize)]) -> Result<Vec<PooledBuffer>> {
+    let plan = chunks(runs, chunk_elems());
+    spread(plan.len(), |i| upload_chunk(engine, dst, src, &plan[i]))
+}
+
+fn upload_chunk(engine: &Engine, dst: &wgpu::Buffer, src: &[f32], c: &Chunk) -> Result<PooledBuffer> {
+    let bytes = c.len as u64 * 4;
+    let staging = engine.pool.take(UPLOAD, bytes)?;
+    {
+        let mut view = staging
+            .get_mapped_range_mut(..bytes)
+            .map_err(|e| Error::Gpu(format!("writing an upload buffer failed: {e}")))?;
+        for &(host, within, n) in &c.parts {
+            view.slice(within * 4..(within + n) * 4).copy_from_slice(as_bytes(&src[host..host + n]));
+        }
+    }
+    staging.unmap_upload();
+    scoped(engine, || {
+        let mut enc = engine.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&staging, 0, dst, c.start as u64 * 4, bytes);
+        engine.queue.submit([enc.finish()]);
+    })?;
+    staging.remap_upload();
+    Ok(staging)
+}
+
+/// `upload` of a whole slice, waiting for the GPU: for buffers filled outside a conv2d.
+pub fn upload_now(engine: &Engine, dst: &wgpu::Buffer, src: &[f32]) -> Result<()> {
+    let staging = upload(engine, dst, src, &[(0, src.len())])?;
+    wait(engine, None)?;
+    drop(staging);
+    Ok(())
+}
+
+/// A disjoint piece of the host output and where its elements sit in a chunk.
+struct Dest<'a> {
+    within: usize,
+    out: &'a mut [f32],
+}
+
+/// Carves `out` into the pieces the chunks fill, each a separate `&mut` (chunk parts
+/// cover disjoint host ranges, in increasing order when the runs are).
+fn carve<'a>(plan: &[Chunk], out: &'a mut [f32]) -> Result<Vec<Vec<Dest<'a>>>> {
+    let mut parts: Vec<(usize, usize, usize, usize)> = plan
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| c.parts.iter().map(move |&(host, within, n)| (host, i, within, n)))
+        .collect();
+    parts.sort_unstable_by_key(|p| p.0);
+    let mut per_chunk: Vec<Vec<Dest<'a>>> = (0..plan.len()).map(|_| Vec::new()).collect();
+    let mut rest = out;
+    let mut at = 0;
+    for (host, chunk, within, n) in parts {
+        if host < at || host + n > at + rest.len() {
+            return Err(Error::invalid("read-back runs overlap or leave the output"));
+        }
+        let tail = std::mem::take(&mut rest).split_at_mut(host - at).1;
+        let (piece, tail) = tail.split_at_mut(n);
+        rest = tail;
+        at = host + n;
+        per_chunk[chunk].push(Dest { within, out: piece });
+    }
+    Ok(per_chunk)
+}
+
+/// Copies `src` (back to back from offset 0) into `runs` of `out`: `start_download`, then
+/// `Download::finish`.
+pub fn download(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32], runs: &[(usize, usize)]) -> Result<()> {
+    start_download(engine, src, runs)?.finish(engine, out)
+}
+
+/// A read-back whose GPU copies are queued.
+pub struct Download {
+    plan: Vec<Chunk>,
+    pending: Vec<Pending>,
+}
+
+/// Queues the GPU copies of every chunk of `src` (laid out as `runs` on the host), each
+/// with its own staging buffer, submission and mapping. Queued right behind a kernel, they
+/// start as soon as it ends, without a round trip through the host.
+pub fn start_download(engine: &Engine, src: &wgpu::Buffer, runs: &[(usize, usize)]) -> Result<Download> {
+    let plan = chunks(runs, chunk_elems());
+    let pending = plan.iter().map(|c| submit_download(engine, src, c)).collect::<Result<_>>()?;
+    Ok(Download { plan, pending })
+}
+
+impl Download {
+    /// Host threads wait for their chunks in order and copy each into `out` as it lands.
+    pub fn finish(self, engine: &Engine, out: &mut [f32]) -> Result<()> {
+        let dests = carve(&self.plan, out)?;
+        let jobs: Vec<_> = self.pending.into_iter().zip(dests).map(std::sync::Mutex::new).collect();
+        spread(jobs.len(), |i| {
+            let mut job = jobs[i].lock().unwrap_or_else(|e| e.into_inner());
+            let (pending, dests) = &mut *job;
+            finish_download(engine, pending, dests)
+        })?;
+        Ok(())
+    }
+}
+
+/// A chunk's read-back in flight: its staging buffer, submission and mapping result.
+struct Pending {
+    staging: PooledBuffer,
+    bytes: u64,
+    idx: wgpu::SubmissionIndex,
+    mapped: mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+}
+
+fn submit_download(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> Result<Pending> {
+    let bytes = c.len as u64 * 4;
+    let staging = engine.pool.take(DOWNLOAD, bytes)?;
+    let idx = scoped(engine, || {
+        let mut enc = engine.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(src, c.start as u64 * 4, &staging, 0, bytes);
+        engine.queue.submit([enc.finish()])
+    })?;
+    let (tx, rx) = mpsc::channel();
+    staging.map_async(wgpu::MapMode::Read, ..bytes, move |r| {
+        let _ = tx.send(r);
+    });
+    Ok(Pending { staging, bytes, idx, mapped: rx })
+}
+
+fn finish_download(engine: &Engine, p: &Pending, dests: &mut [Dest<'_>]) -> Result<()> {
+    wait(engine, Some(p.idx.clone()))?;
+    // The callback may run on whichever thread's poll saw the submission finish.
+    p.mapped
+        .recv_timeout(GPU_WAIT)
+        .map_err(|_| Error::Gpu("read-back of the output never completed".into()))?
+        .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
+    {
+        let view = p
+            .staging
+            .get_mapped_range(..p.bytes)
+            .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
+        for d in dests.iter_mut() {
+            let from = &view[d.within * 4..(d.within + d.out.len()) * 4];
+            // SAFETY: f32 has no invalid bit patterns; `from` has exactly d.out's bytes.
+            let to = unsafe {
+                std::slice::from_raw_parts_mut(d.out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(d.out))
+            };
+            to.copy_from_slice(from);
+        }
+    }
+    p.staging.unmap();
+    Ok(())
+}
+
+/// `download` of a whole buffer into `out`.
+pub fn download_all(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32]) -> Result<()> {
+    let len = out.len();
+    if len == 0 {
+        return Ok(());
+    }
+    download(engine, src, out, &[(0, len)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_runs_in_order_without_gaps() {
+        let runs = [(100, 5), (200, 7), (300, 1)];
+        let plan = chunks(&runs, 4);
+        assert_eq!(plan.len(), 4);
+        assert_eq!(plan.iter().map(|c| c.len).sum::<usize>(), 13);
+        assert_eq!(plan[0].parts, [(100, 0, 4)]);
+        assert_eq!(plan[1].parts, [(104, 0, 1), (200, 1, 3)]);
+        assert_eq!(plan[2].parts, [(203, 0, 4)]);
+        assert_eq!(plan[3].parts, [(300, 0, 1)]);
+        assert!(chunks(&[], 4).is_empty());
+    }
+
+    #[test]
+    fn carving_gives_each_chunk_its_part_of_the_output() {
+        let runs = [(1, 3), (6, 3)];
+        let plan = chunks(&runs, 4);
+        let mut out = vec![0f32; 10];
+        {
+            let dests = carve(&plan, &mut out).unwrap();
+            assert_eq!(dests.iter().map(|d| d.len()).collect::<Vec<_>>(), [2, 1]);
+            for (i, ds) in dests.into_iter().enumerate() {
+                for d in ds {
+                    d.out.fill((i + 1) as f32 * 10.0 + d.within as f32);
+                }
+            }
+        }
+        assert_eq!(out, [0., 10., 10., 10., 0., 0., 13., 20., 20., 0.]);
+        assert!(carve(&chunks(&[(8, 3)], 4), &mut [0f32; 10]).is_err());
+    }
+
+    #[test]
+    fn spread_keeps_order_and_reports_errors() {
+        let v = spread(37, |i| Ok(i * 2)).unwrap();
+        assert_eq!(v, (0..37).map(|i| i * 2).collect::<Vec<_>>());
+        assert!(spread(9, |i| if i == 5 { Err(Error::invalid("five")) } else { Ok(i) }).is_err());
+    }
+}

@@ -1,0 +1,109 @@
+"""numpy in -> numpy out: staging is reused across calls, chunked copies land where they
+belong, and last_call_timings() accounts for the call."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune.reference import conv2d_reference, max_relative_error
+
+
+@pytest.fixture(autouse=True)
+def _untuned(monkeypatch, tmp_path):
+    monkeypatch.setenv("CONVTUNE_TUNE", "off")
+    monkeypatch.setenv("CONVTUNE_CACHE_DIR", str(tmp_path))
+
+
+def test_repeated_calls_allocate_nothing_new():
+    """Upload staging goes back to the pool mapped, read-back staging and device buffers
+    are reused: a steady stream of calls creates no buffers (several 4 MiB chunks here)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 400, 400), dtype=np.float32)  # 5 MB: two chunks each way
+    w = rng.standard_normal((8, 8, 1, 1), dtype=np.float32)
+    b = rng.standard_normal(8, dtype=np.float32)
+    first = convtune.conv2d(x, w, bias=b)
+    before = convtune.memory_stats()["allocations"]
+    for _ in range(3):
+        y = convtune.conv2d(x, w, bias=b)
+    assert convtune.memory_stats()["allocations"] == before
+    assert np.array_equal(y, first)
+    assert max_relative_error(y, conv2d_reference(x, w, bias=b)) <= 1e-5
+
+
+CHUNKED = textwrap.dedent("""
+    import numpy as np, convtune
+    from convtune.reference import conv2d_reference, max_relative_error
+    rng = np.random.default_rng(1)
+    cases = [((2, 3, 37, 29), (5, 3, 3, 3), 1, 1), ((1, 4, 61, 23), (3, 4, 5, 3), 2, (2, 1))]
+    import os
+    for binding in (10**9, 6000, 2500):
+        os.environ["CONVTUNE_MAX_BINDING"] = str(binding)
+        for xs, ws, stride, pad in cases:
+            x = rng.standard_normal(xs, dtype=np.float32)
+            w = rng.standard_normal(ws, dtype=np.float32)
+            b = rng.standard_normal(ws[0], dtype=np.float32)
+            y = convtune.conv2d(x, w, stride, pad, bias=b)
+            err = max_relative_error(y, conv2d_reference(x, w, stride, pad, bias=b))
+            assert err <= 1e-5, (binding, xs, err)
+    del os.environ["CONVTUNE_MAX_BINDING"]
+    t = rng.standard_normal((3, 5, 7, 11), dtype=np.float32)  # 1155 floats: ragged last chunk
+    assert np.array_equal(convtune.to_device(t).numpy(), t)
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_tiny_chunks_on_several_threads_match_the_reference(threads):
+    """1 KiB chunks: runs of row bands cross chunk boundaries, threads take every third
+    chunk; results must still match, whole problems and split ones alike."""
+    env = dict(os.environ, CONVTUNE_COPY_CHUNK_KB="1", CONVTUNE_COPY_THREADS=threads)
+    r = subprocess.run([sys.executable, "-c", CHUNKED], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_timings_account_for_the_whole_call():
+    x = np.random.default_rng(2).standard_normal((2, 4, 20, 20))  # float64: a float32 copy
+    w = np.ones((3, 4, 3, 3), dtype=np.float32)
+    convtune.conv2d(x, w, padding=1)
+    t0 = time.perf_counter()
+    convtune.conv2d(x, w, padding=1)
+    wall = time.perf_counter() - t0
+    rec = convtune.last_call_timings()
+    phases = rec["phases"]
+    for name in ("args", "memory_check", "float32", "choose", "output_alloc", "upload", "submit",
+                 "readback_submit", "gpu_wait", "download", "other"):
+        assert name in phases, phases
+    assert all(v >= 0 for k, v in phases.items() if k != "other"), phases
+    assert phases["other"] >= -1e-6, phases
+    assert sum(phases.values()) == pytest.approx(rec["total"], abs=1e-9)
+    assert 0 < rec["total"] <= wall
+    assert rec["minor_faults"] is None or rec["minor_faults"] >= 0
+
+
+def test_timings_are_per_thread_and_cover_tensor_calls():
+    w = np.ones((3, 4, 3, 3), dtype=np.float32)
+    x = np.ones((1, 4, 8, 8), dtype=np.float32)
+    seen = {}
+
+    def other_thread():
+        seen["before"] = convtune.last_call_timings()
+        convtune.conv2d(convtune.to_device(x), w)
+        seen["after"] = convtune.last_call_timings()
+
+    convtune.conv2d(x, w)
+    mine = convtune.last_call_timings()
+    th = threading.Thread(target=other_thread)
+    th.start()
+    th.join()
+    assert seen["before"] is None
+    assert "native" in seen["after"]["phases"] and "gpu_wait" not in seen["after"]["phases"]
+    assert convtune.last_call_timings() == mine
