@@ -478,6 +478,7 @@ mod tests {
             default_ms: Some(2.0),
             tuned_ms: Some(1.0),
             tuning_s: 0.5,
+            phases: None,
             budget_s: 3.0,
             tuned_at: "2024-01-01T00:00:00Z".into(),
             adapter: "test gpu".into(),

@@ -426,6 +426,18 @@ fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<B
     d.set_item("tuned_ms", r.tuned_ms)?;
     d.set_item("speedup", r.speedup())?;
     d.set_item("tuning_s", r.tuning_s)?;
+    match &r.phases {
+        Some(p) => {
+            let pd = PyDict::new(py);
+            pd.set_item("setup", p.setup_s)?;
+            pd.set_item("compile", p.compile_s)?;
+            pd.set_item("validate", p.validate_s)?;
+            pd.set_item("timing", p.timing_s)?;
+            pd.set_item("other", p.other_s)?;
+            d.set_item("phases", pd)?;
+        }
+        None => d.set_item("phases", py.None())?,
+    }
     d.set_item("budget_s", r.budget_s)?;
     d.set_item("tuned_at", &r.tuned_at)?;
     d.set_item("adapter", &r.adapter)?;

@@ -125,6 +125,9 @@ pub struct TuneReport {
     pub tuned_ms: Option<f64>,
     /// Wall-clock seconds the tuning took, compilation included.
     pub tuning_s: f64,
+    /// Where `tuning_s` went; absent in reports cached before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<TuningPhases>,
     pub budget_s: f64,
     /// UTC, ISO 8601.
     pub tuned_at: String,
@@ -133,6 +136,22 @@ pub struct TuneReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Vec<String>>,
     pub candidates: Vec<CandidateResult>,
+}
+
+/// Wall-clock seconds of a tuning run by phase; they add up to its `tuning_s`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TuningPhases {
+    /// Random inputs made and uploaded, the reference kernel compiled and run, the GPU
+    /// brought to load clocks.
+    pub setup_s: f64,
+    /// Candidates compiled (in parallel batches: wall time, not the sum over threads).
+    pub compile_s: f64,
+    /// Candidates run once on poisoned outputs and compared with the reference.
+    pub validate_s: f64,
+    /// Candidates warmed up and timed.
+    pub timing_s: f64,
+    /// Everything else: ranking, bookkeeping.
+    pub other_s: f64,
 }
 
 impl TuneReport {
@@ -397,6 +416,9 @@ struct Bench<'a> {
     out: Vec<f32>,
     /// The precision mode's error bound.
     tolerance: f64,
+    /// Time spent validating and timing candidates so far.
+    validating: Duration,
+    timing: Duration,
 }
 
 impl Bench<'_> {
@@ -430,7 +452,10 @@ impl Bench<'_> {
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => return Ok(failure(name, &e)),
         };
-        match self.validate(&kernel, c.faulty) {
+        let t0 = Instant::now();
+        let verdict = self.validate(&kernel, c.faulty);
+        self.validating += t0.elapsed();
+        match verdict {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {
                 return Ok(CandidateResult { detail: Some(why), ..CandidateResult::new(name, Status::Wrong) })
@@ -438,7 +463,10 @@ impl Bench<'_> {
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => return Ok(failure(name, &e)),
         }
-        match self.sample(&kernel, best_ms, opts) {
+        let t0 = Instant::now();
+        let sampled = self.sample(&kernel, best_ms, opts);
+        self.timing += t0.elapsed();
+        match sampled {
             Ok((status, samples)) => Ok(CandidateResult {
                 median_ms: median(&samples),
                 samples_ms: samples,
@@ -602,7 +630,18 @@ pub fn tune(
     }
     let out = vec![0f32; reference.len()];
     let tolerance = precision.tolerance();
-    let mut bench = Bench { engine, out, tensors, reference, reference_gpu, tolerance };
+    let mut bench = Bench {
+        engine,
+        out,
+        tensors,
+        reference,
+        reference_gpu,
+        tolerance,
+        validating: Duration::ZERO,
+        timing: Duration::ZERO,
+    };
+    let setup = start.elapsed();
+    let mut compiling = Duration::ZERO;
 
     let total = order.len();
     let mut results = Vec::with_capacity(total);
@@ -615,10 +654,14 @@ pub fn tune(
             // Not reported for skips: hundreds of instant skips are not progress.
             progress(&Progress { done: i, total, name: &c.name() })?;
         }
+        let t0 = Instant::now();
         let compiled = compile_batch(engine, batch, &wanted, shape);
+        compiling += t0.elapsed();
         if on_gpu {
             if let Some(Some(Ok(k))) = compiled.iter().find(|k| matches!(k, Some(Ok(_)))) {
+                let t0 = Instant::now();
                 bench.tensors.settle(engine, k, BATCH_SPIN_UP, BATCH_SPIN_UP)?;
+                bench.timing += t0.elapsed();
             }
         }
         for (&(i, c), k) in batch.iter().zip(compiled) {
@@ -663,12 +706,24 @@ pub fn tune(
         default_ms: timed(default),
         tuned_ms: timed(winner),
         tuning_s: start.elapsed().as_secs_f64(),
+        phases: Some(phases(start.elapsed(), setup, compiling, bench.validating, bench.timing)),
         budget_s: opts.budget.as_secs_f64(),
         tuned_at: now_iso(),
         adapter: engine.desc.name.clone(),
         families: (!opts.families.is_all()).then(|| opts.families.allowed().iter().map(|f| f.to_string()).collect()),
         candidates: results,
     })
+}
+
+fn phases(total: Duration, setup: Duration, compile: Duration, validate: Duration, timing: Duration) -> TuningPhases {
+    let known = setup + compile + validate + timing;
+    TuningPhases {
+        setup_s: setup.as_secs_f64(),
+        compile_s: compile.as_secs_f64(),
+        validate_s: validate.as_secs_f64(),
+        timing_s: timing.as_secs_f64(),
+        other_s: total.saturating_sub(known).as_secs_f64(),
+    }
 }
 
 #[cfg(test)]

@@ -62,6 +62,18 @@ def test_report_has_every_field_and_a_valid_winner(tuning_env):
     assert r["winner"] == r.winner
 
 
+def test_report_breaks_the_tuning_time_down(tuning_env):
+    r = tune(SMALL)
+    assert set(r.phases) == {"setup", "compile", "validate", "timing", "other"}
+    assert all(v >= 0 for v in r.phases.values())
+    # Measured phases, not shares of a total: they add up to the wall time tuning took.
+    assert sum(r.phases.values()) == pytest.approx(r.tuning_s, rel=0.02, abs=2e-3)
+    # Every timed candidate was compiled, validated and timed.
+    assert r.phases["compile"] > 0 and r.phases["validate"] > 0 and r.phases["timing"] > 0
+    assert "tuning time: setup" in str(r)
+    assert explain(SMALL).report.phases == r.phases
+
+
 def test_candidates_are_all_fitting_variants_once(tuning_env):
     r = tune(SMALL)
     names = [c["name"] for c in r.candidates]

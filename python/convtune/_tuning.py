@@ -36,6 +36,10 @@ class TuneReport:
     precision: str = "highest"
     #: The kernel families CONVTUNE_FAMILIES allowed; ``None`` when it allowed all.
     families: Optional[List[str]] = None
+    #: Where ``tuning_s`` went, in seconds: ``setup`` (inputs, reference, GPU spin-up),
+    #: ``compile``, ``validate``, ``timing``, ``other``; they add up to ``tuning_s``.
+    #: ``None`` for reports cached before this was recorded.
+    phases: Optional[Dict[str, float]] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "TuneReport":
@@ -62,6 +66,8 @@ class TuneReport:
             f"tuning {self.tuning_s:.2f} s, from {self.source}, precision {self.precision}"
             + ("" if self.families is None else f", families {','.join(self.families)}"),
         ]
+        if self.phases:
+            lines.append("  tuning time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()))
         for c in self.candidates:
             if c["status"] == "skipped (budget)":
                 continue
