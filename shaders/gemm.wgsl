@@ -12,6 +12,10 @@
 // spread so that each vec4 read of workgroup memory by a subgroup is contiguous
 // (conflict-free), and the reduction loop over one staged step is written out.
 //
+// Split-K ({{SPLITS}} splits): the workgroups of one output tile each take KS terms of the
+// reduction and write their partial tile to `ws`; `finish` adds the partials in split order
+// (the same order every run, so results are reproducible) and the bias.
+//
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
 
@@ -19,6 +23,8 @@
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+// Split-K partial outputs, SPLITS x YLEN.
+@group(0) @binding(5) var<storage, read_write> ws: array<f32>;
 
 const C: i32 = {{C}};
 const H: i32 = {{H}};
@@ -48,7 +54,10 @@ const A_STAGE: i32 = BK * BM / 4;  // vec4s in one staged A tile
 const B_STAGE: i32 = BK * BN / 4;
 const M_BLOCKS: u32 = {{M_BLOCKS}}u;
 const N_BLOCKS: u32 = {{N_BLOCKS}}u;
-const BLOCKS: u32 = {{BLOCKS}}u;
+const BLOCKS: u32 = {{BLOCKS}}u;       // output tiles
+const SPLITS: u32 = {{SPLITS}}u;
+const KS: i32 = {{KS}};                // reduction terms per split, whole steps
+const YLEN: i32 = {{YLEN}};
 
 // Two stages each: [k][m] and [k][n], four consecutive m (or n) per vec4.
 var<workgroup> a_tile: array<vec4<f32>, {{A_TILE}}>;
@@ -67,11 +76,14 @@ fn main(
     // deep in z. A literal 0.0 lets it fold fma(0.0, w, acc) into acc where a padding mask
     // is known at compile time, which loses the NaN that 0 * NaN (or 0 * inf) must give.
     let pad0 = bitcast<f32>(nwg.z - 1u);
-    if (block >= BLOCKS) {
+    if (block >= BLOCKS * SPLITS) {
         return;
     }
-    let m_block = block % M_BLOCKS;
-    let rest = block / M_BLOCKS;
+    let sp = i32(block / BLOCKS);
+    let k_begin = sp * KS;
+    let k_end = min(KR, k_begin + KS);
+    let m_block = (block % BLOCKS) % M_BLOCKS;
+    let rest = (block % BLOCKS) / M_BLOCKS;
     let n_block = rest % N_BLOCKS;
     let g = i32(rest / N_BLOCKS);
     let m0 = i32(m_block) * BM;
@@ -90,12 +102,12 @@ fn main(
 
     // Stage the first reduction step.
     var stage: i32 = 0;
-    var k_next: i32 = 0;
+    var k_next: i32 = k_begin;
 {{FETCH}}
 {{STAGE_STORE}}
     workgroupBarrier();
 
-    for (var k0: i32 = 0; k0 < KR; k0 = k0 + BK) {
+    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {
         // Issue the next step's global loads now; past the end they load zeros.
         k_next = k0 + BK;
 {{ADVANCE}}
@@ -110,4 +122,21 @@ fn main(
     }
 
 {{STORE}}
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn finish(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let i = i32((wid.y * nwg.x + wid.x) * 256u + lidx);
+    if (i >= YLEN) {
+        return;
+    }
+    var sum = ws[i];
+    for (var p = 1; p < i32(SPLITS); p = p + 1) {
+        sum = sum + ws[p * YLEN + i];
+    }
+    y[i] = sum{{FINISH_BIAS}};
 }

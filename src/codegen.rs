@@ -21,12 +21,14 @@ pub struct Kernel {
     pub prologue: Option<u64>,
     /// Bytes of the two workspace buffers (bindings 5 and 6) the prologue fills.
     pub workspace: [u64; 2],
+    /// Workgroups of the module's `finish` entry point, run after `main` (split-K sums).
+    pub finish: Option<u64>,
 }
 
 impl Kernel {
     /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
     pub fn plain(source: String, workgroups: u64) -> Kernel {
-        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0] }
+        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0], finish: None }
     }
 }
 

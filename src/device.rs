@@ -48,8 +48,10 @@ pub struct Compiled {
     pub scaled: bool,
     /// The module's `prologue` entry point and its workgroups (`Kernel::prologue`).
     pub prologue: Option<(wgpu::ComputePipeline, u64)>,
-    /// Bytes of the workspace buffers the prologue fills (`Kernel::workspace`).
+    /// Bytes of the workspace buffers (`Kernel::workspace`).
     pub workspace: [u64; 2],
+    /// The module's `finish` entry point and its workgroups (`Kernel::finish`).
+    pub finish: Option<(wgpu::ComputePipeline, u64)>,
 }
 
 const TENSOR_CORE_FEATURES: wgpu::Features =
@@ -470,6 +472,7 @@ impl Engine {
         };
         let pipeline = entry("main");
         let prologue = kernel.prologue.map(|groups| (entry("prologue"), groups));
+        let finish = kernel.finish.map(|groups| (entry("finish"), groups));
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
         }
@@ -479,6 +482,7 @@ impl Engine {
             scaled: kernel.scaled,
             prologue,
             workspace: kernel.workspace,
+            finish,
         })
     }
 }

@@ -148,8 +148,8 @@ fn grid(engine: &Engine, groups: u64) -> Result<(u32, u32)> {
     Ok((gx as u32, gy as u32))
 }
 
-/// Records one run of `kernel` (its scale pass or prologue, then its dispatch), optionally
-/// bracketed by timestamp queries.
+/// Records one run of `kernel` (its scale pass or prologue, its dispatch, its finishing
+/// pass), optionally bracketed by timestamp queries.
 fn encode(
     engine: &Engine,
     encoder: &mut wgpu::CommandEncoder,
@@ -181,18 +181,35 @@ fn encode(
         checker.maxabs(&engine.device, encoder, b.x, b.w, scales, timestamps);
         began = true;
     }
+    let last = kernel.finish.is_none();
     let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
         query_set: qs,
         beginning_of_pass_write_index: (!began).then_some(i),
-        end_of_pass_write_index: Some(i + 1),
+        end_of_pass_write_index: last.then_some(i + 1),
     });
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some("convtune conv2d"),
-        timestamp_writes,
-    });
-    pass.set_pipeline(&kernel.pipeline);
-    pass.set_bind_group(0, &b.group, &[]);
-    pass.dispatch_workgroups(gx, gy, 1);
+    {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("convtune conv2d"),
+            timestamp_writes,
+        });
+        pass.set_pipeline(&kernel.pipeline);
+        pass.set_bind_group(0, &b.group, &[]);
+        pass.dispatch_workgroups(gx, gy, 1);
+    }
+    if let Some((pipeline, groups)) = &kernel.finish {
+        let (fx, fy) = grid(engine, *groups)?;
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("convtune finish"),
+            timestamp_writes: timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+                query_set: qs,
+                beginning_of_pass_write_index: None,
+                end_of_pass_write_index: Some(i + 1),
+            }),
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &b.group, &[]);
+        pass.dispatch_workgroups(fx, fy, 1);
+    }
     Ok(())
 }
 

@@ -430,7 +430,7 @@ fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
     }
     for i in 0..a_slots {
         writeln!(s, "    let ak{i} = (lid + {}) / {chunks_per_k};", i * v.threads()).unwrap();
-        implicit::write_reduction_index(&mut s, i);
+        implicit::write_reduction_index(&mut s, i, &format!("ak{i}"));
         writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
     }
     s

@@ -1,11 +1,11 @@
 //! The implicit-GEMM family: M = N*OH*OW rows, K columns, reduction C/groups*R*S, gathered
 //! from x directly (no im2col buffer) into double-buffered workgroup tiles.
 
-use super::cost::{parallel_efficiency, BARRIER, GATHER_LOAD, SHARED_LOAD};
+use super::cost::{parallel_efficiency, BARRIER, BUSY_INVOCATIONS, GATHER_LOAD, SHARED_LOAD};
 use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use std::fmt::Write as _;
 
@@ -18,11 +18,22 @@ pub struct Gemm {
     /// Register tile per invocation: `tm` x `tn` outputs, written out as scalars.
     pub tm: u32,
     pub tn: u32,
+    /// Split-K: workgroups sharing one output tile's reduction, each writing a partial
+    /// tile to workspace; a second pass adds them in a fixed order (results do not change
+    /// from run to run). 1: no split.
+    pub splits: u32,
 }
 
 const TILES: [(u32, u32); 8] = [(32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (128, 64), (128, 128), (256, 64)];
 const BK: [u32; 3] = [8, 16, 32];
 const THREAD: [(u32, u32); 4] = [(4, 4), (8, 4), (4, 8), (8, 8)];
+const SPLITS: [u32; 3] = [1, 4, 16];
+/// Split-K partial outputs are kept only for problems whose partials stay this small:
+/// split-K is for outputs too small to fill the GPU.
+const SPLIT_WORKSPACE: u64 = 32 << 20;
+
+/// Per partial output a split-K variant writes and sums again.
+const PARTIAL: f64 = 16.0;
 
 /// Per output of a GEMM tile: pixel coordinates, accumulator set-up and the store, paid
 /// once per output however short the reduction; it is what makes GEMM lose on tiny C.
@@ -37,9 +48,11 @@ impl Family for Gemm {
         for &(bm, bn) in &TILES {
             for &bk in &BK {
                 for &(tm, tn) in &THREAD {
-                    let g = Gemm { bm, bn, bk, tm, tn };
-                    if g.well_formed() {
-                        out.push(g);
+                    for &splits in &SPLITS {
+                        let g = Gemm { bm, bn, bk, tm, tn, splits };
+                        if g.well_formed() {
+                            out.push(g);
+                        }
                     }
                 }
             }
@@ -49,7 +62,8 @@ impl Family for Gemm {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bm, bn, bk, tm, tn] => Some(Gemm { bm, bn, bk, tm, tn }),
+            [bm, bn, bk, tm, tn] => Some(Gemm { bm, bn, bk, tm, tn, splits: 1 }),
+            [bm, bn, bk, tm, tn, splits] => Some(Gemm { bm, bn, bk, tm, tn, splits }),
             _ => None,
         }
     }
@@ -61,11 +75,13 @@ impl KernelVariant for Gemm {
     }
 
     fn name(&self) -> String {
-        format!("gemm_b{}x{}x{}_t{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
+        let name = format!("gemm_b{}x{}x{}_t{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn);
+        // Unsplit variants keep the names they had before split-K, so caches stay valid.
+        if self.splits == 1 { name } else { format!("{name}_k{}", self.splits) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("tm", self.tm), ("tn", self.tn)]
+        vec![("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("tm", self.tm), ("tn", self.tn), ("splits", self.splits)]
     }
 
     fn well_formed(&self) -> bool {
@@ -78,6 +94,10 @@ impl KernelVariant for Gemm {
             && (self.bm * self.bk) % self.invocations() == 0
             && (self.bn * self.bk) % self.invocations() == 0
             && (64..=256).contains(&self.invocations())
+            && SPLITS.contains(&self.splits)
+            // Splits only on the mid-size tiles with 16-deep steps: enough to fill a GPU
+            // without multiplying the variant space.
+            && (self.splits == 1 || (self.bk == 16 && self.bm * self.bn <= 64 * 64))
     }
 
     fn invocations(&self) -> u32 {
@@ -90,7 +110,14 @@ impl KernelVariant for Gemm {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
+        let view = View::of(shape);
+        // A split needs at least two steps of reduction per part, and few enough tiles
+        // that the GPU would otherwise idle.
+        let split_ok = self.splits == 1
+            || (view.red >= 2 * (self.splits * self.bk) as u64
+                && shape.y_len() * self.splits as u64 * 4 <= SPLIT_WORKSPACE
+                && view.grid(self.bm, self.bn).2 * (self.invocations() as u64) < 4 * BUSY_INVOCATIONS as u64);
+        split_ok && view.tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -102,8 +129,11 @@ impl KernelVariant for Gemm {
             + GATHER_LOAD * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
             + BARRIER * 2.0 / (self.bk as f64 * tm * tn)
             + SETUP / view.red.max(1) as f64;
-        view.padded_fmas(self.bm, self.bn, self.bk) * per_fma
-            / parallel_efficiency(tiles * self.invocations() as u64)
+        // Each split writes its partial tile and the finishing pass reads them all back.
+        let partials = if self.splits > 1 { PARTIAL * (self.splits as u64 * shape.y_len()) as f64 } else { 0.0 };
+        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * per_fma
+            / parallel_efficiency(tiles * self.splits as u64 * self.invocations() as u64)
+            + partials
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -112,6 +142,15 @@ impl KernelVariant for Gemm {
 }
 
 fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
+    // Partials beyond this would not fit one binding on every adapter (lavapipe: 128 MiB).
+    if gm.splits > 1 && shape.y_len() * gm.splits as u64 * 4 > 4 * SPLIT_WORKSPACE {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: its {} partial outputs would take {} bytes of workspace",
+            gm.name(),
+            gm.splits,
+            shape.y_len() * gm.splits as u64 * 4
+        )));
+    }
     let threads = gm.invocations();
     let (tx, ty) = (gm.bm / gm.tm, gm.bn / gm.tn);
     let view = View::of(shape);
@@ -128,7 +167,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
         writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
         implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), "C");
-        implicit::write_reduction_index(s, i);
+        implicit::write_reduction_index(s, i, &format!("ak{i} + k_begin"));
         writeln!(s, "    var pa{i}: f32;").unwrap();
     }
     // B slots: consecutive invocations take consecutive reduction indices of one weight
@@ -225,10 +264,17 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let n = n0 + {} + 4 * ty;", (j / 4) * 4 * ty + j % 4).unwrap();
         writeln!(s, "        if (n < KG) {{").unwrap();
         writeln!(s, "            let k = g * KG + n;").unwrap();
-        let bias = if shape.bias { "bias[k]" } else { "0.0" };
-        writeln!(s, "            let bv = {bias};").unwrap();
-        for i in 0..gm.tm {
-            writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * OHW] = acc{i}_{j} + bv; }}").unwrap();
+        if gm.splits > 1 {
+            // A partial sum: the finishing pass adds the bias.
+            for i in 0..gm.tm {
+                writeln!(s, "            if (om{i} < M) {{ ws[sp * YLEN + ym{i} + k * OHW] = acc{i}_{j}; }}").unwrap();
+            }
+        } else {
+            let bias = if shape.bias { "bias[k]" } else { "0.0" };
+            writeln!(s, "            let bv = {bias};").unwrap();
+            for i in 0..gm.tm {
+                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * OHW] = acc{i}_{j} + bv; }}").unwrap();
+            }
         }
         writeln!(s, "        }}").unwrap();
         writeln!(s, "    }}").unwrap();
@@ -236,7 +282,14 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
 
     let mut vars = shape_vars(shape, &gm.name());
     vars.extend(view.grid_vars(gm.bm, gm.bn));
+    // Each split's share of the reduction, whole steps, so only the last one has a tail.
+    let ks = (view.red.div_ceil(gm.splits as u64)).div_ceil(gm.bk as u64) * gm.bk as u64;
+    let finish_groups = shape.y_len().div_ceil(256);
     vars.extend([
+        ("SPLITS", gm.splits.to_string()),
+        ("KS", ks.to_string()),
+        ("YLEN", shape.y_len().to_string()),
+        ("FINISH_BIAS", if shape.bias { " + bias[(i / OHW) % K]" } else { "" }.to_string()),
         ("BM", gm.bm.to_string()),
         ("BN", gm.bn.to_string()),
         ("BK", gm.bk.to_string()),
@@ -256,5 +309,10 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         ("INNER", inner),
         ("STORE", store),
     ]);
-    Ok(Kernel::plain(render(Gemm::TEMPLATE, &vars)?, blocks))
+    let mut kernel = Kernel::plain(render(Gemm::TEMPLATE, &vars)?, blocks * gm.splits as u64);
+    if gm.splits > 1 {
+        kernel.workspace = [shape.y_len() * gm.splits as u64 * 4, 0];
+        kernel.finish = Some(finish_groups);
+    }
+    Ok(kernel)
 }

@@ -85,12 +85,12 @@ pub fn write_pixel_position(s: &mut String, tag: &str, m: &str) {
     writeln!(s, "    let aiw{tag} = (arem{tag} % OW) * SW - PW;").unwrap();
 }
 
-/// A slot's reduction index, from its flat value `ak{slot}`, kept as (channel, row, column)
+/// A slot's reduction index, from its flat value `flat`, kept as (channel, row, column)
 /// and advanced by carries each step instead of divided out of a flat index.
-pub fn write_reduction_index(s: &mut String, slot: u32) {
-    writeln!(s, "    var kc{slot}: i32 = ak{slot} / (R * S);").unwrap();
-    writeln!(s, "    var kh{slot}: i32 = (ak{slot} / S) % R;").unwrap();
-    writeln!(s, "    var kw{slot}: i32 = ak{slot} % S;").unwrap();
+pub fn write_reduction_index(s: &mut String, slot: u32, flat: &str) {
+    writeln!(s, "    var kc{slot}: i32 = ({flat}) / (R * S);").unwrap();
+    writeln!(s, "    var kh{slot}: i32 = (({flat}) / S) % R;").unwrap();
+    writeln!(s, "    var kw{slot}: i32 = ({flat}) % S;").unwrap();
 }
 
 /// Moves slot indices on by `bk`: add bk's (channel, row, column) digits, then carry. Each

@@ -247,7 +247,7 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     // GEMM tiles pay off once both the pixel and the channel side fill a tile and the
     // reduction is deep enough to amortise staging through workgroup memory.
     if shape.kg() >= 32 && m >= 4096 && red >= 32 {
-        let g = Variant::Gemm(gemm::Gemm { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 });
+        let g = Variant::Gemm(gemm::Gemm { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, splits: 1 });
         if g.fits(caps) {
             return g;
         }

@@ -1,0 +1,58 @@
+"""Split-K implicit-GEMM variants (``gemm_..._k{splits}``): partial tiles summed by a second
+pass in a fixed order. Correct against float64 on shapes with tails, groups, strides and bias,
+NaN/Inf propagating, and bit-identical from run to run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convtune
+from reference import check_close, reference_conv2d
+
+SPLIT = [v for v in convtune.variant_space()
+         if v.startswith("gemm_") and convtune.variant_knobs(v)["splits"] > 1]
+
+CASES = [
+    # x, w, kwargs: reductions not a multiple of the split's share, tails in M and N.
+    ((1, 64, 7, 7), (64, 64, 3, 3), dict(padding=1)),
+    ((2, 32, 6, 5), (20, 16, 3, 3), dict(padding=(1, 0), stride=(2, 1), groups=2)),
+    ((3, 40, 5, 5), (24, 40, 1, 1), {}),
+    ((1, 9, 11, 10), (7, 9, 5, 3), dict(dilation=(1, 2), padding=2)),
+]
+
+
+def test_split_variants_are_in_the_space():
+    assert SPLIT and {convtune.variant_knobs(v)["splits"] for v in SPLIT} == {4, 16}
+    assert all(v.endswith(f"_k{convtune.variant_knobs(v)['splits']}") for v in SPLIT)
+
+
+@pytest.mark.parametrize("variant", SPLIT)
+def test_split_k_computes_the_reference(variant):
+    rng = np.random.default_rng(abs(hash(variant)) % 2**32)
+    for xs, ws, kw in CASES:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        got = convtune.conv2d(x, w, bias=b, variant=variant, **kw)
+        check_close(got, reference_conv2d(x, w, bias=b, **kw), context=f"{variant} {xs} {ws}")
+
+
+def test_split_k_is_deterministic_and_propagates_nan():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    x[0, 5, 3, 3] = np.nan
+    variant = next(v for v in SPLIT if convtune.variant_knobs(v)["splits"] == 16)
+    first = convtune.conv2d(x, w, padding=1, variant=variant)
+    for _ in range(3):
+        again = convtune.conv2d(x, w, padding=1, variant=variant)
+        assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+    want = reference_conv2d(x, w, padding=1)
+    np.testing.assert_array_equal(np.isnan(first), np.isnan(want))
+
+
+def test_split_k_refuses_outputs_too_large_for_its_workspace():
+    variant = next(v for v in SPLIT if convtune.variant_knobs(v)["splits"] == 16)
+    with pytest.raises(ValueError, match="workspace"):
+        convtune.wgsl(variant, (8, 8, 512, 512), (64, 8, 3, 3), padding=1)
