@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Callable, Dict, List, Optional, TextIO
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,58 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-class Progress:
+def _tqdm_bar(stream: TextIO, total: int, desc: str, unit: str) -> Any:
+    """A tqdm bar on ``stream``, or False where tqdm is not installed."""
+    try:
+        from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return False
+    return tqdm(total=total, desc=desc, file=stream, leave=False, unit=unit)
+
+
+class _Display:
+    """What both progress displays share: a tqdm bar where tqdm is installed, else one
+    rewritten stderr line; nothing when the stream is not a terminal or
+    ``CONVTUNE_PROGRESS=0``. The bar opens on the first draw."""
+
+    def __init__(self, stream: Optional[TextIO], force: bool) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._enabled = force or (
+            os.environ.get("CONVTUNE_PROGRESS", "1") != "0" and _is_terminal(self._stream)
+        )
+        self._bar: Any = None
+        self._plain_width = 0
+        self._line = ""
+
+    def _draw(self, open_bar: Callable[[], Any], position: float, postfix: str, line: str) -> None:
+        """Moves the bar to ``position`` with ``postfix``, or rewrites the plain ``line``."""
+        if self._bar is None:
+            self._bar = open_bar()
+        if self._bar is False:
+            pad = " " * max(0, self._plain_width - len(line))
+            self._plain_width = len(line)
+            self._line = "\r" + line
+            self._stream.write("\r" + line + pad)
+            self._stream.flush()
+        else:
+            self._bar.n = position
+            self._bar.set_postfix_str(postfix, refresh=False)
+            self._bar.refresh()
+
+    def _clear_line(self) -> None:
+        self._stream.write("\r" + " " * self._plain_width + "\r")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._bar is False:
+            self._clear_line()
+        elif self._bar is not None:
+            self._bar.close()
+        self._bar = None
+        self._plain_width = 0
+
+
+class Progress(_Display):
     """A tuning progress display for the Rust tuner to call: ``(done, total, candidate, shape)``.
 
     Uses tqdm when it is installed, else rewrites one stderr line. Shows nothing when stderr
@@ -156,52 +207,21 @@ class Progress:
     """
 
     def __init__(self, stream: Optional[TextIO] = None, force: bool = False) -> None:
-        self._stream = stream if stream is not None else sys.stderr
-        self._enabled = force or (
-            os.environ.get("CONVTUNE_PROGRESS", "1") != "0" and _is_terminal(self._stream)
-        )
-        self._bar: Any = None
-        self._plain_width = 0
+        super().__init__(stream, force)
 
     def __call__(self, done: int, total: int, candidate: str, shape: str) -> None:
         if not self._enabled:
             return
-        if self._bar is None:
-            self._bar = self._open(total, shape)
-        if self._bar is False:
-            self._plain(done, total, candidate, shape)
-        else:
-            self._bar.n = done
-            self._bar.set_postfix_str(candidate, refresh=False)
-            self._bar.refresh()
+        line = f"convtune: tuning {shape} [{done}/{total}] {candidate}"
+        self._draw(lambda: self._open(total, shape), done, candidate, line)
         if done >= total:
             self.close()
 
     def _open(self, total: int, shape: str) -> Any:
-        try:
-            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
-        except ImportError:
-            return False
-        return tqdm(total=total, desc=f"tuning {shape}", file=self._stream, leave=False, unit="variant")
-
-    def _plain(self, done: int, total: int, candidate: str, shape: str) -> None:
-        line = f"convtune: tuning {shape} [{done}/{total}] {candidate}"
-        pad = " " * max(0, self._plain_width - len(line))
-        self._plain_width = len(line)
-        self._stream.write("\r" + line + pad)
-        self._stream.flush()
-
-    def close(self) -> None:
-        if self._bar is False:
-            self._stream.write("\r" + " " * self._plain_width + "\r")
-            self._stream.flush()
-        elif self._bar is not None:
-            self._bar.close()
-        self._bar = None
-        self._plain_width = 0
+        return _tqdm_bar(self._stream, total, f"tuning {shape}", "variant")
 
 
-class ListProgress:
+class ListProgress(_Display):
     """One progress display across tuning a list of shapes, for the command line.
 
     Its position counts shapes: the shapes done plus the share of the current shape's
@@ -211,22 +231,15 @@ class ListProgress:
     """
 
     def __init__(self, count: int, stream: Optional[TextIO] = None, force: bool = False) -> None:
-        self._stream = stream if stream is not None else sys.stderr
-        self._enabled = force or (
-            os.environ.get("CONVTUNE_PROGRESS", "1") != "0" and _is_terminal(self._stream)
-        )
+        super().__init__(stream, force)
         self._count = count
         self._index = 0
         self._label = ""
-        self._bar: Any = None
-        self._plain_width = 0
-        self._line = ""
 
     def write(self, text: str) -> None:
         """Prints a line to stdout without tearing the display (it is drawn again below)."""
         if self._bar is False and self._plain_width:
-            self._stream.write("\r" + " " * self._plain_width + "\r")
-            self._stream.flush()
+            self._clear_line()
         elif self._bar:
             self._bar.clear()
         print(text, flush=True)
@@ -249,33 +262,9 @@ class ListProgress:
     def _show(self, position: float, candidate: str) -> None:
         if not self._enabled:
             return
-        if self._bar is None:
-            self._bar = self._open()
         what = f"{self._label} {candidate}".rstrip()
-        if self._bar is False:
-            line = f"convtune: tuning [{position:.1f}/{self._count} shapes] {what}"
-            pad = " " * max(0, self._plain_width - len(line))
-            self._plain_width = len(line)
-            self._line = "\r" + line
-            self._stream.write("\r" + line + pad)
-            self._stream.flush()
-        else:
-            self._bar.n = round(position, 2)
-            self._bar.set_postfix_str(what, refresh=False)
-            self._bar.refresh()
+        line = f"convtune: tuning [{position:.1f}/{self._count} shapes] {what}"
+        self._draw(self._open, round(position, 2), what, line)
 
     def _open(self) -> Any:
-        try:
-            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
-        except ImportError:
-            return False
-        return tqdm(total=self._count, desc="tuning", file=self._stream, leave=False, unit="shape")
-
-    def close(self) -> None:
-        if self._bar is False:
-            self._stream.write("\r" + " " * self._plain_width + "\r")
-            self._stream.flush()
-        elif self._bar is not None:
-            self._bar.close()
-        self._bar = None
-        self._plain_width = 0
+        return _tqdm_bar(self._stream, self._count, "tuning", "shape")
