@@ -149,7 +149,8 @@ fn grid(engine: &Engine, groups: u64) -> Result<(u32, u32)> {
 }
 
 /// Records one run of `kernel` (its scale pass or prologue, its dispatch, its finishing
-/// pass), optionally bracketed by timestamp queries.
+/// pass), optionally bracketed by timestamp queries: the run's first pass writes the
+/// beginning, its last the end.
 fn encode(
     engine: &Engine,
     encoder: &mut wgpu::CommandEncoder,
@@ -157,24 +158,12 @@ fn encode(
     b: &Bindings,
     timestamps: Option<(&wgpu::QuerySet, u32)>,
 ) -> Result<()> {
-    let (gx, gy) = grid(engine, kernel.workgroups)?;
     let mut began = false;
     if let Some((pipeline, groups)) = &kernel.prologue {
-        let (px, py) = grid(engine, *groups)?;
         if let Some(scales) = &b.scales {
             encoder.clear_buffer(scales, 0, Some(16));
         }
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("convtune prologue"),
-            timestamp_writes: timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
-                query_set: qs,
-                beginning_of_pass_write_index: Some(i),
-                end_of_pass_write_index: None,
-            }),
-        });
-        pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &b.group, &[]);
-        pass.dispatch_workgroups(px, py, 1);
+        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, true, false)?;
         began = true;
     } else if let Some(scales) = &b.scales {
         let checker = engine.checker()?;
@@ -182,34 +171,37 @@ fn encode(
         began = true;
     }
     let last = kernel.finish.is_none();
-    let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+    record_pass(engine, encoder, "convtune conv2d", &kernel.pipeline, &b.group, kernel.workgroups, timestamps, !began, last)?;
+    if let Some((pipeline, groups)) = &kernel.finish {
+        record_pass(engine, encoder, "convtune finish", pipeline, &b.group, *groups, timestamps, false, true)?;
+    }
+    Ok(())
+}
+
+/// Records one pass of `pipeline` over `groups` workgroups, writing the run's beginning
+/// (`first`) and end (`last`) timestamps where asked.
+#[allow(clippy::too_many_arguments)]
+fn record_pass(
+    engine: &Engine,
+    encoder: &mut wgpu::CommandEncoder,
+    label: &str,
+    pipeline: &wgpu::ComputePipeline,
+    group: &wgpu::BindGroup,
+    groups: u64,
+    timestamps: Option<(&wgpu::QuerySet, u32)>,
+    first: bool,
+    last: bool,
+) -> Result<()> {
+    let (gx, gy) = grid(engine, groups)?;
+    let timestamp_writes = timestamps.filter(|_| first || last).map(|(qs, i)| wgpu::ComputePassTimestampWrites {
         query_set: qs,
-        beginning_of_pass_write_index: (!began).then_some(i),
+        beginning_of_pass_write_index: first.then_some(i),
         end_of_pass_write_index: last.then_some(i + 1),
     });
-    {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("convtune conv2d"),
-            timestamp_writes,
-        });
-        pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, &b.group, &[]);
-        pass.dispatch_workgroups(gx, gy, 1);
-    }
-    if let Some((pipeline, groups)) = &kernel.finish {
-        let (fx, fy) = grid(engine, *groups)?;
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("convtune finish"),
-            timestamp_writes: timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
-                query_set: qs,
-                beginning_of_pass_write_index: None,
-                end_of_pass_write_index: Some(i + 1),
-            }),
-        });
-        pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &b.group, &[]);
-        pass.dispatch_workgroups(fx, fy, 1);
-    }
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes });
+    pass.set_pipeline(pipeline);
+    pass.set_bind_group(0, group, &[]);
+    pass.dispatch_workgroups(gx, gy, 1);
     Ok(())
 }
 
