@@ -165,6 +165,17 @@ def plot(sweep: Dict[str, Any], path: str, precision: str) -> str:
     return path
 
 
+def replot(json_path: str) -> int:
+    """PNGs for a cliffs.json measured elsewhere (the GPU machine may lack matplotlib)."""
+    with open(json_path) as f:
+        result = json.load(f)
+    stem = os.path.splitext(json_path)[0]
+    precision = result["environment"].get("precision", "highest")
+    for entry in result["sweeps"]:
+        print(plot(entry, f"{stem}_{entry['name']}.png", precision))
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
@@ -176,7 +187,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--only", metavar="NAMES", help="comma-separated sweep names to run (e.g. C64,HW14,pad)")
     p.add_argument("--small", action="store_true", help="small shapes, for a CPU Vulkan driver")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output directory")
+    p.add_argument("--replot", metavar="JSON", help="measure nothing: draw the plots of an earlier run's "
+                   "cliffs.json (PNGs beside it, named after it)")
     args = p.parse_args(argv)
+    if args.replot:
+        return replot(args.replot)
     if args.step < 1 or args.reps < 2:
         p.error("--step must be >= 1 and --reps >= 2")
     if args.families is not None:
