@@ -20,8 +20,9 @@
 // Layout {{LAYOUT}}: 0 gathers x in its own (N, C, H, W) layout, one element at a time, and
 // stages the pixel side column-major (a_hi[k][m]) so that neighbouring invocations gather
 // neighbouring pixels. 1 runs `prologue` first, which copies x to (N, H, W, C) and w to
-// (K, R, S, C/groups) in the workspace; the reduction then walks channels fastest, so four
-// consecutive terms are one 16-byte load, and the pixel side is staged row-major
+// (K, R, S, C/groups) in the workspace, each group's channels zero-padded to a multiple of
+// four (CP); the reduction then walks channels fastest over KL = CP*R*S terms, so four
+// consecutive terms are one 16-byte load whatever C is, and the pixel side is staged row-major
 // (a_hi[m][k]). The channel side is staged as b_hi[n][k] in both. Rows are padded by 8 f16
 // to spread the 16x16 loads over banks. The epilogue goes through
 // a 16x16 f32 scratch per subgroup: output tiles need bounds checks, scaling and bias, and
@@ -66,6 +67,10 @@ const KG: i32 = {{KG}};
 const OHW: i32 = OH * OW;
 const M: i32 = {{M}};              // N * OH * OW
 const KR: i32 = CG * R * S;        // reduction length
+const CP: i32 = {{CP}};            // CG rounded up to a multiple of 4: layout 1's channel rows
+const CHP: i32 = {{CHP}};          // groups * CP: a pixel's row in layout 1's copy of x
+const KRP: i32 = CP * R * S;       // layout 1's padded reduction: the padded terms are zeros
+const KL: i32 = {{KL}};            // the reduction as this kernel walks it: KR, or KRP (layout 1)
 const BM: i32 = {{BM}};
 const BN: i32 = {{BN}};
 const BK: i32 = {{BK}};
@@ -121,7 +126,7 @@ fn main(
 {{ACC_DECL}}
 
 {{FETCH}}
-    for (var k0: i32 = 0; k0 < KR; k0 = k0 + BK) {
+    for (var k0: i32 = 0; k0 < KL; k0 = k0 + BK) {
         // Everyone is done reading the staged tiles of the previous step.
         workgroupBarrier();
 {{STAGE_STORE}}
@@ -146,12 +151,10 @@ fn main(
 
 const HW: i32 = H * W;
 const P_TILES: u32 = {{P_TILES}}u;    // ceil(H * W / 32)
-const C_TILES: u32 = {{C_TILES}}u;    // ceil(C / 32)
+const C_TILES: u32 = {{C_TILES}}u;    // ceil(CHP / 32)
 const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES
-const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KR / 4 / 256)
-// vec4s per wt row: layout 1 has KR % 4 == 0; the max keeps other modules free of a
-// constant division by zero in this entry point, which they never run.
-const KR4: i32 = max(KR / 4, 1);
+const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KRP / 4 / 256)
+const KR4: i32 = KRP / 4;             // vec4s per wt row
 
 var<workgroup> tile: array<f32, 1056>;  // 32 x 33: the odd row length avoids bank conflicts
 var<workgroup> tile_max: array<atomic<u32>, 2>;
@@ -164,6 +167,11 @@ fn finite_abs_bits(v: f32) -> u32 {
 
 fn w_at(i: i32) -> f32 {
 {{W_AT}}
+}
+
+// w's element i when its channel c is a real one, else the padding's zero.
+fn w_or_zero(i: i32, c: i32) -> f32 {
+    return select(0.0, w_at(select(0, i, c < CG)), c < CG);
 }
 
 @compute @workgroup_size(256, 1, 1)
@@ -190,8 +198,11 @@ fn prologue(
         for (var i = 0; i < 4; i = i + 1) {
             let cy = lid / 32 + 8 * i;
             let p = p0 + lid % 32;
-            let ok = c0 + cy < CH && p < HW;
-            let v = select(0.0, x[select(0, (n * CH + c0 + cy) * HW + p, ok)], ok);
+            // Padded channel c0 + cy is channel cc of group cg; past CG it is padding (zero).
+            let cg = (c0 + cy) / CP;
+            let cc = (c0 + cy) % CP;
+            let ok = c0 + cy < CHP && cc < CG && p < HW;
+            let v = select(0.0, x[select(0, (n * CH + cg * CG + cc) * HW + p, ok)], ok);
             mx = max(mx, finite_abs_bits(v));
             tile[cy * 33 + lid % 32] = v;
         }
@@ -199,21 +210,23 @@ fn prologue(
         workgroupBarrier();
         let py = lid / 8;
         let c4 = 4 * (lid % 8);
-        if (p0 + py < HW && c0 + c4 < CH) {
-            xt[((n * HW + p0 + py) * CH + c0 + c4) / 4] = vec4<f32>(
+        if (p0 + py < HW && c0 + c4 < CHP) {
+            xt[((n * HW + p0 + py) * CHP + c0 + c4) / 4] = vec4<f32>(
                 tile[c4 * 33 + py], tile[(c4 + 1) * 33 + py],
                 tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]);
         }
     } else {
-        // wt[k][(r * S + s) * CG + c] = w[k][c][r][s], four consecutive c at a time.
+        // wt[k][(r * S + s) * CP + c] = w[k][c][r][s], four consecutive c at a time, zero
+        // for the padding channels c >= CG.
         let i = i32(block - X_BLOCKS) * 256 + lid;
         if (i < K * KR4) {
             let k = i / KR4;
             let t = 4 * (i % KR4);
-            let c = t % CG;
-            let rs = t / CG;
+            let c = t % CP;
+            let rs = t / CP;
             let src = (k * CG + c) * R * S + rs;
-            let v = vec4<f32>(w_at(src), w_at(src + R * S), w_at(src + 2 * R * S), w_at(src + 3 * R * S));
+            let v = vec4<f32>(w_or_zero(src, c), w_or_zero(src + R * S, c + 1),
+                              w_or_zero(src + 2 * R * S, c + 2), w_or_zero(src + 3 * R * S, c + 3));
             wt[i] = v;
             let b = bitcast<vec4<u32>>(v) & vec4<u32>(0x7FFFFFFFu);
             let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));

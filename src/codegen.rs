@@ -116,8 +116,8 @@ mod tests {
             for v in all_variants() {
                 let k = match v.generate(shape) {
                     Ok(k) => k,
-                    // A variant may refuse a shape it does not suit (channels-last gathers
-                    // and channel counts not divisible by 4), never one it suits.
+                    // A variant may refuse a shape it does not suit (split-K workspace over
+                    // its limit), never one it suits.
                     Err(e) if !v.suits(shape) => {
                         assert!(e.to_string().contains("cannot run on this shape"), "{v}: {e}");
                         continue;

@@ -587,11 +587,6 @@ def test_default_variant_is_in_space_and_wgsl_names_it(x_shape, w_shape, kw):
 
 def test_wgsl_for_every_variant():
     for name in VARIANTS:
-        if convtune.variant_knobs(name).get("layout") == 1 and V_W[1] % 4:
-            # Channels-last gathers need C/groups divisible by 4, and say so.
-            with pytest.raises(ValueError, match="divisible by 4"):
-                convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
-            continue
         src = convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         assert "@compute" in src, name
         assert name in src, name

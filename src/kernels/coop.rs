@@ -8,7 +8,7 @@ use super::cost::{parallel_efficiency, BARRIER, GATHER_LOAD};
 use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 use std::fmt::Write as _;
@@ -25,7 +25,8 @@ pub struct Coop {
     /// 1: one f16 product per term; 3: hi*hi + hi*lo + lo*hi.
     pub split: u32,
     /// 0: gather x in place (N, C, H, W); 1: gather from a channels-last copy a prologue
-    /// makes (16-byte loads; needs C/groups divisible by 4, and workspace of x's size).
+    /// makes (16-byte loads, each group's channels zero-padded to a multiple of 4; workspace
+    /// of x's size).
     pub layout: u32,
 }
 
@@ -167,9 +168,7 @@ impl KernelVariant for Coop {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        // Layout 1 loads four channels of one (r, s) at once.
-        (self.layout == 0 || shape.cg() % 4 == 0)
-            && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+        View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -177,15 +176,17 @@ impl KernelVariant for Coop {
         let (_, _, tiles) = view.grid(self.bm, self.bn);
         // Layout 1 gathers four terms per load and index computation, after a prologue
         // that reads x and w once and writes them once.
-        let (gather, prologue) = if self.layout == 1 {
-            (GATHER_LOAD / 4.0, PROLOGUE * (shape.x_len() + shape.w_len()) as f64)
+        let (gather, prologue, padded) = if self.layout == 1 {
+            let p = Padded::of(shape);
+            let copied = (p.x_len(shape) + p.w_len(shape)) as f64;
+            (GATHER_LOAD / 4.0, PROLOGUE * copied, p.krp as f64 / view.red as f64)
         } else {
-            (GATHER_LOAD, 0.0)
+            (GATHER_LOAD, 0.0, 1.0)
         };
         let per_fma = MMA * self.split as f64
             + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
             + BARRIER * 2.0 / (self.bk as f64 * 16.0);
-        view.padded_fmas(self.bm, self.bn, self.bk) * per_fma
+        view.padded_fmas(self.bm, self.bn, self.bk) * padded * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
             + prologue
     }
@@ -195,14 +196,31 @@ impl KernelVariant for Coop {
     }
 }
 
-fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
-    if v.layout == 1 && shape.cg() % 4 != 0 {
-        return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: its channels-last gathers need C/groups divisible by 4, got {}",
-            v.name(),
-            shape.cg()
-        )));
+/// Layout 1's channel padding: each group's channels rounded up to a multiple of 4, so a
+/// pixel's terms are whole vec4s for any C (no slow path for an unlucky count).
+struct Padded {
+    /// Channels per group, padded.
+    cp: u64,
+    /// A pixel's row in the copy of x: groups * cp.
+    chp: u64,
+    /// A weight row in the copy of w: cp * R * S.
+    krp: u64,
+}
+
+impl Padded {
+    fn of(shape: &ConvShape) -> Self {
+        let cp = (shape.cg() as u64).div_ceil(4) * 4;
+        Padded { cp, chp: cp * shape.groups as u64, krp: cp * shape.r as u64 * shape.s as u64 }
     }
+    fn x_len(&self, shape: &ConvShape) -> u64 {
+        shape.n as u64 * shape.h as u64 * shape.w as u64 * self.chp
+    }
+    fn w_len(&self, shape: &ConvShape) -> u64 {
+        shape.k as u64 * self.krp
+    }
+}
+
+fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -227,7 +245,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let bk{i} = 4 * ((lid + {}) % {b_chunks_per_n});", i * t).unwrap();
         writeln!(s, "    let bn{i} = (lid + {}) / {b_chunks_per_n};", i * t).unwrap();
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
-        writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KR;").unwrap();
+        writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
         writeln!(s, "    var pb{i}: vec4<f32>;").unwrap();
     }
     let mut acc = String::new();
@@ -258,14 +276,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
         if vec_w || v.layout == 1 {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
-            writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
+            writeln!(s, "        let ok = bok{i} && kr < KL;").unwrap();
             writeln!(s, "        pb{i} = select(vec4<f32>(0.0), {w_buf}[select(0, (bbase{i} + kr) / 4, ok)], ok);").unwrap();
             writeln!(s, "    }}").unwrap();
             continue;
         }
         for (q, lane) in lanes.iter().enumerate() {
             writeln!(s, "        {{").unwrap();
-            writeln!(s, "            let ok = bok{i} && kr + {q} < KR;").unwrap();
+            writeln!(s, "            let ok = bok{i} && kr + {q} < KL;").unwrap();
             writeln!(s, "            pb{i}.{lane} = select(0.0, w[select(0, bbase{i} + kr + {q}, ok)], ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
@@ -380,8 +398,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, vec_w);
+    let padded = Padded::of(shape);
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w);
     vars.extend(prologue_vars);
+    let kl = if v.layout == 1 { padded.krp } else { view.red as u64 };
     vars.extend([
         ("BM", v.bm.to_string()),
         ("BN", v.bn.to_string()),
@@ -396,6 +416,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
         ("SPLIT", v.split.to_string()),
         ("LAYOUT", v.layout.to_string()),
+        ("CP", padded.cp.to_string()),
+        ("CHP", padded.chp.to_string()),
+        ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
         ("W_ELEM", if vec_w { "vec4<f32>" } else { "f32" }.to_string()),
         ("SMEM", smem),
@@ -413,7 +436,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     kernel.scaled = true;
     if v.layout == 1 {
         kernel.prologue = Some(prologue_blocks);
-        kernel.workspace = [shape.x_len() * 4, shape.w_len() * 4];
+        kernel.workspace = [padded.x_len(shape) * 4, padded.w_len(shape) * 4];
     }
     Ok(kernel)
 }
@@ -446,7 +469,7 @@ fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
         writeln!(s, "    let arow{i} = (lid + {}) / {chunks_per_row};", i * v.threads()).unwrap();
         implicit::write_pixel_position(&mut s, &i.to_string(), &format!("m0 + arow{i}"));
         // Where the pixel's window starts in the (N, H, W, C) copy; only used in range.
-        writeln!(s, "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CH + g * CG;").unwrap();
+        writeln!(s, "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CHP + g * CP;").unwrap();
         writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
     }
     s
@@ -478,11 +501,11 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape) {
 fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape) {
     writeln!(s, "    {{").unwrap();
     writeln!(s, "        let kr = k_next + 4 * acol;").unwrap();
-    writeln!(s, "        let krs = kr / CG;").unwrap();
+    writeln!(s, "        let krs = kr / CP;").unwrap();
     writeln!(s, "        let khd = (krs / S) * DH;").unwrap();
     writeln!(s, "        let kwd = (krs % S) * DW;").unwrap();
-    writeln!(s, "        let koff = (khd * W + kwd) * CH + kr % CG;").unwrap();
-    writeln!(s, "        let kok = kr < KR;").unwrap();
+    writeln!(s, "        let koff = (khd * W + kwd) * CHP + kr % CP;").unwrap();
+    writeln!(s, "        let kok = kr < KL;").unwrap();
     for i in 0..a_slots {
         writeln!(s, "        {{").unwrap();
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
@@ -496,11 +519,11 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape) {
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-fn prologue_vars(shape: &ConvShape, vec_w: bool) -> (Vec<(&'static str, String)>, u64) {
+fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
-    let (p_tiles, c_tiles) = (hw.div_ceil(32), (shape.c as u64).div_ceil(32));
+    let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_blocks = shape.n as u64 * p_tiles * c_tiles;
-    let w_blocks = (shape.w_len() / 4).div_ceil(256);
+    let w_blocks = (padded.w_len(shape) / 4).div_ceil(256);
     let w_at = if vec_w { "    return w[i / 4][i % 4];" } else { "    return w[i];" };
     let vars = vec![
         ("P_TILES", p_tiles.to_string()),
