@@ -44,6 +44,7 @@ enable wgpu_cooperative_matrix;
 @group(0) @binding(5) var<storage, read_write> xt: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> wt: array<vec4<f32>>;
 
+{{EPILOGUE}}
 alias MatA = coop_mat16x16<f16, A>;
 alias MatB = coop_mat16x16<f16, B>;
 alias MatC = coop_mat16x16<f32, C>;

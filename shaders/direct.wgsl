@@ -13,6 +13,7 @@
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
+{{EPILOGUE}}
 const C: i32 = {{C}};
 const H: i32 = {{H}};
 const W: i32 = {{W}};

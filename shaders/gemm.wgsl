@@ -26,6 +26,7 @@
 // Split-K partial outputs, SPLITS x YLEN.
 @group(0) @binding(5) var<storage, read_write> ws: array<f32>;
 
+{{EPILOGUE}}
 const C: i32 = {{C}};
 const H: i32 = {{H}};
 const W: i32 = {{W}};
@@ -138,5 +139,5 @@ fn finish(
     for (var p = 1; p < i32(SPLITS); p = p + 1) {
         sum = sum + ws[p * YLEN + i];
     }
-    y[i] = sum{{FINISH_BIAS}};
+    y[i] = epilogue(sum, (i / OHW) % K, i);
 }

@@ -78,6 +78,7 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
         ("CG", s.cg().to_string()),
         ("KG", s.kg().to_string()),
         ("GROUPS", s.groups.to_string()),
+        ("EPILOGUE", s.epilogue.wgsl(s.bias)),
     ]
 }
 

@@ -88,7 +88,7 @@ pub struct Engine {
     pub bind_layout: wgpu::BindGroupLayout,
     pub pipeline_layout: wgpu::PipelineLayout,
     /// A stand-in for the bias of calls without bias: storage bindings may not be empty.
-    pub no_bias: wgpu::Buffer,
+    pub no_input: wgpu::Buffer,
     /// The same for the writable bindings a kernel does not use (scales, workspace).
     pub no_scratch: wgpu::Buffer,
     pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
@@ -339,7 +339,8 @@ impl Engine {
         let bind_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("convtune conv2d"),
             // 0: x, 1: w, 2: bias, 3: y, 4: max |x| and max |w| for kernels that scale,
-            // 5 and 6: workspace a kernel's prologue fills (rearranged copies of x and w).
+            // 5 and 6: workspace a kernel's prologue fills (rearranged copies of x and w),
+            // 7: the epilogue's residual z (y's shape).
             entries: &[
                 entry(0, true),
                 entry(1, true),
@@ -348,6 +349,7 @@ impl Engine {
                 entry(4, false),
                 entry(5, false),
                 entry(6, false),
+                entry(7, true),
             ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -355,7 +357,7 @@ impl Engine {
             bind_group_layouts: &[Some(&bind_layout)],
             immediate_size: 0,
         });
-        let no_bias = device.create_buffer(&wgpu::BufferDescriptor {
+        let no_input = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("convtune no-bias"),
             size: 16,
             usage: wgpu::BufferUsages::STORAGE,
@@ -378,7 +380,7 @@ impl Engine {
             loader_note: LOADER_NOTE.get().cloned(),
             bind_layout,
             pipeline_layout,
-            no_bias,
+            no_input,
             no_scratch,
             pipelines: Mutex::new(HashMap::new()),
             lost,

@@ -133,16 +133,19 @@ pub fn conv2d_host(shape: &ConvShape, max_binding: u64) -> Result<Need> {
     let y_piece = subs().map(|s| f32_bytes(s.y_len())).max().unwrap_or(0);
     let banded = pieces.iter().any(|p| p.rows != shape.oh());
     let weights = weight_bytes(shape);
+    // The epilogue's residual travels like the output, in pieces of its size.
+    let z_piece = residual(shape, y_piece);
     Ok(Need {
         host: vec![
             part("output", f32_bytes(shape.y_len())),
-            part("staging", weights + x_piece + y_piece),
+            part("staging", weights + x_piece + y_piece + z_piece),
             part("row-band buffers", if banded { x_piece + y_piece } else { 0 }),
         ],
         device: vec![
             part("weights", size_class(weights)),
             part("input", size_class(x_piece)),
             part("output", size_class(y_piece)),
+            part("residual", if z_piece > 0 { size_class(z_piece) } else { 0 }),
         ],
     })
 }
@@ -154,9 +157,15 @@ pub fn conv2d_device(shape: &ConvShape, max_binding: u64) -> Result<Need> {
     binding_fits("w", f32_bytes(shape.w_len()), max_binding)?;
     binding_fits("the output", y, max_binding)?;
     let weights = weight_bytes(shape);
+    // A residual given as a host array is uploaded (one given as a Tensor costs nothing).
+    let z = residual(shape, y);
     Ok(Need {
-        host: vec![part("staging", weights)],
-        device: vec![part("weights", size_class(weights)), part("output", size_class(y))],
+        host: vec![part("staging", weights + z)],
+        device: vec![
+            part("weights", size_class(weights)),
+            part("output", size_class(y)),
+            part("residual", if z > 0 { size_class(z) } else { 0 }),
+        ],
     })
 }
 
@@ -169,16 +178,18 @@ pub fn whole_problem(shape: &ConvShape, max_binding: u64) -> Result<Need> {
     binding_fits("w", f32_bytes(shape.w_len()), max_binding)?;
     binding_fits("the output", y, max_binding)?;
     let weights = weight_bytes(shape);
+    let z = residual(shape, y);
     Ok(Need {
         host: vec![
-            part("random inputs", x + weights),
+            part("random inputs", x + weights + z),
             part("outputs", 2 * y),
-            part("staging", x + weights + y),
+            part("staging", x + weights + y + z),
         ],
         device: vec![
             part("input", size_class(x)),
             part("weights", size_class(weights)),
             part("outputs", 2 * size_class(y)),
+            part("residual", if z > 0 { size_class(z) } else { 0 }),
         ],
     })
 }
@@ -194,6 +205,11 @@ pub fn upload(elems: u64, max_binding: u64) -> Result<Need> {
 pub fn download(elems: u64) -> Need {
     let bytes = f32_bytes(elems);
     Need { host: vec![part("output", bytes), part("staging", bytes)], device: Vec::new() }
+}
+
+/// Bytes of the epilogue's residual when the problem has one (`y` bytes), else 0.
+fn residual(shape: &ConvShape, y: u64) -> u64 {
+    if shape.epilogue.residual { y } else { 0 }
 }
 
 fn weight_bytes(shape: &ConvShape) -> u64 {

@@ -4,6 +4,7 @@
 //! w is (K, C/groups, R, S), output is (N, K, OH, OW). Padding may be asymmetric (PyTorch's
 //! "same" with an even effective kernel pads one more at the bottom/right).
 
+use crate::epilogue::Epilogue;
 use crate::error::{Error, Result};
 use crate::memory::human;
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,10 @@ pub struct ConvShape {
     pub dilation: (u32, u32),
     pub groups: u32,
     pub bias: bool,
+    /// What the store step does with each sum (bias, scaling, residual, activation).
+    /// Absent from cache keys written before epilogues existed: those were plain.
+    #[serde(default, skip_serializing_if = "Epilogue::is_plain")]
+    pub epilogue: Epilogue,
 }
 
 /// Strides, paddings and dilations beyond this are rejected: kernels do their index
@@ -139,6 +144,7 @@ impl ConvShape {
         let shape = ConvShape {
             n, c, h, w: wd, k, r, s, stride, pad, pad_end, dilation, groups,
             bias: bias_len.is_some(),
+            epilogue: Epilogue::default(),
         };
         let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
         let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
@@ -238,7 +244,12 @@ impl ConvShape {
         if self.bias {
             s += " +b";
         }
-        s
+        s + &self.epilogue.label()
+    }
+
+    /// The same problem with `epilogue` in its store step.
+    pub fn with_epilogue(self, epilogue: Epilogue) -> Self {
+        ConvShape { epilogue, ..self }
     }
 }
 

@@ -3,12 +3,13 @@
 use crate::autotune::{self, Choice};
 use crate::cache::{self, Cache};
 use crate::device::{self, AdapterDesc, Engine};
+use crate::epilogue::{Activation, Epilogue};
 use crate::error::Error;
 use crate::families::Families;
 use crate::memory::{self, Need};
 use crate::params::{ConvShape, Padding};
 use crate::precision::Precision;
-use crate::runner::{self, DeviceArray, DeviceTensors};
+use crate::runner::{self, DeviceArray, DeviceTensors, Residual};
 use crate::timing::{self, Phases};
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,16 +92,48 @@ fn shape_of(
     ConvShape::new(x_shape, w_shape, stride, padding(pad).py_err()?, dilation, groups, bias_len).py_err()
 }
 
-/// The shape arguments the Python layer passes as one normalised tuple:
-/// (x_shape, w_shape, stride, padding, dilation, groups, bias_len).
+/// The epilogue as the Python layer normalises it: (alpha1, alpha2, residual, activation,
+/// negative_slope, clamp_min, clamp_max).
 #[derive(FromPyObject)]
-struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>);
+struct EpilogueArg(f32, f32, bool, Option<String>, f32, f32, f32);
+
+impl EpilogueArg {
+    fn parse(self) -> PyResult<Epilogue> {
+        let EpilogueArg(alpha1, alpha2, residual, act, slope, lo, hi) = self;
+        let act = Activation::parse(act.as_deref(), slope, (lo, hi)).py_err()?;
+        Epilogue::new(alpha1, alpha2, residual, act).py_err()
+    }
+}
+
+/// `shape` with the epilogue, if one was given.
+fn with_epilogue(shape: ConvShape, epilogue: Option<EpilogueArg>) -> PyResult<ConvShape> {
+    Ok(match epilogue {
+        Some(e) => shape.with_epilogue(e.parse()?),
+        None => shape,
+    })
+}
+
+/// The shape arguments the Python layer passes as one normalised tuple:
+/// (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue or None).
+#[derive(FromPyObject)]
+struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>);
 
 impl Spec {
     fn shape(self) -> PyResult<ConvShape> {
-        let Spec(x, w, stride, pad, dilation, groups, bias_len) = self;
-        shape_of(x, w, stride, pad, dilation, groups, bias_len)
+        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue) = self;
+        with_epilogue(shape_of(x, w, stride, pad, dilation, groups, bias_len)?, epilogue)
     }
+}
+
+/// The residual `z` checked against the output's shape.
+fn residual_dims(z: &[usize], shape: &ConvShape) -> PyResult<()> {
+    let want = shape.y_dims();
+    if z != want {
+        return Err(PyValueError::new_err(format!(
+            "z must have the output's shape (N, K, OH, OW) = {want:?}, got {z:?}"
+        )));
+    }
+    Ok(())
 }
 
 fn engine() -> PyResult<std::sync::Arc<Engine>> {
@@ -223,7 +256,7 @@ fn weight_slices<'a>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
@@ -237,6 +270,8 @@ fn conv2d<'py>(
     variant: Option<&str>,
     progress: Option<Py<PyAny>>,
     precision: Option<&str>,
+    epilogue: Option<EpilogueArg>,
+    z: Option<PyReadonlyArray4<'py, f32>>,
 ) -> PyResult<Bound<'py, PyArray4<f32>>> {
     let mut ph = Phases::start();
     let precision = Precision::resolve(precision).py_err()?;
@@ -249,6 +284,14 @@ fn conv2d<'py>(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
+    let shape = with_epilogue(shape, epilogue)?;
+    if let Some(z) = &z {
+        residual_dims(z.shape(), &shape)?;
+    }
+    let zs = z.as_ref().map(|z| z.as_slice().map_err(not_contiguous)).transpose()?;
+    if zs.is_some() != shape.epilogue.residual {
+        return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
+    }
     let xs = x.as_slice().map_err(not_contiguous)?;
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
@@ -262,7 +305,7 @@ fn conv2d<'py>(
     ph.mark("output_alloc");
     let poison = POISON.load(Ordering::Relaxed);
     let ph = py
-        .detach(|| runner::conv2d_timed(&eng, &shape, &v, xs, ws, bs, dst, poison, &mut ph).map(|_| ph))
+        .detach(|| runner::conv2d_timed(&eng, &shape, &v, xs, ws, bs, zs, dst, poison, &mut ph).map(|_| ph))
         .py_err()?;
     ph.finish();
     Ok(out)
@@ -394,7 +437,8 @@ fn time_variant(
             let x = runner::random_data(shape.x_len() as usize, 11);
             let w = runner::random_data(shape.w_len() as usize, 12);
             let b = shape.bias.then(|| runner::random_data(shape.k as usize, 13));
-            let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref())?;
+            let z = shape.epilogue.residual.then(|| runner::random_data(shape.y_len() as usize, 14));
+            let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref(), z.as_deref())?;
             if warmup > 0 {
                 t.time(&eng, &kernel, warmup)?;
                 // Half a second of load brings an idle GPU to its load clocks (see `settle`).
@@ -621,7 +665,7 @@ fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>) -> PyResult<PyTensor>
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
@@ -635,6 +679,9 @@ fn conv2d_tensor(
     variant: Option<&str>,
     progress: Option<Py<PyAny>>,
     precision: Option<&str>,
+    epilogue: Option<EpilogueArg>,
+    z: Option<PyReadonlyArray4<'_, f32>>,
+    z_tensor: Option<PyRef<'_, PyTensor>>,
 ) -> PyResult<PyTensor> {
     let precision = Precision::resolve(precision).py_err()?;
     let shape = shape_of(
@@ -646,17 +693,34 @@ fn conv2d_tensor(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
+    let shape = with_epilogue(shape, epilogue)?;
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
-    if !Arc::ptr_eq(&eng, &x.engine) {
+    let lost = |t: &PyTensor| !Arc::ptr_eq(&eng, &t.engine);
+    if lost(x) || z_tensor.as_deref().is_some_and(lost) {
         return Err(DeviceLostError::new_err(
             "this Tensor lives on a GPU device that was lost; upload it again with to_device()",
         ));
     }
+    let residual = match (&z, &z_tensor) {
+        (Some(z), None) => {
+            residual_dims(z.shape(), &shape)?;
+            Some(Residual::Host(z.as_slice().map_err(not_contiguous)?))
+        }
+        (None, Some(t)) => {
+            residual_dims(&t.inner.dims, &shape)?;
+            Some(Residual::Device(&t.inner))
+        }
+        (None, None) => None,
+        (Some(_), Some(_)) => return Err(PyValueError::new_err("z given twice")),
+    };
+    if residual.is_some() != shape.epilogue.residual {
+        return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
+    }
     let v = choose(py, &eng, &shape, precision, variant, progress)?.variant;
     let poison = POISON.load(Ordering::Relaxed);
     let inner = py
-        .detach(|| runner::conv2d_device(&eng, &shape, &v, &x.inner, ws, bs, poison))
+        .detach(|| runner::conv2d_device(&eng, &shape, &v, &x.inner, ws, bs, residual, poison))
         .py_err()?;
     Ok(PyTensor { inner, engine: eng })
 }

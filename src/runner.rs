@@ -12,13 +12,21 @@ use crate::kernels::Variant;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// The four tensors of one conv2d problem, resident on the GPU.
+/// The tensors of one conv2d problem, resident on the GPU.
 pub struct DeviceTensors {
     pub shape: ConvShape,
     x: PooledBuffer,
     w: Arc<PooledBuffer>,
     bias: Option<Arc<PooledBuffer>>,
+    /// The epilogue's residual, of y's shape.
+    z: Option<PooledBuffer>,
     y: PooledBuffer,
+}
+
+/// Where a call's residual `z` (y's shape) comes from.
+pub enum Residual<'a> {
+    Host(&'a [f32]),
+    Device(&'a DeviceArray),
 }
 
 /// A 4-D float32 tensor resident on the GPU (Python: `convtune.Tensor`).
@@ -81,9 +89,9 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer) -> Result<()> {
     })
 }
 
-/// The bindings of one conv dispatch: x, w, bias, y, for kernels that scale their inputs
-/// the buffer the max-|x|, max-|w| pass writes before them, and the workspace a kernel's
-/// prologue fills.
+/// The bindings of one conv dispatch: x, w, bias, y, the epilogue's z, for kernels that
+/// scale their inputs the buffer the max-|x|, max-|w| pass writes before them, and the
+/// workspace a kernel's prologue fills.
 struct Bindings<'a> {
     group: wgpu::BindGroup,
     x: &'a PooledBuffer,
@@ -98,6 +106,7 @@ fn bindings<'a>(
     x: &'a PooledBuffer,
     w: &'a PooledBuffer,
     bias: Option<&PooledBuffer>,
+    z: Option<&PooledBuffer>,
     y: &PooledBuffer,
 ) -> Result<Bindings<'a>> {
     let scales = if kernel.scaled { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
@@ -107,24 +116,26 @@ fn bindings<'a>(
         .filter(|&&bytes| bytes > 0)
         .map(|&bytes| engine.pool.take(OUTPUT, bytes.max(16)))
         .collect::<Result<Vec<_>>>()?;
-    let bias = match bias {
-        Some(b) => b.binding(),
-        None => engine.no_bias.as_entire_binding(),
-    };
     let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("convtune conv2d"),
         layout: &engine.bind_layout,
         entries: &[
             wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
             wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: bias },
+            wgpu::BindGroupEntry { binding: 2, resource: or_input(engine, bias) },
             wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
             wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, scales.as_ref()) },
             wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, workspace.first()) },
             wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, workspace.get(1)) },
+            wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, z) },
         ],
     });
     Ok(Bindings { group, x, w, scales, _workspace: workspace })
+}
+
+/// `buf`'s binding, or the stand-in for an input the call does not have (bias, z).
+fn or_input<'b>(engine: &'b Engine, buf: Option<&'b PooledBuffer>) -> wgpu::BindingResource<'b> {
+    buf.map_or_else(|| engine.no_input.as_entire_binding(), |b| b.binding())
 }
 
 /// `buf`'s binding, or the stand-in for a writable binding the kernel does not use.
@@ -236,6 +247,7 @@ impl DeviceTensors {
         x: &[f32],
         w: &[f32],
         bias: Option<&[f32]>,
+        z: Option<&[f32]>,
     ) -> Result<Self> {
         check_binding(engine, "x", shape.x_len())?;
         let weights = upload_weights(engine, shape, w, bias)?;
@@ -245,6 +257,7 @@ impl DeviceTensors {
             x: upload_slice(engine, INPUT, x)?,
             w: weights.w,
             bias: weights.bias,
+            z: z.map(|z| upload_slice(engine, INPUT, z)).transpose()?,
             y: engine.pool.take(OUTPUT, ys)?,
         })
     }
@@ -281,7 +294,7 @@ impl DeviceTensors {
     }
 
     fn bindings(&self, engine: &Engine, kernel: &Compiled) -> Result<Bindings<'_>> {
-        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), &self.y)
+        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), self.z.as_ref(), &self.y)
     }
 
     /// Runs `kernel` once and waits for it.
@@ -408,10 +421,11 @@ pub fn conv2d(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
+    z: Option<&[f32]>,
     out: &mut [f32],
     poison: bool,
 ) -> Result<()> {
-    conv2d_timed(engine, shape, variant, x, w, bias, out, poison, &mut Phases::start())
+    conv2d_timed(engine, shape, variant, x, w, bias, z, out, poison, &mut Phases::start())
 }
 
 /// `conv2d`, charging its time to phases of `ph`.
@@ -430,6 +444,7 @@ pub fn conv2d_timed(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
+    z: Option<&[f32]>,
     out: &mut [f32],
     poison: bool,
     ph: &mut Phases,
@@ -440,7 +455,7 @@ pub fn conv2d_timed(
     for piece in &pieces {
         let y_runs = split::y_runs(shape, piece);
         let Some(sub) = piece.shape else {
-            fill_padding_only(shape, w, bias, &y_runs, out);
+            fill_padding_only(shape, w, bias, z, &y_runs, out);
             continue;
         };
         let kernel = engine.pipeline(variant, &sub)?;
@@ -448,9 +463,18 @@ pub fn conv2d_timed(
         let xb = engine.pool.take(INPUT, (sub.x_len() * 4).max(4))?;
         let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len())?)?;
         ph.mark("buffers");
-        let x_staging = transfer::upload(engine, &xb, x, &split::x_runs(shape, piece, &sub))?;
+        let mut staging = transfer::upload(engine, &xb, x, &split::x_runs(shape, piece, &sub))?;
+        // The residual is laid out like y, so it travels in y's runs.
+        let zb = match z {
+            Some(z) => {
+                let zb = engine.pool.take(INPUT, (sub.y_len() * 4).max(4))?;
+                staging.extend(transfer::upload(engine, &zb, z, &y_runs)?);
+                Some(zb)
+            }
+            None => None,
+        };
         ph.mark("upload");
-        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), &y)?;
+        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y)?;
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
         ph.mark("submit");
         // Some drivers (lavapipe) block here until the kernel is done.
@@ -461,22 +485,32 @@ pub fn conv2d_timed(
         download.finish(engine, out)?;
         ph.mark("download");
         // The waits above covered every upload: the pool takes the staging back mapped.
-        drop(x_staging);
+        drop(staging);
         weights.staging.clear();
         ph.mark("release");
     }
     Ok(())
 }
 
-/// Output rows whose windows see only padding: the bias plus 0 * w, which is NaN where a
-/// weight is not finite (as in a zero-padded reference).
-fn fill_padding_only(shape: &ConvShape, w: &[f32], bias: Option<&[f32]>, runs: &[(usize, usize)], out: &mut [f32]) {
+/// Output rows whose windows see only padding: their sum is 0 * w, NaN where a weight is
+/// not finite (as in a zero-padded reference), put through the epilogue like any other.
+fn fill_padding_only(
+    shape: &ConvShape,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    z: Option<&[f32]>,
+    runs: &[(usize, usize)],
+    out: &mut [f32],
+) {
     let per_k = (shape.cg() * shape.r * shape.s) as usize;
     for (k, &(start, len)) in runs.iter().enumerate() {
         let k = k % shape.k as usize;
         let nan = w[k * per_k..(k + 1) * per_k].iter().any(|v| !v.is_finite());
-        let v = bias.map_or(0.0, |b| b[k]) + if nan { f32::NAN } else { 0.0 };
-        out[start..start + len].fill(v);
+        let acc = if nan { f32::NAN } else { 0.0 };
+        let b = bias.map_or(0.0, |b| b[k]);
+        for i in start..start + len {
+            out[i] = shape.epilogue.apply(acc, b, z.map_or(0.0, |z| z[i]));
+        }
     }
 }
 
@@ -488,13 +522,22 @@ pub fn conv2d_device(
     x: &DeviceArray,
     w: &[f32],
     bias: Option<&[f32]>,
+    z: Option<Residual<'_>>,
     poison: bool,
 ) -> Result<DeviceArray> {
     let ys = check_binding(engine, "the output", shape.y_len())?;
     let kernel = engine.pipeline(variant, shape)?;
     let weights = upload_weights(engine, shape, w, bias)?;
+    let z_host = match z {
+        Some(Residual::Host(z)) => Some(upload_slice(engine, INPUT, z)?),
+        _ => None,
+    };
+    let zb = match z {
+        Some(Residual::Device(t)) => Some(&t.buf),
+        _ => z_host.as_ref(),
+    };
     let y = engine.pool.take(OUTPUT, ys)?;
-    let bound = bindings(engine, &kernel, &x.buf, &weights.w, weights.bias.as_deref(), &y)?;
+    let bound = bindings(engine, &kernel, &x.buf, &weights.w, weights.bias.as_deref(), zb, &y)?;
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
     wait(engine, Some(idx))?;
     Ok(DeviceArray { buf: y, dims: shape.y_dims() })
@@ -600,7 +643,7 @@ pub(crate) mod tests {
         let want = reference(&s, &x, &w, Some(&b));
         let mut got = vec![0f32; s.y_len() as usize];
         for v in all_variants().into_iter().filter(|v| v.fits(&e.caps)) {
-            conv2d(&e, &s, &v, &x, &w, Some(&b), &mut got, true).unwrap();
+            conv2d(&e, &s, &v, &x, &w, Some(&b), None, &mut got, true).unwrap();
             let err = max_rel_err(&got, &want);
             assert!(err <= 1e-5, "{v}: max relative error {err}");
         }
@@ -611,7 +654,7 @@ pub(crate) mod tests {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let s = ConvShape::new([2, 5, 9, 8], [6, 5, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
             .unwrap();
-        let t = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 1), &random_data(s.w_len() as usize, 2), None)
+        let t = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 1), &random_data(s.w_len() as usize, 2), None, None)
             .unwrap();
         let looped: Variant = "direct_wg64x1_u0_k1w1".parse().unwrap();
         let gemm: Variant = "gemm_b32x32x8_t4x4".parse().unwrap();
@@ -626,7 +669,7 @@ pub(crate) mod tests {
         assert!(c.max_want > 0.0 && c.relative_error() < 1e-5, "{c:?}");
 
         // Finite but wrong: the same kernel on other inputs.
-        let other = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 3), &random_data(s.w_len() as usize, 2), None)
+        let other = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 3), &random_data(s.w_len() as usize, 2), None, None)
             .unwrap();
         other.run(&e, &e.compile(&looped, &s).unwrap()).unwrap();
         let c = other.compare_y(&e, &reference).unwrap();

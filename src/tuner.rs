@@ -620,7 +620,8 @@ pub fn tune(
     let x = random_data(shape.x_len() as usize, SEEDS.0);
     let w = random_data(shape.w_len() as usize, SEEDS.1);
     let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
-    let tensors = DeviceTensors::upload(engine, shape, &x, &w, b.as_deref())?;
+    let z = shape.epilogue.residual.then(|| random_data(shape.y_len() as usize, SEEDS.2 ^ 0x2));
+    let tensors = DeviceTensors::upload(engine, shape, &x, &w, b.as_deref(), z.as_deref())?;
     let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
     let on_gpu = engine.desc.device_type != "Cpu";
     if on_gpu {

@@ -44,7 +44,7 @@ from typing import Any, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _convtune, _memory, _timings
+from . import _convtune, _epilogue, _memory, _timings
 from ._convtune import (
     Tensor,
     ConvtuneError,
@@ -167,7 +167,7 @@ def _float32(arr: np.ndarray) -> np.ndarray:
 
 _Spec = Tuple[
     Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
-    Optional[int],
+    Optional[int], Optional["_epilogue.Normalised"],
 ]
 
 
@@ -230,7 +230,7 @@ def _dim(d: Any, name: str, dims: tuple) -> int:
 
 
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
-          bias_len: Optional[int]) -> _Spec:
+          bias_len: Optional[int], epilogue: Optional[_epilogue.Normalised] = None) -> _Spec:
     return (
         _shape4(x_shape, "x_shape"),
         _shape4(w_shape, "w_shape"),
@@ -239,6 +239,7 @@ def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, 
         _pair(dilation, "dilation"),
         _int(groups, "groups"),
         bias_len,
+        epilogue,
     )
 
 
@@ -251,10 +252,17 @@ def conv2d(
     groups: int = 1,
     bias: Optional[Any] = None,
     *,
+    z: Optional[Any] = None,
+    alpha1: float = 1.0,
+    alpha2: float = 1.0,
+    activation: Optional[str] = None,
+    negative_slope: float = 0.01,
+    clamp: Optional[Tuple[float, float]] = None,
     variant: Optional[str] = None,
     precision: Optional[str] = None,
 ) -> np.ndarray:
-    """2-D convolution with PyTorch's semantics, computed on the GPU in float32.
+    """2-D convolution with PyTorch's semantics, computed on the GPU in float32, with an
+    optional fused epilogue: ``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)``.
 
     Args:
         x: input, shape (N, C, H, W); anything ``np.asarray`` takes (or a torch CPU tensor),
@@ -266,6 +274,15 @@ def conv2d(
         dilation: int or (dh, dw), each >= 1.
         groups: C and K must both be divisible by it; ``groups == C`` is depthwise.
         bias: optional, shape (K,).
+        z: optional residual of the output's shape (N, K, OH, OW), a float array or a
+            ``convtune.Tensor``; added after scaling by ``alpha2``. Must be finite.
+        alpha1: scales the convolution's sum (before bias and z).
+        alpha2: scales ``z``; only with ``z``.
+        activation: applied last: ``None``, ``"relu"``, ``"leaky_relu"`` (slope
+            ``negative_slope`` below zero), ``"silu"``, ``"gelu"`` (the tanh approximation,
+            PyTorch's ``approximate="tanh"``) or ``"clamp"`` (to ``clamp=(min, max)``).
+            NaN stays NaN through all of them. The epilogue runs inside the kernel's store
+            step: no extra pass, no extra copy of y.
         variant: run this kernel variant (a name from ``variant_space()``) instead of the
             tuned or default one.
         precision: ``"highest"`` (float32-class) or ``"high"`` (TF32-class, may use tensor
@@ -302,28 +319,48 @@ def conv2d(
             raise ValueError(f"bias must be 1-D with K={wv.shape[0]} elements, got shape {bv.shape}")
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
+    epi = _epilogue.normalise(z is not None, alpha1, alpha2, activation, negative_slope, clamp)
+    zv, zt = _residual(z, on_device)
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
-                 None if bv is None else int(bv.shape[0]))
-    copies = [("w", wv), ("bias", bv)] + ([] if on_device else [("x", xv)])
+                 None if bv is None else int(bv.shape[0]), epi)
+    copies = [("w", wv), ("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
     t1 = time.perf_counter()
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
-    _, _, s, p, d, g, _ = spec
+    _, _, s, p, d, g, _, _ = spec
     xa = x if on_device else _float32(xv)
     wa = _float32(wv)
     ba = None if bv is None else _float32(bv)
+    za = None if zv is None else _float32(zv)
     progress = Progress()
     t3 = time.perf_counter()
     try:
         if on_device:
-            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt)
         else:
-            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec)
+            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za)
     finally:
         progress.close()
     _timings.record(t0, t1, t2, t3, time.perf_counter(), native_phases=not on_device)
     return y
+
+
+def _residual(z: Any, on_device: bool) -> Tuple[Optional[np.ndarray], Optional[Tensor]]:
+    """``z`` as a host array or a device Tensor (a Tensor given with a host ``x`` is read
+    back: the pieces of a host call upload their part of z alongside their part of x)."""
+    if z is None:
+        return None, None
+    if isinstance(z, Tensor):
+        if on_device:
+            return None, z
+        z = z.numpy()
+    zv = _view(z, "z")
+    if zv.ndim != 4:
+        raise ValueError(f"z must be 4-D, the output's shape (N, K, OH, OW), got shape {zv.shape}")
+    if zv.size and not np.isfinite(zv).all():
+        raise ValueError("z contains NaN or Inf; the residual must be finite")
+    return zv, None
 
 
 def to_device(x: Any) -> Tensor:
@@ -379,11 +416,16 @@ def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
     return _int(bias, "bias")
 
 
-def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias):
+def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, epilogue=None):
     """The normalised shape tuple the native functions take, from public-API arguments:
-    shapes may be given as tuples or as the arrays themselves."""
+    shapes may be given as tuples or as the arrays themselves; ``epilogue`` is a dict of
+    ``conv2d``'s epilogue arguments, with ``z`` as a flag or the array."""
     spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
-    return spec[:6] + (_bias_len(bias, spec[1]),)
+    epi = None
+    if epilogue:
+        e = dict(epilogue)
+        epi = _epilogue.normalise(_epilogue.residual_flag(e.pop("z", None)), **e)
+    return spec[:6] + (_bias_len(bias, spec[1]), epi)
 
 
 def default_variant(
@@ -423,12 +465,24 @@ def wgsl(
     dilation: IntPair = 1,
     groups: int = 1,
     bias: BiasLike = None,
+    **epilogue: Any,
 ) -> str:
     """The WGSL source convtune generates for ``variant`` on this shape (shapes or arrays,
-    as for ``default_variant``)."""
+    as for ``default_variant``); keyword arguments ``z``, ``alpha1``, ``alpha2``,
+    ``activation``, ``negative_slope``, ``clamp`` add a fused epilogue as for ``conv2d``."""
     return _convtune.wgsl(
-        variant, _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias)
+        variant, _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, _epilogue_kwargs(epilogue))
     )
+
+
+def _epilogue_kwargs(kwargs: dict) -> dict:
+    """The epilogue keywords of an introspection call; others are a TypeError, as Python
+    would raise for an unknown keyword."""
+    known = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp")
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; epilogue keywords are {', '.join(known)}")
+    return kwargs
 
 
 def time_variant(
@@ -444,8 +498,10 @@ def time_variant(
     reps: int = 10,
     warmup: int = 2,
     precision: Optional[str] = None,
+    **epilogue: Any,
 ) -> Tuple[str, list]:
-    """GPU seconds of ``reps`` runs of ``variant`` on random data.
+    """GPU seconds of ``reps`` runs of ``variant`` on random data (with the fused epilogue
+    given by keywords ``z``, ``alpha1``, ... as for ``wgsl``).
 
     Without ``variant``, times the variant ``conv2d`` would run (tuned, cached or default, as
     ``CONVTUNE_TUNE`` says).
@@ -455,7 +511,7 @@ def time_variant(
     """
     return _convtune.time_variant(
         variant,
-        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
+        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, _epilogue_kwargs(epilogue)),
         reps=_int(reps, "reps"),
         warmup=_int(warmup, "warmup"),
         precision=_precision(precision),
@@ -503,6 +559,7 @@ def tune(
     budget: Optional[float] = None,
     force: bool = False,
     precision: Optional[str] = None,
+    **epilogue: Any,
 ) -> TuneReport:
     """Tunes conv2d for one shape and stores the winner in the tuning cache.
 
@@ -520,9 +577,13 @@ def tune(
         force: tune again even if the cache has the shape.
         precision: the precision mode to tune for (see ``conv2d``); each mode has its own
             cache entry.
+        z, alpha1, alpha2, activation, negative_slope, clamp: the fused epilogue, as for
+            ``conv2d`` (``z``: whether calls add a residual, or the residual itself); each
+            epilogue is its own tuning problem.
     """
     return _tune_with(
-        None, (x_shape, w_shape, stride, padding, dilation, groups), {"bias": bias},
+        None, (x_shape, w_shape, stride, padding, dilation, groups),
+        {"bias": bias, "epilogue": _epilogue_kwargs(epilogue)},
         budget=budget, force=force, precision=precision,
     )
 
@@ -532,7 +593,7 @@ def _tune_with(progress: Any, args: tuple, kwargs: dict, *, budget: Optional[flo
     """``tune(*args, **kwargs, ...)`` reporting to ``progress`` (a callable taking done, total,
     candidate, shape), or to a display of its own when ``None``: the command line draws one
     display across many shapes."""
-    spec = _call_spec(*args, kwargs.get("bias"))
+    spec = _call_spec(*args, kwargs.get("bias"), kwargs.get("epilogue"))
     own = progress is None
     if own:
         progress = Progress()
@@ -561,6 +622,7 @@ def explain(
     *,
     variant: Optional[str] = None,
     precision: Optional[str] = None,
+    **epilogue: Any,
 ) -> Explanation:
     """What ``conv2d`` runs for this shape and why: the variant, its knobs, its WGSL, where
     the choice came from (``forced``, ``default``, ``cache`` or ``tuned``) and, when tuning
@@ -568,14 +630,15 @@ def explain(
 
     Decides exactly as ``conv2d`` would, so under ``CONVTUNE_TUNE=auto`` it tunes a shape
     the cache does not have yet. ``excluded`` names the kernel families ``CONVTUNE_FAMILIES``
-    left out of the choice.
+    left out of the choice. Keywords ``z``, ``alpha1``, ``alpha2``, ``activation``,
+    ``negative_slope`` and ``clamp`` describe a fused epilogue, as for ``conv2d``.
     """
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
     progress = Progress()
     try:
         d = _convtune.explain(
-            _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
+            _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, _epilogue_kwargs(epilogue)),
             variant=variant,
             progress=progress,
             precision=_precision(precision),

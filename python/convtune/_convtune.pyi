@@ -54,8 +54,10 @@ __all__ = [
 _Pair = Tuple[int, int]
 _Padding = Union[str, Tuple[int, int]]
 _Shape4 = Sequence[int]
-#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len), already normalised.
-_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int]]
+#: (alpha1, alpha2, residual, activation, negative_slope, clamp_min, clamp_max).
+_Epilogue = Tuple[float, float, bool, Optional[str], float, float, float]
+#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue), already normalised.
+_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue]]
 #: ``progress(done, total, candidate_name, shape_label)``; raising cancels tuning.
 _Progress = Callable[[int, int, str, str], Any]
 
@@ -77,6 +79,8 @@ def conv2d(
     variant: Optional[str] = None,
     progress: Optional[_Progress] = None,
     precision: Optional[str] = None,
+    epilogue: Optional[_Epilogue] = None,
+    z: Optional[npt.NDArray[np.float32]] = None,
 ) -> npt.NDArray[np.float32]: ...
 def devices() -> List[Dict[str, Any]]: ...
 def adapter_info() -> Dict[str, Any]: ...
@@ -145,6 +149,9 @@ def conv2d_tensor(
     variant: Optional[str] = None,
     progress: Optional[_Progress] = None,
     precision: Optional[str] = None,
+    epilogue: Optional[_Epilogue] = None,
+    z: Optional[npt.NDArray[np.float32]] = None,
+    z_tensor: Optional[Tensor] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...
 

@@ -60,6 +60,41 @@ def conv2d_reference(
     return y
 
 
+def apply_epilogue(
+    conv: Any,
+    bias: Optional[Any] = None,
+    *,
+    z: Optional[Any] = None,
+    alpha1: float = 1.0,
+    alpha2: float = 1.0,
+    activation: Optional[str] = None,
+    negative_slope: float = 0.01,
+    clamp: Optional[Tuple[float, float]] = None,
+) -> np.ndarray:
+    """``conv2d``'s fused epilogue in float64: ``act(alpha1 * conv + alpha2 * z + bias)``,
+    ``conv`` being the bias-free convolution (``conv2d_reference`` without ``bias``)."""
+    v = alpha1 * np.asarray(conv, dtype=np.float64)
+    if z is not None:
+        v = v + alpha2 * np.asarray(z, dtype=np.float64)
+    if bias is not None:
+        v = v + np.asarray(bias, dtype=np.float64)[None, :, None, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if activation is None:
+            return v
+        if activation == "relu":
+            return np.where(v < 0, 0.0, v)
+        if activation == "leaky_relu":
+            return np.where(v < 0, v * negative_slope, v)
+        if activation == "silu":
+            return v / (1.0 + np.exp(-v))
+        if activation == "gelu":
+            return 0.5 * v * (1.0 + np.tanh(0.7978845608028654 * (v + 0.044715 * v**3)))
+        if activation == "clamp":
+            assert clamp is not None
+            return np.where(v < clamp[0], clamp[0], np.where(v > clamp[1], clamp[1], v))
+    raise ValueError(f"unknown activation {activation!r}")
+
+
 def max_relative_error(got: np.ndarray, want: np.ndarray) -> float:
     """max |got - want| scaled by the largest |want| (NaN where both are NaN counts as equal)."""
     got = np.asarray(got, dtype=np.float64)

@@ -387,9 +387,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 } else {
                     "scratch[sbase + e]".to_string()
                 };
-                let bias = if shape.bias { " + bias[k]" } else { "" };
                 // The smaller factor first: an intermediate overflows only if the result does.
-                writeln!(s, "            y[((m / OHW) * K + k) * OHW + m % OHW] = ({sum}) * min(ux, uw) * max(ux, uw){bias};").unwrap();
+                writeln!(s, "            let yi = ((m / OHW) * K + k) * OHW + m % OHW;").unwrap();
+                writeln!(s, "            y[yi] = epilogue(({sum}) * min(ux, uw) * max(ux, uw), k, yi);").unwrap();
                 writeln!(s, "        }}").unwrap();
                 writeln!(s, "    }}").unwrap();
             }

@@ -234,11 +234,9 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     for i in 0..tk {
         writeln!(store, "    if (kk0 + {i} < KG) {{").unwrap();
         writeln!(store, "        let k = g * KG + kk0 + {i};").unwrap();
-        let bias = if shape.bias { "bias[k]" } else { "0.0" };
-        writeln!(store, "        let bv = {bias};").unwrap();
         writeln!(store, "        let yrow = ((i32(n) * K + k) * OH + oh) * OW;").unwrap();
         for j in 0..tw {
-            writeln!(store, "        if (ow0 + {j} < OW) {{ y[yrow + ow0 + {j}] = a{i}_{j} + bv; }}")
+            writeln!(store, "        if (ow0 + {j} < OW) {{ y[yrow + ow0 + {j}] = epilogue(a{i}_{j}, k, yrow + ow0 + {j}); }}")
                 .unwrap();
         }
         writeln!(store, "    }}").unwrap();

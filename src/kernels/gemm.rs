@@ -265,15 +265,13 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        if (n < KG) {{").unwrap();
         writeln!(s, "            let k = g * KG + n;").unwrap();
         if gm.splits > 1 {
-            // A partial sum: the finishing pass adds the bias.
+            // A partial sum: the finishing pass applies the epilogue.
             for i in 0..gm.tm {
                 writeln!(s, "            if (om{i} < M) {{ ws[sp * YLEN + ym{i} + k * OHW] = acc{i}_{j}; }}").unwrap();
             }
         } else {
-            let bias = if shape.bias { "bias[k]" } else { "0.0" };
-            writeln!(s, "            let bv = {bias};").unwrap();
             for i in 0..gm.tm {
-                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * OHW] = acc{i}_{j} + bv; }}").unwrap();
+                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * OHW] = epilogue(acc{i}_{j}, k, ym{i} + k * OHW); }}").unwrap();
             }
         }
         writeln!(s, "        }}").unwrap();
@@ -289,7 +287,6 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         ("SPLITS", gm.splits.to_string()),
         ("KS", ks.to_string()),
         ("YLEN", shape.y_len().to_string()),
-        ("FINISH_BIAS", if shape.bias { " + bias[(i / OHW) % K]" } else { "" }.to_string()),
         ("BM", gm.bm.to_string()),
         ("BN", gm.bn.to_string()),
         ("BK", gm.bk.to_string()),
