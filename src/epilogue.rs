@@ -86,14 +86,15 @@ impl Activation {
         }
     }
 
-    /// WGSL turning `v` into the result.
+    /// WGSL turning `v` into the result. NaN is tested on the bits (`nan`, declared before
+    /// this): GPU compilers may assume there is no NaN and turn a comparison-based select into
+    /// min/max, which on NVIDIA's returns the number (relu(NaN) came out 0 on an H100).
     fn wgsl(&self) -> String {
         match *self {
             Activation::None => "    return v;".into(),
-            // select keeps NaN (v < 0 is false for it); max(v, 0) may not.
-            Activation::Relu => "    return select(v, 0.0, v < 0.0);".into(),
+            Activation::Relu => "    return select(max(v, 0.0), v, nan);".into(),
             Activation::LeakyRelu { negative_slope } => {
-                format!("    return select(v, v * {}, v < 0.0);", lit(negative_slope))
+                format!("    return select(select(v, v * {}, v < 0.0), v, nan);", lit(negative_slope))
             }
             Activation::Silu => "    return v / (1.0 + exp(-v));".into(),
             // tanh's argument is clamped: some drivers build tanh from exp and give NaN for
@@ -105,9 +106,14 @@ impl Activation {
             )
             .into(),
             Activation::Clamp { min, max } => {
-                format!("    return select(select(v, {0}, v < {0}), {1}, v > {1});", lit(min), lit(max))
+                format!("    return select(clamp(v, {}, {}), v, nan);", lit(min), lit(max))
             }
         }
+    }
+
+    /// Whether the WGSL needs `nan`: activations that may replace a value by a constant.
+    fn tests_nan(&self) -> bool {
+        matches!(self, Activation::Relu | Activation::LeakyRelu { .. } | Activation::Clamp { .. })
     }
 
     fn apply(&self, v: f32) -> f32 {
@@ -185,6 +191,9 @@ impl Epilogue {
         if bias {
             s += "    v = v + bias[k];\n";
         }
+        if self.activation.tests_nan() {
+            s += "    let nan = (bitcast<u32>(v) & 0x7FFFFFFFu) > 0x7F800000u;\n";
+        }
         s += &self.activation.wgsl();
         s += "\n}\n";
         s
@@ -248,6 +257,40 @@ mod tests {
         assert_eq!(c.apply(5.0), 2.0);
         assert!((Activation::Gelu.apply(1.0) - 0.841_192).abs() < 1e-5);
         assert_eq!(Activation::Gelu.apply(1e30), 1e30);
+    }
+
+    /// Every activation, with and without residual and bias, in every family's store step
+    /// passes naga's validation.
+    #[test]
+    fn every_epilogue_validates_in_every_family() {
+        use crate::codegen::validate;
+        use crate::kernels::all_variants;
+        use crate::params::{ConvShape, Padding};
+        let acts = [
+            Activation::None,
+            Activation::Relu,
+            Activation::LeakyRelu { negative_slope: 0.2 },
+            Activation::Silu,
+            Activation::Gelu,
+            Activation::Clamp { min: -1.0, max: 2.5 },
+        ];
+        let names = ["direct_wg64x1_u1_k4w4", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4", "coop_b64x64x32_s2x2_p3_l1"];
+        let variants: Vec<_> = all_variants().into_iter().filter(|v| names.contains(&v.to_string().as_str())).collect();
+        assert_eq!(variants.len(), names.len());
+        for bias in [None, Some(8)] {
+            let base = ConvShape::new([1, 8, 9, 9], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, bias).unwrap();
+            for act in acts {
+                for residual in [false, true] {
+                    let shape = base.with_epilogue(Epilogue::new(0.5, 2.0, residual, act).unwrap());
+                    for v in &variants {
+                        let k = v.generate(&shape).unwrap();
+                        if let Err(e) = validate(&k.source) {
+                            panic!("{v} with {}: {e}", shape.label());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
