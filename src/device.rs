@@ -369,8 +369,9 @@ impl Engine {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
-        let pool = crate::pool::Pool::new(device.clone());
         let device_heap = device_heap_bytes(&adapter);
+        let cpu = info.device_type == wgpu::DeviceType::Cpu;
+        let pool = crate::pool::Pool::new(device.clone(), crate::pool::default_cap(device_heap, cpu));
         Ok(Engine {
             adapter,
             device,
