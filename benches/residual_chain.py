@@ -90,6 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for _ in range(args.reps):
             t0 = time.perf_counter()
             out = chain(h, ws, prec)
+            convtune.synchronize()
             times.append(time.perf_counter() - t0)
         wall = statistics.median(times)
         kern = kernel_seconds(x.shape, ws, prec, reps=10)

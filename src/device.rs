@@ -100,6 +100,8 @@ pub struct Engine {
     pub device_heap: Option<u64>,
     /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
+    /// The last Tensor call's submission, not waited for yet (see `runner::conv2d_device`).
+    pub in_flight: Mutex<Option<wgpu::SubmissionIndex>>,
 }
 
 static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
@@ -389,6 +391,7 @@ impl Engine {
             checker: Mutex::new(None),
             device_heap,
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
+            in_flight: Mutex::new(None),
         })
     }
 

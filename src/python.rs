@@ -725,6 +725,14 @@ fn conv2d_tensor(
     Ok(PyTensor { inner, engine: eng })
 }
 
+/// Waits until every queued GPU call has finished (Tensor calls return with their kernel
+/// queued). Errors of those calls surface here.
+#[pyfunction]
+fn synchronize(py: Python<'_>) -> PyResult<()> {
+    let eng = py.detach(device::engine).py_err()?;
+    py.detach(|| runner::synchronize(&eng)).py_err()
+}
+
 /// GPU memory held by convtune's buffer pool: bytes in use, bytes kept for reuse, how many
 /// buffers were created since the device was opened, and the most device-local bytes in use
 /// at once since the last reset (`reset_peak=True` starts a new measurement after reading).
@@ -828,6 +836,7 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(to_device, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_footprint, m)?)?;
     m.add_function(wrap_pyfunction!(upload_footprint, m)?)?;
     m.add_function(wrap_pyfunction!(check_memory, m)?)?;

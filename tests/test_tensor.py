@@ -30,6 +30,22 @@ def test_chained_convs_match_numpy_path():
     assert max_relative_error(t.numpy(), ref) <= 1e-5
 
 
+def test_queued_calls_finish_in_order_and_synchronize_waits():
+    """Tensor calls return with their kernel queued; intermediates dropped while queued and
+    reused by later calls must not disturb the chain."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 6, 16, 16), dtype=np.float32)
+    ws = [(rng.standard_normal((6, 6, 3, 3)) * 0.3).astype(np.float32) for _ in range(12)]
+    t = convtune.to_device(x)
+    ref = x.astype(np.float64)
+    for w in ws:
+        t = convtune.conv2d(t, w, padding=1)
+        ref = conv2d_reference(ref, w, 1, 1)
+    convtune.synchronize()
+    convtune.synchronize()  # nothing queued: returns at once
+    assert max_relative_error(t.numpy(), ref) <= 1e-4
+
+
 def test_tensor_input_with_all_parameters():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((1, 6, 15, 11), dtype=np.float32)

@@ -63,6 +63,7 @@ __all__ = [
     "Tensor",
     "to_device",
     "memory_stats",
+    "synchronize",
     "last_call_timings",
     "devices",
     "adapter_info",
@@ -389,6 +390,17 @@ def last_call_timings() -> Optional[dict]:
     Phase names are listed in README.md ("Where the time goes").
     """
     return _timings.last()
+
+
+def synchronize() -> None:
+    """Waits until the GPU has finished every queued call.
+
+    A ``conv2d`` on a ``convtune.Tensor`` returns as soon as its kernel is queued (it waits
+    for the call before it instead), so a chain of calls keeps the GPU busy while Python
+    prepares the next one. ``Tensor.numpy()`` waits by itself; call this to time a chain or
+    to see a failed call's error before going on.
+    """
+    _convtune.synchronize()
 
 
 def memory_stats(reset_peak: bool = False) -> dict:

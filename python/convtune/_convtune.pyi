@@ -46,6 +46,7 @@ __all__ = [
     "to_device",
     "conv2d_tensor",
     "memory_stats",
+    "synchronize",
     "conv2d_footprint",
     "upload_footprint",
     "check_memory",
@@ -154,6 +155,7 @@ def conv2d_tensor(
     z_tensor: Optional[Tensor] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...
+def synchronize() -> None: ...
 
 #: Bytes by purpose: [(label, bytes), ...].
 _Parts = List[Tuple[str, int]]
