@@ -27,6 +27,13 @@
 @group(0) @binding(5) var<storage, read_write> ws: array<f32>;
 
 {{EPILOGUE}}
+const XSN: i32 = {{XSN}};       // x's strides: image, channel, row, column (NCHW or NHWC)
+const XSC: i32 = {{XSC}};
+const XSH: i32 = {{XSH}};
+const XSW: i32 = {{XSW}};
+const YSN: i32 = {{YSN}};       // y's strides: image, channel, pixel (oh * OW + ow)
+const YSK: i32 = {{YSK}};
+const YSP: i32 = {{YSP}};
 const C: i32 = {{C}};
 const H: i32 = {{H}};
 const W: i32 = {{W}};
@@ -92,7 +99,7 @@ fn main(
     let lid = i32(lidx);
     let tx = lid % TX;
     let ty = lid / TX;
-    let x_group = g * CG * H * W;
+    let x_group = g * CG * XSC;
 
     // Per load slot: which pixel this invocation gathers for the A tile, decoded once.
 {{A_SETUP}}
@@ -139,5 +146,5 @@ fn finish(
     for (var p = 1; p < i32(SPLITS); p = p + 1) {
         sum = sum + ws[p * YLEN + i];
     }
-    y[i] = epilogue(sum, (i / OHW) % K, i);
+    y[i] = epilogue(sum, (i / YSK) % K, i);
 }

@@ -62,12 +62,11 @@ pub struct ShapeKey {
     #[serde(flatten)]
     pub shape: ConvShape,
     pub dtype: String,
-    pub layout: String,
 }
 
 impl From<&ConvShape> for ShapeKey {
     fn from(s: &ConvShape) -> Self {
-        ShapeKey { shape: *s, dtype: "f32".into(), layout: "NCHW".into() }
+        ShapeKey { shape: *s, dtype: "f32".into() }
     }
 }
 

@@ -79,6 +79,13 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
         ("KG", s.kg().to_string()),
         ("GROUPS", s.groups.to_string()),
         ("EPILOGUE", s.epilogue.wgsl(s.bias)),
+        ("XSN", s.x_strides()[0].to_string()),
+        ("XSC", s.x_strides()[1].to_string()),
+        ("XSH", s.x_strides()[2].to_string()),
+        ("XSW", s.x_strides()[3].to_string()),
+        ("YSN", s.y_strides()[0].to_string()),
+        ("YSK", s.y_strides()[1].to_string()),
+        ("YSP", s.y_strides()[2].to_string()),
     ]
 }
 

@@ -17,6 +17,49 @@ pub enum Padding {
     Same,
 }
 
+/// How x and y are laid out in memory: channels second (PyTorch's default) or last. The
+/// weights are (K, C/groups, R, S) either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Layout {
+    #[default]
+    #[serde(rename = "NCHW")]
+    Nchw,
+    #[serde(rename = "NHWC")]
+    Nhwc,
+}
+
+impl Layout {
+    pub fn parse(name: &str) -> Result<Layout> {
+        match name {
+            "NCHW" => Ok(Layout::Nchw),
+            "NHWC" => Ok(Layout::Nhwc),
+            other => Err(Error::invalid(format!("layout must be \"NCHW\" or \"NHWC\", got {other:?}"))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Nchw => "NCHW",
+            Layout::Nhwc => "NHWC",
+        }
+    }
+
+    /// A tensor's dims in this layout from its (N, C, H, W) dims, and back.
+    pub fn dims(self, [n, c, h, w]: [usize; 4]) -> [usize; 4] {
+        match self {
+            Layout::Nchw => [n, c, h, w],
+            Layout::Nhwc => [n, h, w, c],
+        }
+    }
+
+    pub fn nchw(self, d: [usize; 4]) -> [usize; 4] {
+        match self {
+            Layout::Nchw => d,
+            Layout::Nhwc => [d[0], d[3], d[1], d[2]],
+        }
+    }
+}
+
 /// A fully validated conv2d problem. Every field is a plain count; construction checks them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ConvShape {
@@ -39,6 +82,9 @@ pub struct ConvShape {
     /// Absent from cache keys written before epilogues existed: those were plain.
     #[serde(default, skip_serializing_if = "Epilogue::is_plain")]
     pub epilogue: Epilogue,
+    /// x's and y's memory layout; cache keys always had a "layout" entry ("NCHW").
+    #[serde(default)]
+    pub layout: Layout,
 }
 
 /// Strides, paddings and dilations beyond this are rejected: kernels do their index
@@ -145,6 +191,7 @@ impl ConvShape {
             n, c, h, w: wd, k, r, s, stride, pad, pad_end, dilation, groups,
             bias: bias_len.is_some(),
             epilogue: Epilogue::default(),
+            layout: Layout::Nchw,
         };
         let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
         let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
@@ -213,8 +260,33 @@ impl ConvShape {
         self.n as u64 * self.k as u64 * self.oh() as u64 * self.ow() as u64
     }
 
+    /// y's dims in the problem's layout.
     pub fn y_dims(&self) -> [usize; 4] {
-        [self.n as usize, self.k as usize, self.oh() as usize, self.ow() as usize]
+        self.layout.dims([self.n as usize, self.k as usize, self.oh() as usize, self.ow() as usize])
+    }
+
+    /// The same problem with x and y in `layout`.
+    pub fn with_layout(self, layout: Layout) -> Self {
+        ConvShape { layout, ..self }
+    }
+
+    /// Element strides (image, channel, row, column) of x, and (image, channel, pixel) of y,
+    /// where a pixel is oh * OW + ow: every family's index math goes through these, so each
+    /// reads and writes either layout natively.
+    pub fn x_strides(&self) -> [u64; 4] {
+        let (c, h, w) = (self.c as u64, self.h as u64, self.w as u64);
+        match self.layout {
+            Layout::Nchw => [c * h * w, h * w, w, 1],
+            Layout::Nhwc => [h * w * c, 1, w * c, c],
+        }
+    }
+
+    pub fn y_strides(&self) -> [u64; 3] {
+        let (k, p) = (self.k as u64, self.oh() as u64 * self.ow() as u64);
+        match self.layout {
+            Layout::Nchw => [k * p, p, 1],
+            Layout::Nhwc => [p * k, 1, k],
+        }
     }
 
     /// Multiply-adds counted as two FLOPs, the usual convention for GFLOP/s figures.
@@ -243,6 +315,9 @@ impl ConvShape {
         }
         if self.bias {
             s += " +b";
+        }
+        if self.layout == Layout::Nhwc {
+            s += " nhwc";
         }
         s + &self.epilogue.label()
     }

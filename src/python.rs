@@ -7,7 +7,7 @@ use crate::epilogue::{Activation, Epilogue};
 use crate::error::Error;
 use crate::families::Families;
 use crate::memory::{self, Need};
-use crate::params::{ConvShape, Padding};
+use crate::params::{ConvShape, Layout, Padding};
 use crate::precision::Precision;
 use crate::runner::{self, DeviceArray, DeviceTensors, Residual};
 use crate::timing::{self, Phases};
@@ -113,16 +113,24 @@ fn with_epilogue(shape: ConvShape, epilogue: Option<EpilogueArg>) -> PyResult<Co
     })
 }
 
-/// The shape arguments the Python layer passes as one normalised tuple:
-/// (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue or None).
+/// The shape arguments the Python layer passes as one normalised tuple: (x_shape, w_shape,
+/// stride, padding, dilation, groups, bias_len, epilogue or None, layout), x_shape in the
+/// layout's order.
 #[derive(FromPyObject)]
-struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>);
+struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String);
 
 impl Spec {
     fn shape(self) -> PyResult<ConvShape> {
-        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue) = self;
-        with_epilogue(shape_of(x, w, stride, pad, dilation, groups, bias_len)?, epilogue)
+        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout) = self;
+        let layout = Layout::parse(&layout).py_err()?;
+        let shape = shape_of(layout.nchw(x), w, stride, pad, dilation, groups, bias_len)?;
+        with_epilogue(shape.with_layout(layout), epilogue)
     }
+}
+
+/// The `layout` argument of the conv2d functions.
+fn layout_of(layout: Option<&str>) -> PyResult<Layout> {
+    layout.map_or(Ok(Layout::Nchw), |l| Layout::parse(l).py_err())
 }
 
 /// The residual `z` checked against the output's shape.
@@ -256,7 +264,7 @@ fn weight_slices<'a>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, layout=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
@@ -272,11 +280,13 @@ fn conv2d<'py>(
     precision: Option<&str>,
     epilogue: Option<EpilogueArg>,
     z: Option<PyReadonlyArray4<'py, f32>>,
+    layout: Option<&str>,
 ) -> PyResult<Bound<'py, PyArray4<f32>>> {
     let mut ph = Phases::start();
     let precision = Precision::resolve(precision).py_err()?;
+    let layout = layout_of(layout)?;
     let shape = shape_of(
-        dims4(x.shape(), "x")?,
+        layout.nchw(dims4(x.shape(), "x")?),
         dims4(w.shape(), "w")?,
         stride,
         padding,
@@ -284,7 +294,7 @@ fn conv2d<'py>(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
-    let shape = with_epilogue(shape, epilogue)?;
+    let shape = with_epilogue(shape.with_layout(layout), epilogue)?;
     if let Some(z) = &z {
         residual_dims(z.shape(), &shape)?;
     }
@@ -619,10 +629,17 @@ fn _inject_faulty_candidate(on: bool) {
 struct PyTensor {
     inner: DeviceArray,
     engine: Arc<Engine>,
+    /// How its axes are meant: conv2d reads it, and writes its output, in this layout.
+    layout: Layout,
 }
 
 #[pymethods]
 impl PyTensor {
+    #[getter]
+    fn layout(&self) -> &'static str {
+        self.layout.name()
+    }
+
     #[getter]
     fn shape(&self) -> (usize, usize, usize, usize) {
         let d = self.inner.dims;
@@ -650,22 +667,29 @@ impl PyTensor {
     }
 
     fn __repr__(&self) -> String {
-        format!("convtune.Tensor(shape={:?}, dtype=float32, device={:?})", self.shape(), self.engine.desc.name)
+        format!(
+            "convtune.Tensor(shape={:?}, layout={}, dtype=float32, device={:?})",
+            self.shape(),
+            self.layout.name(),
+            self.engine.desc.name
+        )
     }
 }
 
 /// Uploads a C-contiguous float32 4-D array to the GPU.
 #[pyfunction]
-fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>) -> PyResult<PyTensor> {
+#[pyo3(signature = (x, layout=None))]
+fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>, layout: Option<&str>) -> PyResult<PyTensor> {
+    let layout = layout_of(layout)?;
     let dims = dims4(x.shape(), "x")?;
     let xs = x.as_slice().map_err(not_contiguous)?;
     let eng = engine()?;
     let inner = py.detach(|| DeviceArray::upload(&eng, xs, dims)).py_err()?;
-    Ok(PyTensor { inner, engine: eng })
+    Ok(PyTensor { inner, engine: eng, layout })
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
@@ -682,10 +706,22 @@ fn conv2d_tensor(
     epilogue: Option<EpilogueArg>,
     z: Option<PyReadonlyArray4<'_, f32>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
+    layout: Option<&str>,
 ) -> PyResult<PyTensor> {
     let precision = Precision::resolve(precision).py_err()?;
+    // A Tensor's own layout unless the call names one; naming another is an error.
+    let layout = layout.map_or(Ok(x.layout), |l| Layout::parse(l).py_err())?;
+    for (name, t) in [("x", Some(x)), ("z", z_tensor.as_deref())] {
+        if let Some(t) = t.filter(|t| t.layout != layout) {
+            return Err(PyValueError::new_err(format!(
+                "{name} is an {} Tensor but the call's layout is {}",
+                t.layout.name(),
+                layout.name()
+            )));
+        }
+    }
     let shape = shape_of(
-        x.inner.dims,
+        layout.nchw(x.inner.dims),
         dims4(w.shape(), "w")?,
         stride,
         padding,
@@ -693,7 +729,7 @@ fn conv2d_tensor(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
-    let shape = with_epilogue(shape, epilogue)?;
+    let shape = with_epilogue(shape.with_layout(layout), epilogue)?;
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
     let lost = |t: &PyTensor| !Arc::ptr_eq(&eng, &t.engine);
@@ -722,7 +758,7 @@ fn conv2d_tensor(
     let inner = py
         .detach(|| runner::conv2d_device(&eng, &shape, &v, &x.inner, ws, bs, residual, poison))
         .py_err()?;
-    Ok(PyTensor { inner, engine: eng })
+    Ok(PyTensor { inner, engine: eng, layout })
 }
 
 /// Waits until every queued GPU call has finished (Tensor calls return with their kernel

@@ -3,7 +3,7 @@
 use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
-use crate::params::ConvShape;
+use crate::params::{ConvShape, Layout};
 use crate::pool::PooledBuffer;
 use crate::split;
 use crate::timing::Phases;
@@ -503,12 +503,14 @@ fn fill_padding_only(
     out: &mut [f32],
 ) {
     let per_k = (shape.cg() * shape.r * shape.s) as usize;
-    for (k, &(start, len)) in runs.iter().enumerate() {
-        let k = k % shape.k as usize;
-        let nan = w[k * per_k..(k + 1) * per_k].iter().any(|v| !v.is_finite());
-        let acc = if nan { f32::NAN } else { 0.0 };
-        let b = bias.map_or(0.0, |b| b[k]);
+    let kk = shape.k as usize;
+    let nan: Vec<bool> = (0..kk).map(|k| w[k * per_k..(k + 1) * per_k].iter().any(|v| !v.is_finite())).collect();
+    for (run, &(start, len)) in runs.iter().enumerate() {
         for i in start..start + len {
+            // NCHW bands are one run per channel; NHWC runs hold whole pixels, channel last.
+            let k = if shape.layout == Layout::Nhwc { i % kk } else { run % kk };
+            let acc = if nan[k] { f32::NAN } else { 0.0 };
+            let b = bias.map_or(0.0, |b| b[k]);
             out[i] = shape.epilogue.apply(acc, b, z.map_or(0.0, |z| z[i]));
         }
     }

@@ -4,7 +4,7 @@
 //! windows read (padding at a band's edge is real padding only at the image's edge).
 
 use crate::error::{Error, Result};
-use crate::params::ConvShape;
+use crate::params::{ConvShape, Layout};
 
 /// One piece: output rows `oh0..oh0 + shape.oh()` of images `n0..n0 + shape.n`, computed as
 /// the conv `shape` over input rows `ih0..ih0 + shape.h`.
@@ -95,12 +95,17 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
 }
 
 /// Where a piece's input lies in the whole input: (offset, length) runs, one for whole
-/// images, one per channel for a band's rows. The upload writes them back to back.
+/// images, and for a band's rows one per channel (NCHW) or one (NHWC). The upload writes
+/// them back to back.
 pub fn x_runs(s: &ConvShape, p: &Piece, sub: &ConvShape) -> Vec<(usize, usize)> {
     let (h, w) = (s.h as usize, s.w as usize);
     let img = s.c as usize * h * w;
     if p.images > 1 || sub.h == s.h {
         return vec![(p.n0 as usize * img, p.images as usize * img)];
+    }
+    if s.layout == Layout::Nhwc {
+        let row = w * s.c as usize;
+        return vec![(p.n0 as usize * img + p.ih0 as usize * row, sub.h as usize * row)];
     }
     (0..s.c as usize)
         .map(|c| (p.n0 as usize * img + c * h * w + p.ih0 as usize * w, sub.h as usize * w))
@@ -113,6 +118,10 @@ pub fn y_runs(s: &ConvShape, p: &Piece) -> Vec<(usize, usize)> {
     let img = s.k as usize * oh * ow;
     if p.rows as usize == oh {
         return vec![(p.n0 as usize * img, p.images as usize * img)];
+    }
+    if s.layout == Layout::Nhwc {
+        let row = ow * s.k as usize;
+        return vec![(p.n0 as usize * img + p.oh0 as usize * row, p.rows as usize * row)];
     }
     (0..s.k as usize)
         .map(|k| (p.n0 as usize * img + k * oh * ow + p.oh0 as usize * ow, p.rows as usize * ow))

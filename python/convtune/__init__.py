@@ -168,8 +168,18 @@ def _float32(arr: np.ndarray) -> np.ndarray:
 
 _Spec = Tuple[
     Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
-    Optional[int], Optional["_epilogue.Normalised"],
+    Optional[int], Optional["_epilogue.Normalised"], str,
 ]
+
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def _layout(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"layout must be \"NCHW\" or \"NHWC\", got {type(value).__name__}")
+    if value not in LAYOUTS:
+        raise ValueError(f"layout must be \"NCHW\" or \"NHWC\", got {value!r}")
+    return value
 
 
 PRECISIONS = ("highest", "high")
@@ -231,7 +241,8 @@ def _dim(d: Any, name: str, dims: tuple) -> int:
 
 
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
-          bias_len: Optional[int], epilogue: Optional[_epilogue.Normalised] = None) -> _Spec:
+          bias_len: Optional[int], epilogue: Optional[_epilogue.Normalised] = None,
+          layout: str = "NCHW") -> _Spec:
     return (
         _shape4(x_shape, "x_shape"),
         _shape4(w_shape, "w_shape"),
@@ -241,6 +252,7 @@ def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, 
         _int(groups, "groups"),
         bias_len,
         epilogue,
+        _layout(layout),
     )
 
 
@@ -259,6 +271,7 @@ def conv2d(
     activation: Optional[str] = None,
     negative_slope: float = 0.01,
     clamp: Optional[Tuple[float, float]] = None,
+    layout: Optional[str] = None,
     variant: Optional[str] = None,
     precision: Optional[str] = None,
 ) -> np.ndarray:
@@ -284,6 +297,11 @@ def conv2d(
             PyTorch's ``approximate="tanh"``) or ``"clamp"`` (to ``clamp=(min, max)``).
             NaN stays NaN through all of them. The epilogue runs inside the kernel's store
             step: no extra pass, no extra copy of y.
+        layout: ``"NCHW"`` (PyTorch's; the default for arrays) or ``"NHWC"``: x is then
+            (N, H, W, C) and the result (N, OH, OW, K) (z too), read and written in place by
+            the kernels, no transpose; w stays (K, C/groups, R, S). A Tensor ``x`` brings its
+            own layout (naming another is a ValueError). The tensor-core family runs NCHW
+            only so far.
         variant: run this kernel variant (a name from ``variant_space()``) instead of the
             tuned or default one.
         precision: ``"highest"`` (float32-class) or ``"high"`` (TF32-class, may use tensor
@@ -309,8 +327,12 @@ def conv2d(
     on_device = isinstance(x, Tensor)
     xv = x if on_device else _view(x, "x")
     wv = _view(w, "w")
+    lay = x.layout if on_device and layout is None else _layout("NCHW" if layout is None else layout)
+    for name, t in (("x", x), ("z", z)):
+        if isinstance(t, Tensor) and t.layout != lay:
+            raise ValueError(f"{name} is an {t.layout} Tensor but the call's layout is {lay}")
     if not on_device and xv.ndim != 4:
-        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xv.shape}")
+        raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
     if wv.ndim != 4:
         raise ValueError(f"w must be 4-D (K, C/groups, R, S), got shape {wv.shape}")
     bv = None
@@ -323,13 +345,13 @@ def conv2d(
     epi = _epilogue.normalise(z is not None, alpha1, alpha2, activation, negative_slope, clamp)
     zv, zt = _residual(z, on_device)
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
-                 None if bv is None else int(bv.shape[0]), epi)
+                 None if bv is None else int(bv.shape[0]), epi, lay)
     copies = [("w", wv), ("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
     t1 = time.perf_counter()
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
-    _, _, s, p, d, g, _, _ = spec
+    _, _, s, p, d, g, _, _, _ = spec
     xa = x if on_device else _float32(xv)
     wa = _float32(wv)
     ba = None if bv is None else _float32(bv)
@@ -338,9 +360,9 @@ def conv2d(
     t3 = time.perf_counter()
     try:
         if on_device:
-            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay)
         else:
-            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za)
+            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay)
     finally:
         progress.close()
     _timings.record(t0, t1, t2, t3, time.perf_counter(), native_phases=not on_device)
@@ -364,19 +386,22 @@ def _residual(z: Any, on_device: bool) -> Tuple[Optional[np.ndarray], Optional[T
     return zv, None
 
 
-def to_device(x: Any) -> Tensor:
-    """Uploads a 4-D array to the GPU as a float32 ``convtune.Tensor``.
+def to_device(x: Any, layout: str = "NCHW") -> Tensor:
+    """Uploads a 4-D array to the GPU as a float32 ``convtune.Tensor``, whose axes are
+    ``layout``'s (``"NCHW"`` or ``"NHWC"``): ``conv2d`` reads it so and returns its output
+    in the same layout.
 
     ``conv2d`` accepts a Tensor as ``x`` and then returns a Tensor, so chained convolutions
     keep their intermediates on the GPU; ``Tensor.numpy()`` copies one back. Raises
     ValueError when the tensor exceeds one GPU buffer and OutOfMemoryError when its copy
     does not fit in memory, before copying.
     """
+    lay = _layout(layout)
     xv = _view(x, "x")
     if xv.ndim != 4:
-        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {xv.shape}")
+        raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
     _memory.check_upload(xv)
-    return _convtune.to_device(_float32(xv))
+    return _convtune.to_device(_float32(xv), lay)
 
 
 def last_call_timings() -> Optional[dict]:
@@ -432,12 +457,13 @@ def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, epilog
     """The normalised shape tuple the native functions take, from public-API arguments:
     shapes may be given as tuples or as the arrays themselves; ``epilogue`` is a dict of
     ``conv2d``'s epilogue arguments, with ``z`` as a flag or the array."""
+    e = dict(epilogue or {})
+    layout = _layout(e.pop("layout", "NCHW"))
     spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
     epi = None
-    if epilogue:
-        e = dict(epilogue)
+    if e:
         epi = _epilogue.normalise(_epilogue.residual_flag(e.pop("z", None)), **e)
-    return spec[:6] + (_bias_len(bias, spec[1]), epi)
+    return spec[:6] + (_bias_len(bias, spec[1]), epi, layout)
 
 
 def default_variant(
@@ -490,7 +516,7 @@ def wgsl(
 def _epilogue_kwargs(kwargs: dict) -> dict:
     """The epilogue keywords of an introspection call; others are a TypeError, as Python
     would raise for an unknown keyword."""
-    known = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp")
+    known = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout")
     unknown = sorted(set(kwargs) - set(known))
     if unknown:
         raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; epilogue keywords are {', '.join(known)}")

@@ -57,8 +57,9 @@ _Padding = Union[str, Tuple[int, int]]
 _Shape4 = Sequence[int]
 #: (alpha1, alpha2, residual, activation, negative_slope, clamp_min, clamp_max).
 _Epilogue = Tuple[float, float, bool, Optional[str], float, float, float]
-#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue), already normalised.
-_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue]]
+#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue, layout),
+#: already normalised; x_shape in the layout's order.
+_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue], str]
 #: ``progress(done, total, candidate_name, shape_label)``; raising cancels tuning.
 _Progress = Callable[[int, int, str, str], Any]
 
@@ -82,6 +83,7 @@ def conv2d(
     precision: Optional[str] = None,
     epilogue: Optional[_Epilogue] = None,
     z: Optional[npt.NDArray[np.float32]] = None,
+    layout: Optional[str] = None,
 ) -> npt.NDArray[np.float32]: ...
 def devices() -> List[Dict[str, Any]]: ...
 def adapter_info() -> Dict[str, Any]: ...
@@ -131,6 +133,8 @@ class Tensor:
     """A float32 NCHW tensor resident on the GPU."""
 
     @property
+    def layout(self) -> str: ...
+    @property
     def shape(self) -> Tuple[int, int, int, int]: ...
     @property
     def dtype(self) -> str: ...
@@ -138,7 +142,7 @@ class Tensor:
     def nbytes(self) -> int: ...
     def numpy(self) -> npt.NDArray[np.float32]: ...
 
-def to_device(x: npt.NDArray[np.float32]) -> Tensor: ...
+def to_device(x: npt.NDArray[np.float32], layout: Optional[str] = None) -> Tensor: ...
 def conv2d_tensor(
     x: Tensor,
     w: npt.NDArray[np.float32],
@@ -153,6 +157,7 @@ def conv2d_tensor(
     epilogue: Optional[_Epilogue] = None,
     z: Optional[npt.NDArray[np.float32]] = None,
     z_tensor: Optional[Tensor] = None,
+    layout: Optional[str] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...
 def synchronize() -> None: ...

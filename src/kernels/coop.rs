@@ -8,8 +8,8 @@ use super::cost::{parallel_efficiency, BARRIER, GATHER_LOAD};
 use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
-use crate::error::Result;
-use crate::params::ConvShape;
+use crate::error::{Error, Result};
+use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
 use std::fmt::Write as _;
 
@@ -168,7 +168,8 @@ impl KernelVariant for Coop {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+        // NCHW only so far: its gathers and stores do not take the layout's strides yet.
+        shape.layout == Layout::Nchw && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -221,6 +222,9 @@ impl Padded {
 }
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
+    if shape.layout != Layout::Nchw {
+        return Err(Error::invalid(format!("variant {} cannot run on this shape: it reads and writes NCHW only", v.name())));
+    }
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -449,7 +453,7 @@ fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
     let chunks_per_k = v.bm / 4;
     writeln!(s, "    let am = lid % {chunks_per_k};").unwrap();
     for p in 0..4 {
-        implicit::write_pixel(&mut s, &p.to_string(), &format!("m0 + 4 * am + {p}"), "CH");
+        implicit::write_pixel(&mut s, &p.to_string(), &format!("m0 + 4 * am + {p}"), ("CH * H * W", "W", ""));
     }
     for i in 0..a_slots {
         writeln!(s, "    let ak{i} = (lid + {}) / {chunks_per_k};", i * v.threads()).unwrap();

@@ -127,7 +127,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     let k_blocks = (shape.groups as u64 * kt).div_ceil(d.wg_y as u64);
 
     let mut setup = String::new();
-    writeln!(setup, "    let xg = (i32(n) * C + g * CG) * H * W;").unwrap();
+    writeln!(setup, "    let xg = i32(n) * XSN + g * CG * XSC;").unwrap();
     for i in 0..tk {
         writeln!(setup, "    let wb{i} = (g * KG + min(kk0 + {i}, KG - 1)) * CG * R * S;").unwrap();
     }
@@ -151,7 +151,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
                     writeln!(setup, "    let m{r}_{j}_{s} = rok{r} && cok{j}_{s};").unwrap();
                     writeln!(
                         setup,
-                        "    let o{r}_{j}_{s} = select(0, ih{r} * W + iw{j}_{s}, m{r}_{j}_{s});"
+                        "    let o{r}_{j}_{s} = select(0, ih{r} * XSH + iw{j}_{s} * XSW, m{r}_{j}_{s});"
                     )
                     .unwrap();
                 }
@@ -169,7 +169,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     // One channel's worth of the written-out window, for channel expression `c`.
     let window_body = |out: &mut String, c: &str, indent: &str| {
         writeln!(out, "{indent}{{").unwrap();
-        writeln!(out, "{indent}    let xc = xg + ({c}) * H * W;").unwrap();
+        writeln!(out, "{indent}    let xc = xg + ({c}) * XSC;").unwrap();
         writeln!(out, "{indent}    let wc = ({c}) * R * S;").unwrap();
         for r in 0..shape.r {
             for s in 0..shape.s {
@@ -196,7 +196,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     if d.unroll == 0 {
         main.push_str(
             "    for (var c: i32 = 0; c < CG; c = c + 1) {\n\
-             \x20       let xc = xg + c * H * W;\n\
+             \x20       let xc = xg + c * XSC;\n\
              \x20       let wc = c * R * S;\n\
              \x20       for (var r: i32 = 0; r < R; r = r + 1) {\n\
              \x20           let ih = ih_top + r * DH;\n\
@@ -207,7 +207,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
             let ind = "                ";
             writeln!(main, "{ind}let iw{j} = (ow0 + {j}) * SW - PW + s * DW;").unwrap();
             writeln!(main, "{ind}let ok{j} = rok && iw{j} >= 0 && iw{j} < W;").unwrap();
-            writeln!(main, "{ind}let xv{j} = select(pad0, x[select(0, xc + ih * W + iw{j}, ok{j})], ok{j});")
+            writeln!(main, "{ind}let xv{j} = select(pad0, x[select(0, xc + ih * XSH + iw{j} * XSW, ok{j})], ok{j});")
                 .unwrap();
         }
         for i in 0..tk {
@@ -234,9 +234,9 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     for i in 0..tk {
         writeln!(store, "    if (kk0 + {i} < KG) {{").unwrap();
         writeln!(store, "        let k = g * KG + kk0 + {i};").unwrap();
-        writeln!(store, "        let yrow = ((i32(n) * K + k) * OH + oh) * OW;").unwrap();
+        writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
-            writeln!(store, "        if (ow0 + {j} < OW) {{ y[yrow + ow0 + {j}] = epilogue(a{i}_{j}, k, yrow + ow0 + {j}); }}")
+            writeln!(store, "        if (ow0 + {j} < OW) {{ let yi = yrow + (ow0 + {j}) * YSP; y[yi] = epilogue(a{i}_{j}, k, yi); }}")
                 .unwrap();
         }
         writeln!(store, "    }}").unwrap();

@@ -166,7 +166,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut a_setup;
         writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
         writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
-        implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), "C");
+        implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), ("XSN", "XSH", " * XSW"));
         implicit::write_reduction_index(s, i, &format!("ak{i} + k_begin"));
         writeln!(s, "    var pa{i}: f32;").unwrap();
     }
@@ -195,7 +195,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
         writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
         writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "        let idx = abase{i} + kc{i} * H * W + kh{i} * DH * W + kw{i} * DW;").unwrap();
+        writeln!(s, "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;").unwrap();
         writeln!(s, "        pa{i} = select(pad0, x[select(0, idx, ok)], ok);").unwrap();
         writeln!(s, "    }}").unwrap();
     }
@@ -256,7 +256,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     for i in 0..gm.tm {
         let s = &mut store;
         writeln!(s, "    let om{i} = m0 + {} + 4 * tx;", (i / 4) * 4 * tx + i % 4).unwrap();
-        writeln!(s, "    let ym{i} = (om{i} / OHW) * K * OHW + om{i} % OHW;").unwrap();
+        writeln!(s, "    let ym{i} = (om{i} / OHW) * YSN + (om{i} % OHW) * YSP;").unwrap();
     }
     for j in 0..gm.tn {
         let s = &mut store;
@@ -267,11 +267,11 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         if gm.splits > 1 {
             // A partial sum: the finishing pass applies the epilogue.
             for i in 0..gm.tm {
-                writeln!(s, "            if (om{i} < M) {{ ws[sp * YLEN + ym{i} + k * OHW] = acc{i}_{j}; }}").unwrap();
+                writeln!(s, "            if (om{i} < M) {{ ws[sp * YLEN + ym{i} + k * YSK] = acc{i}_{j}; }}").unwrap();
             }
         } else {
             for i in 0..gm.tm {
-                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * OHW] = epilogue(acc{i}_{j}, k, ym{i} + k * OHW); }}").unwrap();
+                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * YSK] = epilogue(acc{i}_{j}, k, ym{i} + k * YSK); }}").unwrap();
             }
         }
         writeln!(s, "        }}").unwrap();

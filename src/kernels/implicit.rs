@@ -67,11 +67,11 @@ pub fn window_check(shape: &ConvShape) -> &'static str {
 }
 
 /// Decodes output pixel `m` (`M - 1` at most, flagged `aok{tag}` when in range) into its
-/// top-left input row and column and its base offset in x. `channels` names the input-channel
-/// constant of the template.
-pub fn write_pixel(s: &mut String, tag: &str, m: &str, channels: &str) {
+/// top-left input row and column and its base offset in x, given x's strides as template
+/// expressions: (image, row, " * column" or "" for a unit column stride).
+pub fn write_pixel(s: &mut String, tag: &str, m: &str, (image, row, column): (&str, &str, &str)) {
     write_pixel_position(s, tag, m);
-    writeln!(s, "    let abase{tag} = (apix{tag} / OHW) * {channels} * H * W + x_group + aih{tag} * W + aiw{tag};")
+    writeln!(s, "    let abase{tag} = (apix{tag} / OHW) * {image} + x_group + aih{tag} * {row} + aiw{tag}{column};")
         .unwrap();
 }
 

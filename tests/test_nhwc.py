@@ -1,0 +1,140 @@
+"""layout="NHWC": x as (N, H, W, C) and y as (N, OH, OW, K), read and written in place by the
+kernels, against the float64 reference of the same problem in NCHW (outputs poisoned first)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune.reference import apply_epilogue, conv2d_reference
+from reference import check_close
+from tuning_support import tuning_env  # noqa: F401  (a fixture)
+
+VARIANTS = [
+    "direct_wg64x1_u0_k1w1",
+    "direct_wg64x1_u1_k4w4",
+    "direct_wg128x1_u2_k8w2",
+    "gemm_b32x32x8_t4x4",
+    "gemm_b64x64x16_t4x8",
+    "gemm_b32x32x16_t4x4_k4",
+]
+
+CASES = [
+    ((2, 8, 12, 11), (6, 8, 3, 3), dict(padding=1)),
+    ((1, 6, 9, 10), (10, 3, 3, 2), dict(stride=(2, 1), padding=(1, 0), groups=2, dilation=(1, 2))),
+    ((3, 16, 7, 7), (20, 16, 1, 1), {}),
+    ((1, 4, 8, 8), (4, 1, 3, 3), dict(padding="same", groups=4)),
+]
+
+
+def nhwc(a):
+    return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("variant", VARIANTS + [None])
+def test_every_family_reads_and_writes_nhwc(variant):
+    rng = np.random.default_rng(abs(hash(str(variant))) % 2**32)
+    for xs, ws, kw in CASES:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        got = convtune.conv2d(nhwc(x), w, bias=b, layout="NHWC", variant=variant, **kw)
+        check_close(got, nhwc(conv2d_reference(x, w, bias=b, **kw)), context=f"{variant} {xs} {ws}")
+
+
+@pytest.mark.parametrize("variant", ["gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4", "direct_wg64x1_u1_k4w4"])
+def test_nhwc_with_the_fused_epilogue(variant):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 8, 10, 9)).astype(np.float32)
+    w = rng.standard_normal((12, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+    conv = conv2d_reference(x, w, padding=1)
+    z = rng.standard_normal(conv.shape).astype(np.float32)
+    want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation="leaky_relu", negative_slope=0.1)
+    got = convtune.conv2d(nhwc(x), w, padding=1, bias=b, layout="NHWC", variant=variant, z=nhwc(z),
+                          alpha1=0.5, alpha2=-2.0, activation="leaky_relu", negative_slope=0.1)
+    check_close(got, nhwc(want))
+
+
+SPLIT = r"""
+import os, numpy as np, convtune
+from convtune.reference import apply_epilogue, conv2d_reference, max_relative_error
+convtune._convtune._set_poison(True)
+t = lambda a: np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
+rng = np.random.default_rng(5)
+cases = [((2, 3, 37, 29), (5, 3, 3, 3), 1, 1), ((1, 4, 13, 23), (3, 4, 3, 3), 1, 4)]
+for binding in (10**9, 6000, 2500):
+    os.environ["CONVTUNE_MAX_BINDING"] = str(binding)
+    for xs, ws, stride, pad in cases:
+        x = rng.standard_normal(xs, dtype=np.float32)
+        w = rng.standard_normal(ws, dtype=np.float32)
+        b = rng.standard_normal(ws[0], dtype=np.float32)
+        conv = conv2d_reference(x, w, stride, pad)
+        z = rng.standard_normal(conv.shape, dtype=np.float32)
+        y = convtune.conv2d(t(x), w, stride, pad, bias=b, layout="NHWC", z=t(z), activation="relu")
+        err = max_relative_error(y, t(apply_epilogue(conv, b, z=z, activation="relu")))
+        assert err <= 1e-5, (binding, xs, err)
+print("ok")
+"""
+
+
+def test_nhwc_split_problems_and_padding_only_rows():
+    """Row bands of NHWC images are one run each; padding-only rows are filled per pixel."""
+    r = subprocess.run([sys.executable, "-c", SPLIT], env=dict(os.environ), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_nhwc_tensors_chain():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 6, 12, 12)).astype(np.float32)
+    ws = [(rng.standard_normal((6, 6, 3, 3)) * 0.3).astype(np.float32) for _ in range(4)]
+    t = convtune.to_device(nhwc(x), layout="NHWC")
+    assert t.layout == "NHWC" and "NHWC" in repr(t)
+    want = x.astype(np.float64)
+    for w in ws:
+        # The Tensor carries its layout: no layout= needed, and the output keeps it.
+        t = convtune.conv2d(t, w, padding=1, activation="relu")
+        want = apply_epilogue(conv2d_reference(want, w, padding=1), activation="relu")
+    assert t.shape == (1, 12, 12, 6) and t.layout == "NHWC"
+    check_close(t.numpy(), nhwc(want), rtol=1e-4)
+    with pytest.raises(ValueError, match="x is an NHWC Tensor but the call's layout is NCHW"):
+        convtune.conv2d(t, ws[0], padding=1, layout="NCHW")
+    with pytest.raises(ValueError, match="z is an NCHW Tensor"):
+        convtune.conv2d(t, ws[0], padding=1, z=convtune.to_device(nhwc(x).transpose(0, 3, 1, 2).copy()))
+    with pytest.raises(ValueError, match="layout must be"):
+        convtune.to_device(x, layout="CHW")
+
+
+def test_tensor_cores_refuse_nhwc_and_the_tuner_skips_them():
+    src_ok = convtune.wgsl("gemm_b32x32x8_t4x4", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
+    assert "XSC: i32 = 1" in src_ok
+    with pytest.raises(ValueError, match="NCHW only"):
+        convtune.wgsl("coop_b64x64x32_s2x2_p1", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
+    e = convtune.explain((1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC", precision="high")
+    assert e.family != "coop" and e.shape.endswith("nhwc")
+
+
+def test_tuning_keys_on_the_layout(tuning_env):
+    a = convtune.tune((1, 4, 10, 10), (8, 4, 3, 3), padding=1)
+    b = convtune.tune((1, 10, 10, 4), (8, 4, 3, 3), padding=1, layout="NHWC")
+    assert a.shape != b.shape and b.shape.endswith("nhwc")
+    assert convtune.tune((1, 10, 10, 4), (8, 4, 3, 3), padding=1, layout="NHWC").tuned_at == b.tuned_at
+
+
+@pytest.mark.parametrize("layout, exc", [("nhwc", ValueError), ("NCWH", ValueError), (1, TypeError), (b"NHWC", TypeError)])
+def test_bad_layouts_are_clear_errors(layout, exc):
+    x = np.ones((1, 4, 4, 3), np.float32)
+    with pytest.raises(exc, match="layout must be"):
+        convtune.conv2d(x, np.ones((2, 3, 1, 1), np.float32), layout=layout)
+
+
+def test_nhwc_array_whose_last_axis_is_not_c():
+    x = np.ones((1, 3, 4, 4), np.float32)  # an NCHW array passed as NHWC: C would be 4
+    with pytest.raises(ValueError, match="w.shape\\[1\\]"):
+        convtune.conv2d(x, np.ones((2, 3, 1, 1), np.float32), layout="NHWC")
