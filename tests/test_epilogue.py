@@ -120,27 +120,31 @@ import os, numpy as np, convtune
 from convtune.reference import apply_epilogue, conv2d_reference, max_relative_error
 convtune._convtune._set_poison(True)
 rng = np.random.default_rng(5)
+# NHWC row bands are one run per image, NCHW ones one per channel.
+views = {"NCHW": lambda a: a, "NHWC": lambda a: np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))}
 # Padding 4 with a 3x3 window: the first and last output rows see padding only and are
 # filled on the host, through the same epilogue.
 cases = [((2, 3, 37, 29), (5, 3, 3, 3), 1, 1), ((1, 4, 13, 23), (3, 4, 3, 3), 1, 4)]
 for binding in (10**9, 6000, 2500):
     os.environ["CONVTUNE_MAX_BINDING"] = str(binding)
-    for xs, ws, stride, pad in cases:
+    for (xs, ws, stride, pad), (layout, t) in [(c, v) for c in cases for v in views.items()]:
         x = rng.standard_normal(xs, dtype=np.float32)
         w = rng.standard_normal(ws, dtype=np.float32)
         b = rng.standard_normal(ws[0], dtype=np.float32)
         conv = conv2d_reference(x, w, stride, pad)
         z = rng.standard_normal(conv.shape, dtype=np.float32)
         for epi in (dict(activation="relu", alpha1=0.5), dict(z=z, alpha2=-1.5, activation="silu")):
-            y = convtune.conv2d(x, w, stride, pad, bias=b, **epi)
-            err = max_relative_error(y, apply_epilogue(conv, b, **epi))
-            assert err <= 1e-5, (binding, xs, sorted(epi), err)
+            run = dict(epi, z=t(z)) if "z" in epi else epi
+            y = convtune.conv2d(t(x), w, stride, pad, bias=b, layout=layout, **run)
+            err = max_relative_error(y, t(apply_epilogue(conv, b, **epi)))
+            assert err <= 1e-5, (binding, xs, layout, sorted(epi), err)
 print("ok")
 """
 
 
 def test_split_problems_and_padding_only_rows_apply_the_epilogue():
-    """Problems too large for one binding run as row bands, each uploading its part of z."""
+    """Problems too large for one binding run as row bands, each uploading its part of z,
+    in both layouts."""
     r = subprocess.run([sys.executable, "-c", SPLIT], env=dict(os.environ), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -3,10 +3,6 @@ kernels, against the float64 reference of the same problem in NCHW (outputs pois
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -61,33 +57,7 @@ def test_nhwc_with_the_fused_epilogue(variant):
     check_close(got, nhwc(want))
 
 
-SPLIT = r"""
-import os, numpy as np, convtune
-from convtune.reference import apply_epilogue, conv2d_reference, max_relative_error
-convtune._convtune._set_poison(True)
-t = lambda a: np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
-rng = np.random.default_rng(5)
-cases = [((2, 3, 37, 29), (5, 3, 3, 3), 1, 1), ((1, 4, 13, 23), (3, 4, 3, 3), 1, 4)]
-for binding in (10**9, 6000, 2500):
-    os.environ["CONVTUNE_MAX_BINDING"] = str(binding)
-    for xs, ws, stride, pad in cases:
-        x = rng.standard_normal(xs, dtype=np.float32)
-        w = rng.standard_normal(ws, dtype=np.float32)
-        b = rng.standard_normal(ws[0], dtype=np.float32)
-        conv = conv2d_reference(x, w, stride, pad)
-        z = rng.standard_normal(conv.shape, dtype=np.float32)
-        y = convtune.conv2d(t(x), w, stride, pad, bias=b, layout="NHWC", z=t(z), activation="relu")
-        err = max_relative_error(y, t(apply_epilogue(conv, b, z=z, activation="relu")))
-        assert err <= 1e-5, (binding, xs, err)
-print("ok")
-"""
-
-
-def test_nhwc_split_problems_and_padding_only_rows():
-    """Row bands of NHWC images are one run each; padding-only rows are filled per pixel."""
-    r = subprocess.run([sys.executable, "-c", SPLIT], env=dict(os.environ), capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+# Split NHWC problems (row bands, padding-only rows) with the epilogue: test_epilogue.py.
 
 
 def test_nhwc_tensors_chain():
