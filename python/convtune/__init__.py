@@ -308,8 +308,9 @@ def conv2d(
             cores); default ``CONVTUNE_PRECISION`` or ``"highest"``.
 
     Returns:
-        A new float32 array of shape (N, K, OH, OW); a ``convtune.Tensor`` on the GPU when
-        ``x`` is one.
+        A new float32 array of shape (N, K, OH, OW) ((N, OH, OW, K) in NHWC); a
+        ``convtune.Tensor`` on the GPU when ``x`` is one, returned as soon as its kernel is
+        queued (``Tensor.numpy()`` and ``convtune.synchronize()`` wait for it).
 
     Raises:
         TypeError: an argument of the wrong type or dtype.
