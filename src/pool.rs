@@ -248,7 +248,7 @@ impl Drop for PooledBuffer {
 
 #[cfg(test)]
 mod tests {
-    use super::size_class;
+    use super::{default_cap, size_class};
 
     #[test]
     fn cap_follows_the_heap_within_bounds() {
