@@ -74,7 +74,7 @@ fn bench_shape(c: &mut Criterion, engine: &Engine, shape: &ConvShape) {
     };
     let x = random_data(shape.x_len() as usize, 1);
     let w = random_data(shape.w_len() as usize, 2);
-    let tensors = match DeviceTensors::upload(engine, shape, &x, &w, None) {
+    let tensors = match DeviceTensors::upload(engine, shape, &x, &w, None, None) {
         Ok(t) => t,
         Err(e) => return eprintln!("{}: cannot upload inputs: {e}", shape.label()),
     };
