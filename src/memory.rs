@@ -145,7 +145,7 @@ pub fn conv2d_host(shape: &ConvShape, max_binding: u64) -> Result<Need> {
             part("weights", size_class(weights)),
             part("input", size_class(x_piece)),
             part("output", size_class(y_piece)),
-            part("residual", if z_piece > 0 { size_class(z_piece) } else { 0 }),
+            part("residual", residual_class(z_piece)),
         ],
     })
 }
@@ -164,7 +164,7 @@ pub fn conv2d_device(shape: &ConvShape, max_binding: u64) -> Result<Need> {
         device: vec![
             part("weights", size_class(weights)),
             part("output", size_class(y)),
-            part("residual", if z > 0 { size_class(z) } else { 0 }),
+            part("residual", residual_class(z)),
         ],
     })
 }
@@ -189,7 +189,7 @@ pub fn whole_problem(shape: &ConvShape, max_binding: u64) -> Result<Need> {
             part("input", size_class(x)),
             part("weights", size_class(weights)),
             part("outputs", 2 * size_class(y)),
-            part("residual", if z > 0 { size_class(z) } else { 0 }),
+            part("residual", residual_class(z)),
         ],
     })
 }
@@ -210,6 +210,11 @@ pub fn download(elems: u64) -> Need {
 /// Bytes of the epilogue's residual when the problem has one (`y` bytes), else 0.
 fn residual(shape: &ConvShape, y: u64) -> u64 {
     if shape.epilogue.residual { y } else { 0 }
+}
+
+/// The GPU buffer a residual of `bytes` takes from the pool; none for a problem without one.
+fn residual_class(bytes: u64) -> u64 {
+    if bytes > 0 { size_class(bytes) } else { 0 }
 }
 
 fn weight_bytes(shape: &ConvShape) -> u64 {

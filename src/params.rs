@@ -271,8 +271,9 @@ impl ConvShape {
     }
 
     /// Element strides (image, channel, row, column) of x, and (image, channel, pixel) of y,
-    /// where a pixel is oh * OW + ow: every family's index math goes through these, so each
-    /// reads and writes either layout natively.
+    /// where a pixel is oh * OW + ow: the direct and implicit-GEMM kernels index through
+    /// these, so they read and write either layout natively (the tensor-core kernels are
+    /// NCHW only and refuse NHWC problems).
     pub fn x_strides(&self) -> [u64; 4] {
         let (c, h, w) = (self.c as u64, self.h as u64, self.w as u64);
         match self.layout {

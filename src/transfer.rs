@@ -2,8 +2,8 @@
 //!
 //! A transfer is cut into chunks, each with its own staging buffer and submission. Uploads
 //! fill chunks on several host threads while the GPU copies earlier ones; read-backs wait
-//! for them in order on the calling thread and empty them on several (see `Download::finish`). Small transfers are one
-//! chunk on the calling thread.
+//! for them in order on the calling thread and empty them on several (see
+//! `Download::finish`). Small transfers are one chunk on the calling thread.
 //!
 //! On the host side a tensor is a list of runs `(offset, len)` in elements of a host array;
 //! on the GPU side the runs lie back to back from offset 0 (row bands of a split problem).

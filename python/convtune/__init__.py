@@ -454,11 +454,20 @@ def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
     return _int(bias, "bias")
 
 
-def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, epilogue=None):
+_PROBLEM_KEYWORDS = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout")
+
+
+def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywords=None):
     """The normalised shape tuple the native functions take, from public-API arguments:
-    shapes may be given as tuples or as the arrays themselves; ``epilogue`` is a dict of
-    ``conv2d``'s epilogue arguments, with ``z`` as a flag or the array."""
-    e = dict(epilogue or {})
+    shapes may be given as tuples or as the arrays themselves; ``keywords`` are the
+    introspection call's extra keywords, ``conv2d``'s epilogue arguments (``z`` as a flag or
+    the array) and ``layout``; any other is a TypeError, as Python raises for an unknown
+    keyword."""
+    e = dict(keywords or {})
+    unknown = sorted(set(e) - set(_PROBLEM_KEYWORDS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; "
+                        f"epilogue and layout keywords are {', '.join(_PROBLEM_KEYWORDS)}")
     layout = _layout(e.pop("layout", "NCHW"))
     spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
     epi = None
@@ -510,18 +519,8 @@ def wgsl(
     as for ``default_variant``); keyword arguments ``z``, ``alpha1``, ``alpha2``,
     ``activation``, ``negative_slope``, ``clamp`` add a fused epilogue as for ``conv2d``."""
     return _convtune.wgsl(
-        variant, _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, _epilogue_kwargs(epilogue))
+        variant, _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, epilogue)
     )
-
-
-def _epilogue_kwargs(kwargs: dict) -> dict:
-    """The epilogue keywords of an introspection call; others are a TypeError, as Python
-    would raise for an unknown keyword."""
-    known = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout")
-    unknown = sorted(set(kwargs) - set(known))
-    if unknown:
-        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; epilogue keywords are {', '.join(known)}")
-    return kwargs
 
 
 def time_variant(
@@ -550,7 +549,7 @@ def time_variant(
     """
     return _convtune.time_variant(
         variant,
-        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, _epilogue_kwargs(epilogue)),
+        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, epilogue),
         reps=_int(reps, "reps"),
         warmup=_int(warmup, "warmup"),
         precision=_precision(precision),
@@ -622,7 +621,7 @@ def tune(
     """
     return _tune_with(
         None, (x_shape, w_shape, stride, padding, dilation, groups),
-        {"bias": bias, "epilogue": _epilogue_kwargs(epilogue)},
+        {"bias": bias, "epilogue": epilogue},
         budget=budget, force=force, precision=precision,
     )
 
@@ -677,7 +676,7 @@ def explain(
     progress = Progress()
     try:
         d = _convtune.explain(
-            _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, _epilogue_kwargs(epilogue)),
+            _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, epilogue),
             variant=variant,
             progress=progress,
             precision=_precision(precision),
