@@ -19,7 +19,8 @@
 //
 // Layout {{LAYOUT}}: 0 gathers x in its own (N, C, H, W) layout, one element at a time, and
 // stages the pixel side column-major (a_hi[k][m]) so that neighbouring invocations gather
-// neighbouring pixels. 1 runs `prologue` first, which copies x to (N, H, W, C) and w to
+// neighbouring pixels. 1 runs `prologue` first, which copies x to (N, H, W, C) (unless x
+// is NHWC already, with C/groups a multiple of four: then it is read in place) and w to
 // (K, R, S, C/groups) in the workspace, each group's channels zero-padded to a multiple of
 // four (CP); the reduction then walks channels fastest over KL = CP*R*S terms, so four
 // consecutive terms are one 16-byte load whatever C is, and the pixel side is staged row-major
@@ -34,13 +35,13 @@
 enable f16;
 enable wgpu_cooperative_matrix;
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(0) var<storage, read> x: array<{{X_ELEM}}>;
 @group(0) @binding(1) var<storage, read> w: array<{{W_ELEM}}>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 // [0], [1]: bits of max |x| and max |w| over finite elements.
 @group(0) @binding(4) var<storage, read_write> scales: array<atomic<u32>, 4>;
-// Layout 1: x as (N, H, W, C) and w as (K, R, S, CG), written by `prologue`.
+// Layout 1: x as (N, H, W, C) (for NCHW x) and w as (K, R, S, CG), written by `prologue`.
 @group(0) @binding(5) var<storage, read_write> xt: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> wt: array<vec4<f32>>;
 
@@ -66,6 +67,9 @@ const DW: i32 = {{DW}};
 const CG: i32 = {{CG}};
 const KG: i32 = {{KG}};
 const OHW: i32 = OH * OW;
+const YSN: i32 = {{YSN}};       // y's strides: image, channel, pixel (oh * OW + ow)
+const YSK: i32 = {{YSK}};
+const YSP: i32 = {{YSP}};
 const M: i32 = {{M}};              // N * OH * OW
 const KR: i32 = CG * R * S;        // reduction length
 const CP: i32 = {{CP}};            // CG rounded up to a multiple of 4: layout 1's channel rows
@@ -146,14 +150,16 @@ fn main(
 
 // ---------------------------------------------------------------------------------------
 // Layout 1's prologue: the channels-last copies, and max |x|, max |w| in the same pass.
-// The first X_BLOCKS workgroups each transpose a 32-channel x 32-pixel tile of one image
-// through workgroup memory (reads and writes both coalesced); the rest rearrange w, four
-// channels of one (k, r, s) per invocation.
+// For NCHW x, the first X_BLOCKS workgroups each transpose a 32-channel x 32-pixel tile of
+// one image through workgroup memory (reads and writes both coalesced); NHWC x is read in
+// place by the kernel, so they only fold its max. The rest rearrange w, four channels of
+// one (k, r, s) per invocation.
 
 const HW: i32 = H * W;
 const P_TILES: u32 = {{P_TILES}}u;    // ceil(H * W / 32)
 const C_TILES: u32 = {{C_TILES}}u;    // ceil(CHP / 32)
-const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES
+const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES (NCHW x), ceil(X_VEC4S / 256) (NHWC)
+const X_VEC4S: i32 = {{X_VEC4S}};
 const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KRP / 4 / 256)
 const KR4: i32 = KRP / 4;             // vec4s per wt row
 
@@ -192,30 +198,7 @@ fn prologue(
     workgroupBarrier();
     let lid = i32(lidx);
     if (block < X_BLOCKS) {
-        let p0 = i32(block % P_TILES) * 32;
-        let c0 = i32((block / P_TILES) % C_TILES) * 32;
-        let n = i32(block / (P_TILES * C_TILES));
-        var mx = 0u;
-        for (var i = 0; i < 4; i = i + 1) {
-            let cy = lid / 32 + 8 * i;
-            let p = p0 + lid % 32;
-            // Padded channel c0 + cy is channel cc of group cg; past CG it is padding (zero).
-            let cg = (c0 + cy) / CP;
-            let cc = (c0 + cy) % CP;
-            let ok = c0 + cy < CHP && cc < CG && p < HW;
-            let v = select(0.0, x[select(0, (n * CH + cg * CG + cc) * HW + p, ok)], ok);
-            mx = max(mx, finite_abs_bits(v));
-            tile[cy * 33 + lid % 32] = v;
-        }
-        atomicMax(&tile_max[0], mx);
-        workgroupBarrier();
-        let py = lid / 8;
-        let c4 = 4 * (lid % 8);
-        if (p0 + py < HW && c0 + c4 < CHP) {
-            xt[((n * HW + p0 + py) * CHP + c0 + c4) / 4] = vec4<f32>(
-                tile[c4 * 33 + py], tile[(c4 + 1) * 33 + py],
-                tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]);
-        }
+{{PROLOGUE_X}}
     } else {
         // wt[k][(r * S + s) * CP + c] = w[k][c][r][s], four consecutive c at a time, zero
         // for the padding channels c >= CG.

@@ -119,6 +119,10 @@ mod tests {
             ConvShape::new([1, 3, 5, 5], [5, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap(),
             // Channel counts the channels-last gathers take.
             ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6)).unwrap(),
+            // NHWC, read in place by the channels-last tensor-core variants.
+            ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc),
         ];
         for shape in &shapes {
             for v in all_variants() {

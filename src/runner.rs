@@ -97,7 +97,7 @@ struct Bindings<'a> {
     x: &'a PooledBuffer,
     w: &'a PooledBuffer,
     scales: Option<PooledBuffer>,
-    _workspace: Vec<PooledBuffer>,
+    _workspace: Vec<Option<PooledBuffer>>,
 }
 
 fn bindings<'a>(
@@ -110,11 +110,11 @@ fn bindings<'a>(
     y: &PooledBuffer,
 ) -> Result<Bindings<'a>> {
     let scales = if kernel.scaled { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
+    // Slots keep their bindings: a kernel may need the second workspace and not the first.
     let workspace = kernel
         .workspace
         .iter()
-        .filter(|&&bytes| bytes > 0)
-        .map(|&bytes| engine.pool.take(OUTPUT, bytes.max(16)))
+        .map(|&bytes| (bytes > 0).then(|| engine.pool.take(OUTPUT, bytes.max(16))).transpose())
         .collect::<Result<Vec<_>>>()?;
     let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("convtune conv2d"),
@@ -125,8 +125,8 @@ fn bindings<'a>(
             wgpu::BindGroupEntry { binding: 2, resource: or_input(engine, bias) },
             wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
             wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, scales.as_ref()) },
-            wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, workspace.first()) },
-            wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, workspace.get(1)) },
+            wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, workspace.first().and_then(Option::as_ref)) },
+            wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, workspace.get(1).and_then(Option::as_ref)) },
             wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, z) },
         ],
     });

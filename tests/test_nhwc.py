@@ -81,13 +81,53 @@ def test_nhwc_tensors_chain():
         convtune.to_device(x, layout="CHW")
 
 
-def test_tensor_cores_refuse_nhwc_and_the_tuner_skips_them():
+def test_tensor_cores_take_nhwc_in_place_only_in_their_channels_last_variants():
     src_ok = convtune.wgsl("gemm_b32x32x8_t4x4", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
     assert "XSC: i32 = 1" in src_ok
-    with pytest.raises(ValueError, match="NCHW only"):
+    # Channels-last variants read NHWC x in place (no copy into the workspace) and store
+    # channel-fastest.
+    src = convtune.wgsl("coop_b64x64x32_s2x2_p1_l1", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
+    assert "array<vec4<f32>>" in src.split("@binding(0)")[1].split("\n")[0]
+    assert "coopStoreT(acc" in src and "xt[" not in src.split("fn main")[1].split("fn prologue")[0]
+    with pytest.raises(ValueError, match="channels-last variants"):
         convtune.wgsl("coop_b64x64x32_s2x2_p1", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
-    e = convtune.explain((1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC", precision="high")
+    # C/groups not a multiple of 4 would need the padded copy: refused, left to the FMA families.
+    with pytest.raises(ValueError, match="multiple of 4"):
+        convtune.wgsl("coop_b64x64x32_s2x2_p1_l1", (1, 8, 8, 6), (4, 6, 3, 3), layout="NHWC")
+    e = convtune.explain((1, 8, 8, 6), (4, 6, 3, 3), layout="NHWC", precision="high")
     assert e.family != "coop" and e.shape.endswith("nhwc")
+
+
+TC = convtune.adapter_info()["features"]["tensor_cores"]
+COOP_L1 = [v for v in convtune.variant_space() if v.startswith("coop_") and v.endswith("_l1")]
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", COOP_L1)
+def test_tensor_core_variants_read_and_write_nhwc(variant):
+    bound = 1e-5 if convtune.variant_knobs(variant)["split"] == 3 else 4e-3
+    rng = np.random.default_rng(abs(hash(variant)) % 2**32)
+    cases = [
+        ((2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1)),
+        ((1, 16, 17, 13), (40, 8, 3, 1), dict(stride=(2, 1), padding=(1, 0), groups=2)),
+        ((3, 24, 9, 9), (72, 24, 1, 1), {}),
+    ]
+    for xs, ws, kw in cases:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        conv = conv2d_reference(x, w, **kw)
+        z = rng.standard_normal(conv.shape).astype(np.float32)
+        want = apply_epilogue(conv, b, z=z, alpha2=0.5, activation="relu")
+        try:
+            got = convtune.conv2d(nhwc(x), w, bias=b, z=nhwc(z), alpha2=0.5, activation="relu",
+                                  layout="NHWC", variant=variant, **kw)
+        except ValueError as e:
+            if "the adapter allows" in str(e):
+                pytest.skip(f"{variant} exceeds this adapter's workgroup memory: {e}")
+            raise
+        err = np.abs(got - nhwc(want)).max() / np.abs(want).max()
+        assert err <= bound, (variant, xs, ws, err)
 
 
 def test_tuning_keys_on_the_layout(tuning_env):

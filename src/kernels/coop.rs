@@ -168,8 +168,13 @@ impl KernelVariant for Coop {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        // NCHW only so far: its gathers and stores do not take the layout's strides yet.
-        shape.layout == Layout::Nchw && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+        // NHWC x is read in place by layout 1, where its pixel rows are whole vec4s; layout 0
+        // gathers along NCHW's rows.
+        let layout_ok = match shape.layout {
+            Layout::Nchw => true,
+            Layout::Nhwc => self.layout == 1 && reads_x_in_place(shape),
+        };
+        layout_ok && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -179,7 +184,8 @@ impl KernelVariant for Coop {
         // that reads x and w once and writes them once.
         let (gather, prologue, padded) = if self.layout == 1 {
             let p = Padded::of(shape);
-            let copied = (p.x_len(shape) + p.w_len(shape)) as f64;
+            let x_copied = if reads_x_in_place(shape) { 0 } else { p.x_len(shape) };
+            let copied = (x_copied + p.w_len(shape)) as f64;
             (GATHER_LOAD / 4.0, PROLOGUE * copied, p.krp as f64 / view.red as f64)
         } else {
             (GATHER_LOAD, 0.0, 1.0)
@@ -221,10 +227,20 @@ impl Padded {
     }
 }
 
+/// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.
+fn reads_x_in_place(shape: &ConvShape) -> bool {
+    shape.layout == Layout::Nhwc && shape.cg() % 4 == 0
+}
+
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
-    if shape.layout != Layout::Nchw {
-        return Err(Error::invalid(format!("variant {} cannot run on this shape: it reads and writes NCHW only", v.name())));
+    if shape.layout != Layout::Nchw && !(v.layout == 1 && reads_x_in_place(shape)) {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1) and \
+             C/groups a multiple of 4",
+            v.name()
+        )));
     }
+    let in_place = reads_x_in_place(shape);
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -270,7 +286,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let w_buf = if v.layout == 1 { "wt" } else { "w" };
     let mut fetch = String::new();
     if v.layout == 1 {
-        fetch_channels_last(&mut fetch, a_slots, shape);
+        fetch_channels_last(&mut fetch, a_slots, shape, if in_place { "x" } else { "xt" });
     } else {
         fetch_in_place(&mut fetch, a_slots, shape);
     }
@@ -367,23 +383,26 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        }}").unwrap();
     }
 
-    // Epilogue: each accumulator tile goes through the subgroup's scratch, column-major
-    // (pixel fastest), so neighbouring lanes write neighbouring pixels of one channel.
+    // Epilogue: each accumulator tile goes through the subgroup's scratch, laid out so that
+    // neighbouring lanes write neighbouring elements of y: pixel fastest for NCHW
+    // (column-major), channel fastest for NHWC (row-major).
+    let pixel_fastest = shape.layout == Layout::Nchw;
+    let (store_fn, e_m, e_n) = if pixel_fastest { ("coopStore", "e % 16u", "e / 16u") } else { ("coopStoreT", "e / 16u", "e % 16u") };
     let mut store = String::new();
     for i in 0..tm {
         for j in 0..tn {
             let s = &mut store;
             writeln!(s, "    workgroupBarrier();").unwrap();
-            writeln!(s, "    coopStore(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
+            writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if split {
-                writeln!(s, "    coopStore(cor{i}_{j}, &scratch[{} + sbase], 16u);", v.sgm * v.sgn * 256).unwrap();
+                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{} + sbase], 16u);", v.sgm * v.sgn * 256).unwrap();
             }
             writeln!(s, "    workgroupBarrier();").unwrap();
             for e in 0..8 {
                 writeln!(s, "    {{").unwrap();
                 writeln!(s, "        let e = {}u + lane;", e * 32).unwrap();
-                writeln!(s, "        let m = m0 + i32(wm) + {} + i32(e % 16u);", i * 16).unwrap();
-                writeln!(s, "        let n = n0 + i32(wn) + {} + i32(e / 16u);", j * 16).unwrap();
+                writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
                 writeln!(s, "            let k = g * KG + n;").unwrap();
                 let sum = if split {
@@ -392,7 +411,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                     "scratch[sbase + e]".to_string()
                 };
                 // The smaller factor first: an intermediate overflows only if the result does.
-                writeln!(s, "            let yi = ((m / OHW) * K + k) * OHW + m % OHW;").unwrap();
+                writeln!(s, "            let yi = (m / OHW) * YSN + k * YSK + (m % OHW) * YSP;").unwrap();
                 writeln!(s, "            y[yi] = epilogue(({sum}) * min(ux, uw) * max(ux, uw), k, yi);").unwrap();
                 writeln!(s, "        }}").unwrap();
                 writeln!(s, "    }}").unwrap();
@@ -403,7 +422,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w);
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place);
     vars.extend(prologue_vars);
     let kl = if v.layout == 1 { padded.krp } else { view.red as u64 };
     vars.extend([
@@ -425,6 +444,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
         ("W_ELEM", if vec_w { "vec4<f32>" } else { "f32" }.to_string()),
+        ("X_ELEM", if in_place { "vec4<f32>" } else { "f32" }.to_string()),
         ("SMEM", smem),
         ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
         ("A_SETUP", a_setup),
@@ -440,7 +460,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     kernel.scaled = true;
     if v.layout == 1 {
         kernel.prologue = Some(prologue_blocks);
-        kernel.workspace = [padded.x_len(shape) * 4, padded.w_len(shape) * 4];
+        kernel.workspace = [if in_place { 0 } else { padded.x_len(shape) * 4 }, padded.w_len(shape) * 4];
     }
     Ok(kernel)
 }
@@ -502,7 +522,7 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape) {
 
 /// Layout 1's gathers: the step's four terms (channels c .. c+3 of one (r, s), decoded once
 /// per step) for each slot's pixel, one 16-byte load each.
-fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape) {
+fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &str) {
     writeln!(s, "    {{").unwrap();
     writeln!(s, "        let kr = k_next + 4 * acol;").unwrap();
     writeln!(s, "        let krs = kr / CP;").unwrap();
@@ -515,7 +535,7 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape) {
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
         writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), xt[select(0, (abase{i} + koff) / 4, ok)], ok);").unwrap();
+        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), {x_buf}[select(0, (abase{i} + koff) / 4, ok)], ok);").unwrap();
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();
@@ -523,10 +543,11 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape) {
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool) -> (Vec<(&'static str, String)>, u64) {
+fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
-    let x_blocks = shape.n as u64 * p_tiles * c_tiles;
+    let x_vec4s = shape.x_len() / 4;
+    let x_blocks = if in_place { x_vec4s.div_ceil(256) } else { shape.n as u64 * p_tiles * c_tiles };
     let w_blocks = (padded.w_len(shape) / 4).div_ceil(256);
     let w_at = if vec_w { "    return w[i / 4][i % 4];" } else { "    return w[i];" };
     let vars = vec![
@@ -535,9 +556,47 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool) -> (Vec<(&'sta
         ("X_BLOCKS", x_blocks.to_string()),
         ("W_BLOCKS", w_blocks.to_string()),
         ("W_AT", w_at.to_string()),
+        ("X_VEC4S", x_vec4s.to_string()),
+        ("PROLOGUE_X", if in_place { PROLOGUE_X_MAX } else { PROLOGUE_X_COPY }.to_string()),
     ];
     (vars, x_blocks + w_blocks)
 }
+
+/// The prologue's x part for NCHW x: transpose a 32-channel x 32-pixel tile into `xt`.
+const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
+        let c0 = i32((block / P_TILES) % C_TILES) * 32;
+        let n = i32(block / (P_TILES * C_TILES));
+        var mx = 0u;
+        for (var i = 0; i < 4; i = i + 1) {
+            let cy = lid / 32 + 8 * i;
+            let p = p0 + lid % 32;
+            // Padded channel c0 + cy is channel cc of group cg; past CG it is padding (zero).
+            let cg = (c0 + cy) / CP;
+            let cc = (c0 + cy) % CP;
+            let ok = c0 + cy < CHP && cc < CG && p < HW;
+            let v = select(0.0, x[select(0, (n * CH + cg * CG + cc) * HW + p, ok)], ok);
+            mx = max(mx, finite_abs_bits(v));
+            tile[cy * 33 + lid % 32] = v;
+        }
+        atomicMax(&tile_max[0], mx);
+        workgroupBarrier();
+        let py = lid / 8;
+        let c4 = 4 * (lid % 8);
+        if (p0 + py < HW && c0 + c4 < CHP) {
+            xt[((n * HW + p0 + py) * CHP + c0 + c4) / 4] = vec4<f32>(
+                tile[c4 * 33 + py], tile[(c4 + 1) * 33 + py],
+                tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]);
+        }"#;
+
+/// The prologue's x part for NHWC x, which the kernel reads in place: its max only.
+const PROLOGUE_X_MAX: &str = r#"        let i = i32(block) * 256 + lid;
+        var mx = 0u;
+        if (i < X_VEC4S) {
+            let b = bitcast<vec4<u32>>(x[i]) & vec4<u32>(0x7FFFFFFFu);
+            let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
+            mx = max(max(f.x, f.y), max(f.z, f.w));
+        }
+        atomicMax(&tile_max[0], mx);"#;
 
 #[cfg(test)]
 mod tests {
