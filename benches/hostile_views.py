@@ -41,7 +41,7 @@ def _cases():
         "x as_strided 1 TiB": lambda: convtune.conv2d(
             np.lib.stride_tricks.as_strided(tiny, TB_X, (0, 4, 0, 0)), W_SMALL),
         "x float16 broadcast_to 1 TiB": lambda: convtune.conv2d(
-            np.broadcast_to(np.float16(1), TB_X), W_SMALL),
+            np.broadcast_to(np.float16(1), TB_X), W_SMALL.astype(np.float16)),
         "w broadcast_to 1 TiB": lambda: convtune.conv2d(
             np.ones((1, 4, 16, 16), np.float32), np.broadcast_to(np.float32(1), (2**28, 4, 16, 16))),
         "w as_strided 1 TiB": lambda: convtune.conv2d(
@@ -68,7 +68,7 @@ def _limited_cases():
     return {
         "x broadcast_to 6 GiB": lambda: convtune.conv2d(np.broadcast_to(np.float32(1), x6), W_SMALL[:, :3]),
         "x float16 as_strided 6 GiB": lambda: convtune.conv2d(
-            np.lib.stride_tricks.as_strided(np.ones(1, np.float16), x6, (0, 0, 0, 0)), W_SMALL[:, :3]),
+            np.lib.stride_tricks.as_strided(np.ones(1, np.float16), x6, (0, 0, 0, 0)), W_SMALL[:, :3].astype(np.float16)),
         "huge padding (6 GiB output)": lambda: convtune.conv2d(one, one, padding=20000),
     }
 

@@ -12,7 +12,9 @@ TF32, and fp16 channels-last (CUDA events, median of 50), TFLOP/s, the ratio to 
 the time to tune the shape cold, tuned vs default speed-up, peak device memory of one call
 over the bytes of x + w + y, and the max relative error against PyTorch in float64.
 Precision "highest" is compared with cuDNN fp32 (TF32 off); "high" (tuned separately) with
-cuDNN TF32, each side's error measured against float64 on the same inputs.
+cuDNN TF32, each side's error measured against float64 on the same inputs. float16 data
+(float16 x, w and result, channels-last on both sides) is compared with cuDNN fp16
+(`--float16-only` runs just that table).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import statistics
 import sys
 import time
+from typing import List
 
 import numpy as np
 
@@ -171,6 +174,63 @@ def bench_case(case, budget) -> dict:
     }
 
 
+def float16_case(case, budget) -> dict:
+    """float16 data against cuDNN fp16, both channels-last (NHWC, as cuDNN's fp16 is timed):
+    the tuned winner's GPU time, and each side's max relative error against float64 on the
+    same float16 inputs."""
+    import torch
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(1)
+    fan_in = int(np.prod(case.w_shape[1:]))
+    x = rng.standard_normal(case.x_shape).astype(np.float16)
+    w = (rng.standard_normal(case.w_shape) / np.sqrt(fan_in)).astype(np.float16)
+    xn = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    spec = (xn.shape, case.w_shape, case.stride, case.padding, 1, case.groups)
+    kw = dict(layout="NHWC", dtype="float16")
+    report = convtune.tune(*spec, budget=budget, force=True, **kw)
+    _, times = convtune.time_variant(*spec, variant=report.winner, reps=50, warmup=5, **kw)
+    gpu = statistics.median(times)
+    y = convtune.conv2d(xn, w, stride=case.stride, padding=case.padding, groups=case.groups, layout="NHWC")
+    ref = torch_f64(case, x, w)
+    conv_kw = dict(stride=case.stride, padding=case.padding, groups=case.groups)
+    xh = torch.from_numpy(x).cuda().to(memory_format=torch.channels_last)
+    wh = torch.from_numpy(w).cuda().to(memory_format=torch.channels_last)
+    torch.backends.cudnn.benchmark = True
+    cudnn_ms = cuda_ms(lambda: F.conv2d(xh, wh, **conv_kw))
+    return {
+        "shape": case.label(),
+        "f16_winner": report.winner,
+        "f16_ms": gpu * 1e3,
+        "f16_tflops": case.flops() / gpu / 1e12,
+        "cudnn_fp16_ms": cudnn_ms,
+        "ratio_fp16": gpu * 1e3 / cudnn_ms,
+        "f16_err": rel_err(y.transpose(0, 3, 1, 2), ref),
+        "cudnn_fp16_err": rel_err(F.conv2d(xh, wh, **conv_kw).float().cpu().numpy(), ref),
+    }
+
+
+def float16_markdown(rows) -> List[str]:
+    geo = math.exp(sum(math.log(r["ratio_fp16"]) for r in rows) / len(rows))
+    lines = [
+        "## float16 data against cuDNN fp16",
+        "",
+        "float16 x and w, float16 result, both sides channels-last (convtune `layout=\"NHWC\"`, "
+        "PyTorch `channels_last`); default tuning budget. err = max relative error vs float64 on "
+        "the same float16 inputs.",
+        "",
+        "| shape | winner | GPU ms | TFLOP/s | cuDNN fp16 | ratio | err | cuDNN err |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['shape']} | `{r['f16_winner']}` | {r['f16_ms']:.3f} | {r['f16_tflops']:.1f} | "
+            f"{r['cudnn_fp16_ms']:.3f} | {r['ratio_fp16']:.2f} | {r['f16_err']:.1e} | {r['cudnn_fp16_err']:.1e} |"
+        )
+    lines += ["", f"**Geometric mean of convtune float16 / cuDNN fp16: {geo:.2f}** (target <= 2.0).", ""]
+    return lines
+
+
 def markdown(rows, meta, chain) -> str:
     def geomean(key):
         return math.exp(sum(math.log(r[key]) for r in rows) / len(rows))
@@ -225,7 +285,8 @@ def markdown(rows, meta, chain) -> str:
             f"{r['cudnn_tf32_ms']:.3f} | {r['ratio_tf32']:.2f} | {r['high_err']:.1e} | "
             f"{r['cudnn_tf32_err']:.1e} | {r['rel_err_vs_torch_f64']:.1e} | {r['cudnn_fp32_err']:.1e} |"
         )
-    lines += ["", f"**Geometric mean of convtune high / cuDNN TF32: {geo_high:.2f}** (target <= 1.0)."]
+    lines += ["", f"**Geometric mean of convtune high / cuDNN TF32: {geo_high:.2f}** (target <= 1.0).", ""]
+    lines += float16_markdown(rows)
     if chain:
         lines += [
             "",
@@ -248,6 +309,8 @@ def main() -> int:
     p.add_argument("--markdown", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--chain", action="store_true", help="also time 10 chained EDSR convs")
+    p.add_argument("--float16-only", action="store_true",
+                   help="only the float16 table (float16 data against cuDNN fp16)")
     args = p.parse_args()
     import torch
 
@@ -264,9 +327,24 @@ def main() -> int:
     suite = PUBLIC_SUITE
     if args.only:
         suite = [suite[int(i)] for i in args.only.split(",")]
+    if args.float16_only:
+        half = []
+        for case in suite:
+            r = float16_case(case, args.budget)
+            half.append(r)
+            print(f"{r['shape']:36s} {r['f16_winner']:28s} {r['f16_ms']:8.3f} ms {r['f16_tflops']:6.1f} TFLOP/s "
+                  f"cuDNN fp16 {r['cudnn_fp16_ms']:.3f} ms ratio {r['ratio_fp16']:.2f} err {r['f16_err']:.1e} "
+                  f"(cuDNN {r['cudnn_fp16_err']:.1e})", flush=True)
+        md = "\n".join(float16_markdown(half))
+        print(md)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"meta": meta, "float16": half}, f, indent=1)
+        return 0
     rows = []
     for case in suite:
         r = bench_case(case, args.budget)
+        r.update({k: v for k, v in float16_case(case, args.budget).items() if k != "shape"})
         rows.append(r)
         print(f"{r['shape']:36s} {r['winner']:26s} {r['gpu_ms']:8.3f} ms {r['tflops']:5.1f} TFLOP/s "
               f"cuDNN {r['cudnn_fp32_ms']:.3f} ms ratio {r['ratio_fp32']:.2f} err {r['rel_err_vs_torch_f64']:.1e} "

@@ -6,16 +6,19 @@
 // are finite, the largest finite |want|, and how many elements are non-finite where the
 // reference holds something else. NaN tests use the bits: a compiler may assume no NaN.
 // `maxabs` writes max |x| and max |w| over finite elements into stats[0] and stats[1], for
-// kernels that scale their inputs (coop.wgsl).
+// kernels that scale their inputs (coop.wgsl). Buffers are read as words: float32 elements
+// are one each, float16 elements two (`fill16`, `compare16`; the core language unpacks them,
+// so this module needs no f16 extension).
 
-@group(0) @binding(3) var<storage, read_write> poisoned: array<f32>;
+@group(0) @binding(3) var<storage, read_write> poisoned: array<u32>;
 
-@group(0) @binding(0) var<storage, read> got: array<f32>;
-@group(0) @binding(1) var<storage, read> want: array<f32>;
+@group(0) @binding(0) var<storage, read> got: array<u32>;
+@group(0) @binding(1) var<storage, read> want: array<u32>;
 // [0]: bits of the largest difference, [1]: bits of the largest |want|, [2]: bad elements
 @group(0) @binding(2) var<storage, read_write> stats: array<atomic<u32>, 4>;
 
 const POISON: u32 = {{POISON}}u;
+const POISON16: u32 = {{POISON16}}u;  // two float16 NaNs
 const EXP_MASK: u32 = 0x7f800000u;
 const ABS_MASK: u32 = 0x7fffffffu;
 const THREADS: u32 = {{THREADS}}u;
@@ -24,7 +27,15 @@ const THREADS: u32 = {{THREADS}}u;
 fn fill(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n = arrayLength(&poisoned);
     for (var i = gid.x; i < n; i = i + THREADS) {
-        poisoned[i] = bitcast<f32>(POISON);
+        poisoned[i] = POISON;
+    }
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn fill16(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let n = arrayLength(&poisoned);
+    for (var i = gid.x; i < n; i = i + THREADS) {
+        poisoned[i] = POISON16;
     }
 }
 
@@ -40,12 +51,12 @@ fn maxabs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocati
     workgroupBarrier();
     var mx: u32 = 0u;
     for (var i = gid.x; i < arrayLength(&got); i = i + THREADS) {
-        let b = bitcast<u32>(got[i]) & ABS_MASK;
+        let b = got[i] & ABS_MASK;
         if (b < EXP_MASK) { mx = max(mx, b); }
     }
     var mw: u32 = 0u;
     for (var i = gid.x; i < arrayLength(&want); i = i + THREADS) {
-        let b = bitcast<u32>(want[i]) & ABS_MASK;
+        let b = want[i] & ABS_MASK;
         if (b < EXP_MASK) { mw = max(mw, b); }
     }
     atomicMax(&wg_max[0], mx);
@@ -64,8 +75,8 @@ fn compare(@builtin(global_invocation_id) gid: vec3<u32>) {
     var max_want: u32 = 0u;
     var bad: u32 = 0u;
     for (var i = gid.x; i < n; i = i + THREADS) {
-        let g = bitcast<u32>(got[i]);
-        let w = bitcast<u32>(want[i]);
+        let g = got[i];
+        let w = want[i];
         let w_finite = (w & EXP_MASK) != EXP_MASK;
         let g_finite = (g & EXP_MASK) != EXP_MASK;
         let w_nan = (w & ABS_MASK) > EXP_MASK;
@@ -74,8 +85,41 @@ fn compare(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         if (w_finite && g_finite) {
             // Non-negative floats order like their bits.
-            max_diff = max(max_diff, bitcast<u32>(abs(got[i] - want[i])));
+            max_diff = max(max_diff, bitcast<u32>(abs(bitcast<f32>(g) - bitcast<f32>(w))));
             max_want = max(max_want, w & ABS_MASK);
+        }
+    }
+    atomicMax(&stats[0], max_diff);
+    atomicMax(&stats[1], max_want);
+    atomicAdd(&stats[2], bad);
+}
+
+// The same fold over float16 elements, two per word. A float16 buffer's last word may hold
+// one element and a pad half, which both outputs have poisoned (NaN in `want`: not judged).
+const EXP16: u32 = 0x7c00u;
+const ABS16: u32 = 0x7fffu;
+
+@compute @workgroup_size(256, 1, 1)
+fn compare16(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let n = arrayLength(&got) * 2u;
+    var max_diff: u32 = 0u;
+    var max_want: u32 = 0u;
+    var bad: u32 = 0u;
+    for (var i = gid.x; i < n; i = i + THREADS) {
+        let shift = 16u * (i % 2u);
+        let g = (got[i / 2u] >> shift) & 0xffffu;
+        let w = (want[i / 2u] >> shift) & 0xffffu;
+        let w_finite = (w & EXP16) != EXP16;
+        let g_finite = (g & EXP16) != EXP16;
+        let w_nan = (w & ABS16) > EXP16;
+        if (!w_nan && !g_finite && g != w) {
+            bad = bad + 1u;
+        }
+        if (w_finite && g_finite) {
+            let gv = unpack2x16float(g).x;
+            let wv = unpack2x16float(w).x;
+            max_diff = max(max_diff, bitcast<u32>(abs(gv - wv)));
+            max_want = max(max_want, bitcast<u32>(abs(wv)));
         }
     }
     atomicMax(&stats[0], max_diff);

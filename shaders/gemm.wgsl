@@ -19,10 +19,13 @@
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
+{{ENABLES}}
+// x, w, y (and z) hold {{DT}}: loads convert to f32, sums are f32, stores convert back.
+alias DT = {{DT}};
+@group(0) @binding(0) var<storage, read> x: array<DT>;
+@group(0) @binding(1) var<storage, read> w: array<DT>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<DT>;
 // Split-K partial outputs, SPLITS x YLEN.
 @group(0) @binding(5) var<storage, read_write> ws: array<f32>;
 
@@ -146,5 +149,5 @@ fn finish(
     for (var p = 1; p < i32(SPLITS); p = p + 1) {
         sum = sum + ws[p * YLEN + i];
     }
-    y[i] = epilogue(sum, (i / YSK) % K, i);
+    y[i] = DT(epilogue(sum, (i / YSK) % K, i));
 }

@@ -208,6 +208,7 @@ pub fn tune(
     force: bool,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
+    let precision = precision.for_data(shape.dtype);
     let families = Families::from_env()?;
     let cache = Cache::from_env();
     let mut warnings = Vec::new();
@@ -234,6 +235,7 @@ pub fn choose(
     forced: Option<Variant>,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
+    let precision = precision.for_data(shape.dtype);
     let families = Families::from_env()?;
     if let Some(variant) = forced {
         return Ok(Choice { variant, source: Source::Forced, families, report: None, warnings: Vec::new() });

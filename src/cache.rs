@@ -58,15 +58,14 @@ impl From<&AdapterDesc> for AdapterKey {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ShapeKey {
-    /// Every field of the problem, flattened into the key.
+    /// Every field of the problem, flattened into the key (its data type too).
     #[serde(flatten)]
     pub shape: ConvShape,
-    pub dtype: String,
 }
 
 impl From<&ConvShape> for ShapeKey {
     fn from(s: &ConvShape) -> Self {
-        ShapeKey { shape: *s, dtype: "f32".into() }
+        ShapeKey { shape: *s }
     }
 }
 

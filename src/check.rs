@@ -2,6 +2,7 @@
 //! and comparing an output with a reference without reading either back.
 
 use crate::codegen::render;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::pool::PooledBuffer;
 
@@ -10,12 +11,16 @@ const TEMPLATE: &str = include_str!("../shaders/check.wgsl");
 /// Bit pattern written into outputs before a checked run: a quiet NaN no kernel produces from
 /// finite inputs, so any element a kernel fails to write stands out.
 pub const POISON_BITS: u32 = 0x7FC0_BEEF;
+/// The same for float16 outputs: a quiet NaN in each half of a word.
+pub const POISON16_BITS: u32 = 0x7EEF_7EEF;
 /// Invocations of one check dispatch; each strides over the buffer.
 const WORKGROUPS: u32 = 1024;
 
 pub struct Checker {
     fill: wgpu::ComputePipeline,
+    fill16: wgpu::ComputePipeline,
     compare: wgpu::ComputePipeline,
+    compare16: wgpu::ComputePipeline,
     maxabs: wgpu::ComputePipeline,
 }
 
@@ -42,6 +47,7 @@ impl Checker {
             TEMPLATE,
             &[
                 ("POISON", POISON_BITS.to_string()),
+                ("POISON16", POISON16_BITS.to_string()),
                 ("THREADS", (WORKGROUPS * 256).to_string()),
             ],
         )?;
@@ -61,10 +67,11 @@ impl Checker {
             })
         };
         let (fill, compare, maxabs) = (pipeline("fill"), pipeline("compare"), pipeline("maxabs"));
+        let (fill16, compare16) = (pipeline("fill16"), pipeline("compare16"));
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: "check".into(), message: e.to_string() });
         }
-        Ok(Checker { fill, compare, maxabs })
+        Ok(Checker { fill, fill16, compare, compare16, maxabs })
     }
 
     /// Records one pass of `pipeline` over `buffers` (binding, buffer).
@@ -91,9 +98,10 @@ impl Checker {
         pass.dispatch_workgroups(WORKGROUPS, 1, 1);
     }
 
-    /// Records filling `buf` with the poison pattern.
-    pub fn fill(&self, device: &wgpu::Device, enc: &mut wgpu::CommandEncoder, buf: &PooledBuffer) {
-        Self::record(device, enc, &self.fill, "convtune poison", &[(3, buf)], None);
+    /// Records filling `buf`, an output of `dtype`, with its poison pattern.
+    pub fn fill(&self, device: &wgpu::Device, enc: &mut wgpu::CommandEncoder, buf: &PooledBuffer, dtype: DType) {
+        let pipeline = if dtype == DType::F16 { &self.fill16 } else { &self.fill };
+        Self::record(device, enc, pipeline, "convtune poison", &[(3, buf)], None);
     }
 
     /// Records writing max |x| and max |w| over finite elements into `scales` (16 bytes,
@@ -117,7 +125,7 @@ impl Checker {
         Self::record(device, enc, &self.maxabs, "convtune maxabs", &[(0, x), (1, w), (2, scales)], timestamp_writes);
     }
 
-    /// Records comparing `got` with `want` into `stats` (16 bytes, zeroed here).
+    /// Records comparing `got` with `want`, both of `dtype`, into `stats` (16 bytes, zeroed here).
     pub fn compare(
         &self,
         device: &wgpu::Device,
@@ -125,9 +133,11 @@ impl Checker {
         got: &PooledBuffer,
         want: &PooledBuffer,
         stats: &PooledBuffer,
+        dtype: DType,
     ) {
         enc.clear_buffer(stats, 0, Some(16));
-        Self::record(device, enc, &self.compare, "convtune compare", &[(0, got), (1, want), (2, stats)], None);
+        let pipeline = if dtype == DType::F16 { &self.compare16 } else { &self.compare };
+        Self::record(device, enc, pipeline, "convtune compare", &[(0, got), (1, want), (2, stats)], None);
     }
 }
 

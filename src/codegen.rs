@@ -78,7 +78,11 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
         ("CG", s.cg().to_string()),
         ("KG", s.kg().to_string()),
         ("GROUPS", s.groups.to_string()),
-        ("EPILOGUE", s.epilogue.wgsl(s.bias)),
+        ("EPILOGUE", s.epilogue.wgsl(s.bias, s.dtype)),
+        // The data's element type; float16 needs WGSL's f16 extension (coop.wgsl enables it
+        // for its own use in any case).
+        ("DT", s.dtype.wgsl().to_string()),
+        ("ENABLES", if s.dtype == crate::dtype::DType::F16 { "enable f16;\n" } else { "" }.to_string()),
         ("XSN", s.x_strides()[0].to_string()),
         ("XSC", s.x_strides()[1].to_string()),
         ("XSH", s.x_strides()[2].to_string()),
@@ -123,6 +127,15 @@ mod tests {
             ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
                 .unwrap()
                 .with_layout(crate::params::Layout::Nhwc),
+            // float16 data, both layouts.
+            ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
+                .unwrap()
+                .with_dtype(crate::dtype::DType::F16),
+            ConvShape::new([2, 8, 9, 7], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
         ];
         for shape in &shapes {
             for v in all_variants() {

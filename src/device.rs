@@ -5,6 +5,7 @@
 //! name substring) if set, else the highest-performance Vulkan adapter, else the best
 //! adapter of any other backend.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::kernels::{Caps, Variant};
@@ -52,6 +53,8 @@ pub struct Compiled {
     pub workspace: [u64; 2],
     /// The module's `finish` entry point and its workgroups (`Kernel::finish`).
     pub finish: Option<(wgpu::ComputePipeline, u64)>,
+    /// The element type of the output it writes (its poison pattern depends on it).
+    pub dtype: DType,
 }
 
 const TENSOR_CORE_FEATURES: wgpu::Features =
@@ -294,7 +297,10 @@ impl Engine {
         let (index, adapter) = pick(list, std::env::var("CONVTUNE_ADAPTER").ok())?;
         let info = adapter.get_info();
         let tensor_cores = has_tensor_cores(&adapter);
-        let mut wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        // SHADER_F16 wherever the adapter has it: kernels on float16 data declare it.
+        let mut wanted = wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES
+            | wgpu::Features::SHADER_F16;
         if tensor_cores {
             wanted |= TENSOR_CORE_FEATURES;
         }
@@ -442,6 +448,12 @@ impl Engine {
         if let Some(why) = variant.unfit(&self.caps) {
             return Err(Error::invalid(why));
         }
+        if shape.dtype == DType::F16 && !self.caps.features.contains(wgpu::Features::SHADER_F16) {
+            return Err(Error::invalid(format!(
+                "float16 data needs an adapter with 16-bit shader floats (shader_f16); {} has none",
+                self.desc.name
+            )));
+        }
         let kernel = variant.generate(shape)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
@@ -489,6 +501,7 @@ impl Engine {
             prologue,
             workspace: kernel.workspace,
             finish,
+            dtype: shape.dtype,
         })
     }
 }

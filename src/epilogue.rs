@@ -6,6 +6,7 @@
 //! tuner validates candidates with it against the reference variant running the same
 //! epilogue, and the tuning cache keys on it.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::hash::{Hash, Hasher};
@@ -178,15 +179,15 @@ impl Epilogue {
     /// The WGSL every family's template takes as `{{EPILOGUE}}`: the residual's binding
     /// when there is one, and `epilogue(acc, k, i)`, the value stored at output element `i`
     /// of channel `k` for the convolution's sum `acc`. Plain, it is `acc + bias[k]` as before.
-    pub fn wgsl(&self, bias: bool) -> String {
+    pub fn wgsl(&self, bias: bool, dtype: DType) -> String {
         let mut s = String::from("// The store step: y = act(alpha1 * conv + alpha2 * z + bias).\n");
         if self.residual {
-            s += "@group(0) @binding(7) var<storage, read> z: array<f32>;\n";
+            s += &format!("@group(0) @binding(7) var<storage, read> z: array<{}>;\n", dtype.wgsl());
         }
         s += "fn epilogue(acc: f32, k: i32, i: i32) -> f32 {\n";
         s += &if self.alpha1 == 1.0 { "    var v = acc;\n".to_string() } else { format!("    var v = acc * {};\n", lit(self.alpha1)) };
         if self.residual {
-            s += &if self.alpha2 == 1.0 { "    v = v + z[i];\n".to_string() } else { format!("    v = v + {} * z[i];\n", lit(self.alpha2)) };
+            s += &if self.alpha2 == 1.0 { "    v = v + f32(z[i]);\n".to_string() } else { format!("    v = v + {} * f32(z[i]);\n", lit(self.alpha2)) };
         }
         if bias {
             s += "    v = v + bias[k];\n";
@@ -232,7 +233,7 @@ mod tests {
         let e = Epilogue::default();
         assert!(e.is_plain());
         assert_eq!(e.label(), "");
-        let w = e.wgsl(true);
+        let w = e.wgsl(true, DType::F32);
         assert!(w.contains("v = v + bias[k]") && !w.contains("binding(7)"), "{w}");
         // alpha2 without a residual changes nothing.
         assert!(Epilogue::new(1.0, 0.5, false, Activation::None).unwrap().is_plain());

@@ -5,6 +5,7 @@ pub mod cache;
 pub mod check;
 pub mod codegen;
 pub mod device;
+pub mod dtype;
 pub mod epilogue;
 pub mod error;
 pub mod families;

@@ -4,6 +4,7 @@
 //! w is (K, C/groups, R, S), output is (N, K, OH, OW). Padding may be asymmetric (PyTorch's
 //! "same" with an even effective kernel pads one more at the bottom/right).
 
+use crate::dtype::DType;
 use crate::epilogue::Epilogue;
 use crate::error::{Error, Result};
 use crate::memory::human;
@@ -85,6 +86,9 @@ pub struct ConvShape {
     /// x's and y's memory layout; cache keys always had a "layout" entry ("NCHW").
     #[serde(default)]
     pub layout: Layout,
+    /// The element type of x, w, z and y; cache keys always had a "dtype" entry ("f32").
+    #[serde(default)]
+    pub dtype: DType,
 }
 
 /// Strides, paddings and dilations beyond this are rejected: kernels do their index
@@ -192,6 +196,7 @@ impl ConvShape {
             bias: bias_len.is_some(),
             epilogue: Epilogue::default(),
             layout: Layout::Nchw,
+            dtype: DType::F32,
         };
         let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
         let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
@@ -320,7 +325,15 @@ impl ConvShape {
         if self.layout == Layout::Nhwc {
             s += " nhwc";
         }
+        if self.dtype == DType::F16 {
+            s += " f16";
+        }
         s + &self.epilogue.label()
+    }
+
+    /// The same problem on data of type `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        ConvShape { dtype, ..self }
     }
 
     /// The same problem with `epilogue` in its store step.

@@ -2,6 +2,7 @@
 //! may trade for speed. Each mode is an error bound that a tuning candidate must meet
 //! against the float32 reference kernel before it may win.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -34,6 +35,27 @@ impl Precision {
         match self {
             Precision::Highest => 1e-5,
             Precision::High => 4e-3,
+        }
+    }
+
+    /// The mode that applies to data of `dtype`. float16 values are 11-bit significands
+    /// already, so one f16 product per term on tensor cores is exact and "high" gives up
+    /// nothing: every call on float16 data runs (and is cached) as "high". Its error bound is
+    /// the output's own rounding to float16 (`tolerance_for`).
+    pub fn for_data(self, dtype: DType) -> Precision {
+        match dtype {
+            DType::F32 => self,
+            DType::F16 => Precision::High,
+        }
+    }
+
+    /// The tuner's bound for a problem on `dtype` data: the mode's, or for float16 outputs
+    /// four of their rounding steps (the reference's output is rounded too, and sums may
+    /// land on either side of a rounding boundary).
+    pub fn tolerance_for(&self, dtype: DType) -> f64 {
+        match dtype {
+            DType::F32 => self.tolerance(),
+            DType::F16 => 4.0 * dtype.output_rounding(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The Python module `convtune._convtune`. Errors become Python exceptions here and only here.
 
+use crate::dtype::{DType, Elem};
 use crate::autotune::{self, Choice};
 use crate::cache::{self, Cache};
 use crate::device::{self, AdapterDesc, Engine};
@@ -114,17 +115,18 @@ fn with_epilogue(shape: ConvShape, epilogue: Option<EpilogueArg>) -> PyResult<Co
 }
 
 /// The shape arguments the Python layer passes as one normalised tuple: (x_shape, w_shape,
-/// stride, padding, dilation, groups, bias_len, epilogue or None, layout), x_shape in the
-/// layout's order.
+/// stride, padding, dilation, groups, bias_len, epilogue or None, layout, dtype), x_shape in
+/// the layout's order.
 #[derive(FromPyObject)]
-struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String);
+struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String);
 
 impl Spec {
     fn shape(self) -> PyResult<ConvShape> {
-        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout) = self;
+        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype) = self;
         let layout = Layout::parse(&layout).py_err()?;
+        let dtype = DType::parse(&dtype).py_err()?;
         let shape = shape_of(layout.nchw(x), w, stride, pad, dilation, groups, bias_len)?;
-        with_epilogue(shape.with_layout(layout), epilogue)
+        with_epilogue(shape.with_layout(layout).with_dtype(dtype), epilogue)
     }
 }
 
@@ -227,17 +229,82 @@ fn not_contiguous(e: numpy::AsSliceError) -> PyErr {
     PyValueError::new_err(format!("{e}: arrays must be C-contiguous"))
 }
 
-/// A new, uninitialised float32 array. numpy's own constructor in the `numpy` crate panics
+/// A host element type numpy arrays come in: float32, or float16 as its bits (`u16`; the
+/// Python layer passes float16 arrays viewed as uint16, and views results back).
+trait HostElem: Elem + Element {
+    fn of<'a, 'py>(d: &'a Data4<'py>) -> Option<&'a PyReadonlyArray4<'py, Self>>;
+}
+
+impl HostElem for f32 {
+    fn of<'a, 'py>(d: &'a Data4<'py>) -> Option<&'a PyReadonlyArray4<'py, Self>> {
+        match d {
+            Data4::F32(a) => Some(a),
+            Data4::F16(_) => None,
+        }
+    }
+}
+
+impl HostElem for u16 {
+    fn of<'a, 'py>(d: &'a Data4<'py>) -> Option<&'a PyReadonlyArray4<'py, Self>> {
+        match d {
+            Data4::F16(a) => Some(a),
+            Data4::F32(_) => None,
+        }
+    }
+}
+
+/// A 4-D array argument: float32, or float16 viewed as uint16.
+#[derive(FromPyObject)]
+enum Data4<'py> {
+    F32(PyReadonlyArray4<'py, f32>),
+    F16(PyReadonlyArray4<'py, u16>),
+}
+
+impl Data4<'_> {
+    fn dtype(&self) -> DType {
+        match self {
+            Data4::F32(_) => DType::F32,
+            Data4::F16(_) => DType::F16,
+        }
+    }
+    fn dims(&self) -> &[usize] {
+        match self {
+            Data4::F32(a) => a.shape(),
+            Data4::F16(a) => a.shape(),
+        }
+    }
+}
+
+/// `d` as an array of `T`, or a TypeError naming `what`.
+fn typed<'a, 'py, T: HostElem>(d: &'a Data4<'py>, what: &str) -> PyResult<&'a PyReadonlyArray4<'py, T>> {
+    T::of(d).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "{what} holds {} data but x holds {}: x, w and z must have the same dtype",
+            d.dtype().name(),
+            T::DTYPE.name()
+        ))
+    })
+}
+
+/// An array of `T` as Python sees it: float16 bits viewed as float16.
+fn public<'py, T: HostElem>(a: Bound<'py, PyArray4<T>>) -> PyResult<Bound<'py, PyAny>> {
+    match T::DTYPE {
+        DType::F32 => Ok(a.into_any()),
+        DType::F16 => a.call_method1("view", ("float16",)),
+    }
+}
+
+/// A new, uninitialised array of `T`. numpy's own constructor in the `numpy` crate panics
 /// when the allocation fails; this raises the MemoryError numpy set instead.
-fn new_output<'py>(py: Python<'py>, dims: [usize; 4]) -> PyResult<Bound<'py, PyArray4<f32>>> {
+fn new_output<'py, T: Element>(py: Python<'py>, dims: [usize; 4]) -> PyResult<Bound<'py, PyArray4<T>>> {
     let mut shape = dims.map(|d| d as npyffi::npy_intp);
-    // SAFETY: the arguments describe a fresh C-ordered array of `dims` float32 elements that
+    // SAFETY: the arguments describe a fresh C-ordered array of `dims` elements of T that
     // numpy allocates itself; the descriptor reference is stolen by the call, as it expects.
     let ptr = unsafe {
         npyffi::PY_ARRAY_API.PyArray_NewFromDescr(
             py,
             npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
-            f32::get_dtype(py).into_dtype_ptr(),
+            T::get_dtype(py).into_dtype_ptr(),
             4,
             shape.as_mut_ptr(),
             std::ptr::null_mut(),
@@ -246,15 +313,15 @@ fn new_output<'py>(py: Python<'py>, dims: [usize; 4]) -> PyResult<Bound<'py, PyA
             std::ptr::null_mut(),
         )
     };
-    // SAFETY: a non-null result is a new reference to the float32 4-D array just made.
+    // SAFETY: a non-null result is a new reference to the 4-D array of T just made.
     unsafe { Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked()) }
 }
 
 /// The weights and the optional bias as slices (the Python layer made them C-contiguous).
-fn weight_slices<'a>(
-    w: &'a PyReadonlyArray4<'_, f32>,
+fn weight_slices<'a, T: HostElem>(
+    w: &'a PyReadonlyArray4<'_, T>,
     bias: &'a Option<PyReadonlyArray1<'_, f32>>,
-) -> PyResult<(&'a [f32], Option<&'a [f32]>)> {
+) -> PyResult<(&'a [T], Option<&'a [f32]>)> {
     let ws = w.as_slice().map_err(not_contiguous)?;
     let bs = match bias {
         Some(b) => Some(b.as_slice().map_err(not_contiguous)?),
@@ -268,8 +335,8 @@ fn weight_slices<'a>(
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
-    x: PyReadonlyArray4<'py, f32>,
-    w: PyReadonlyArray4<'py, f32>,
+    x: Data4<'py>,
+    w: Data4<'py>,
     bias: Option<PyReadonlyArray1<'py, f32>>,
     stride: (i64, i64),
     padding: PadArg,
@@ -279,10 +346,30 @@ fn conv2d<'py>(
     progress: Option<Py<PyAny>>,
     precision: Option<&str>,
     epilogue: Option<EpilogueArg>,
-    z: Option<PyReadonlyArray4<'py, f32>>,
+    z: Option<Data4<'py>>,
     layout: Option<&str>,
-) -> PyResult<Bound<'py, PyArray4<f32>>> {
+) -> PyResult<Bound<'py, PyAny>> {
+    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout);
+    match x.dtype() {
+        DType::F32 => conv2d_typed::<f32>(py, &x, &w, bias, z.as_ref(), args),
+        DType::F16 => conv2d_typed::<u16>(py, &x, &w, bias, z.as_ref(), args),
+    }
+}
+
+/// conv2d's arguments other than the arrays.
+type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>);
+
+fn conv2d_typed<'py, T: HostElem>(
+    py: Python<'py>,
+    x: &Data4<'py>,
+    w: &Data4<'py>,
+    bias: Option<PyReadonlyArray1<'py, f32>>,
+    z: Option<&Data4<'py>>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout): CallArgs<'_>,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut ph = Phases::start();
+    let (x, w) = (typed::<T>(x, "x")?, typed::<T>(w, "w")?);
+    let z = z.map(|z| typed::<T>(z, "z")).transpose()?;
     let precision = Precision::resolve(precision).py_err()?;
     let layout = layout_of(layout)?;
     let shape = shape_of(
@@ -294,7 +381,7 @@ fn conv2d<'py>(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
-    let shape = with_epilogue(shape.with_layout(layout), epilogue)?;
+    let shape = with_epilogue(shape.with_layout(layout).with_dtype(T::DTYPE), epilogue)?;
     if let Some(z) = &z {
         residual_dims(z.shape(), &shape)?;
     }
@@ -310,7 +397,7 @@ fn conv2d<'py>(
     ph.mark("choose");
     // Every element is written before the array is returned (the kernels write all
     // outputs; an error drops the array).
-    let out = new_output(py, shape.y_dims())?;
+    let out = new_output::<T>(py, shape.y_dims())?;
     let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     ph.mark("output_alloc");
     let poison = POISON.load(Ordering::Relaxed);
@@ -318,7 +405,7 @@ fn conv2d<'py>(
         .detach(|| runner::conv2d_timed(&eng, &shape, &v, xs, ws, bs, zs, dst, poison, &mut ph).map(|_| ph))
         .py_err()?;
     ph.finish();
-    Ok(out)
+    public(out)
 }
 
 fn adapter_dict<'py>(py: Python<'py>, d: &AdapterDesc) -> PyResult<Bound<'py, PyDict>> {
@@ -444,11 +531,7 @@ fn time_variant(
     let times = py
         .detach(|| -> Result<Vec<f64>, Error> {
             let kernel = eng.pipeline(&v, &shape)?;
-            let x = runner::random_data(shape.x_len() as usize, 11);
-            let w = runner::random_data(shape.w_len() as usize, 12);
-            let b = shape.bias.then(|| runner::random_data(shape.k as usize, 13));
-            let z = shape.epilogue.residual.then(|| runner::random_data(shape.y_len() as usize, 14));
-            let t = DeviceTensors::upload(&eng, &shape, &x, &w, b.as_deref(), z.as_deref())?;
+            let t = DeviceTensors::random(&eng, &shape, [11, 12, 13, 14])?;
             if warmup > 0 {
                 t.time(&eng, &kernel, warmup)?;
                 // Half a second of load brings an idle GPU to its load clocks (see `settle`).
@@ -648,43 +731,62 @@ impl PyTensor {
 
     #[getter]
     fn dtype(&self) -> &'static str {
-        "float32"
+        self.inner.dtype.name()
     }
 
     #[getter]
     fn nbytes(&self) -> usize {
-        self.inner.len() * 4
+        self.inner.len() * self.inner.dtype.size() as usize
     }
 
-    /// Copies the tensor into a new numpy array.
-    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray4<f32>>> {
-        memory::check(&self.engine, "Tensor.numpy()", &memory::download(self.inner.len() as u64)).py_err()?;
-        // Fully written by the read below, or dropped on error.
-        let out = new_output(py, self.inner.dims)?;
-        let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        py.detach(|| self.inner.read(&self.engine, dst)).py_err()?;
-        Ok(out)
+    /// Copies the tensor into a new numpy array of its dtype.
+    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.inner.dtype {
+            DType::F32 => self.read::<f32>(py),
+            DType::F16 => self.read::<u16>(py),
+        }
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "convtune.Tensor(shape={:?}, layout={}, dtype=float32, device={:?})",
+            "convtune.Tensor(shape={:?}, layout={}, dtype={}, device={:?})",
             self.shape(),
             self.layout.name(),
+            self.inner.dtype.name(),
             self.engine.desc.name
         )
     }
 }
 
-/// Uploads a C-contiguous float32 4-D array to the GPU.
+impl PyTensor {
+    fn read<'py, T: HostElem>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        memory::check(&self.engine, "Tensor.numpy()", &memory::download(self.inner.len() as u64)).py_err()?;
+        // Fully written by the read below, or dropped on error.
+        let out = new_output::<T>(py, self.inner.dims)?;
+        let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        py.detach(|| self.inner.read(&self.engine, dst)).py_err()?;
+        public(out)
+    }
+}
+
+/// Uploads a C-contiguous float32 (or float16, viewed as uint16) 4-D array to the GPU.
 #[pyfunction]
 #[pyo3(signature = (x, layout=None))]
-fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>, layout: Option<&str>) -> PyResult<PyTensor> {
+fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>) -> PyResult<PyTensor> {
     let layout = layout_of(layout)?;
-    let dims = dims4(x.shape(), "x")?;
-    let xs = x.as_slice().map_err(not_contiguous)?;
+    let dims = dims4(x.dims(), "x")?;
     let eng = engine()?;
-    let inner = py.detach(|| DeviceArray::upload(&eng, xs, dims)).py_err()?;
+    let inner = match &x {
+        Data4::F32(a) => {
+            let xs = a.as_slice().map_err(not_contiguous)?;
+            py.detach(|| DeviceArray::upload(&eng, xs, dims))
+        }
+        Data4::F16(a) => {
+            let xs = a.as_slice().map_err(not_contiguous)?;
+            py.detach(|| DeviceArray::upload(&eng, xs, dims))
+        }
+    }
+    .py_err()?;
     Ok(PyTensor { inner, engine: eng, layout })
 }
 
@@ -694,7 +796,7 @@ fn to_device(py: Python<'_>, x: PyReadonlyArray4<'_, f32>, layout: Option<&str>)
 fn conv2d_tensor(
     py: Python<'_>,
     x: &PyTensor,
-    w: PyReadonlyArray4<'_, f32>,
+    w: Data4<'_>,
     bias: Option<PyReadonlyArray1<'_, f32>>,
     stride: (i64, i64),
     padding: PadArg,
@@ -704,10 +806,35 @@ fn conv2d_tensor(
     progress: Option<Py<PyAny>>,
     precision: Option<&str>,
     epilogue: Option<EpilogueArg>,
-    z: Option<PyReadonlyArray4<'_, f32>>,
+    z: Option<Data4<'_>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
     layout: Option<&str>,
 ) -> PyResult<PyTensor> {
+    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout);
+    match x.inner.dtype {
+        DType::F32 => conv2d_tensor_typed::<f32>(py, x, &w, bias, z.as_ref(), z_tensor, args),
+        DType::F16 => conv2d_tensor_typed::<u16>(py, x, &w, bias, z.as_ref(), z_tensor, args),
+    }
+}
+
+fn conv2d_tensor_typed<T: HostElem>(
+    py: Python<'_>,
+    x: &PyTensor,
+    w: &Data4<'_>,
+    bias: Option<PyReadonlyArray1<'_, f32>>,
+    z: Option<&Data4<'_>>,
+    z_tensor: Option<PyRef<'_, PyTensor>>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout): CallArgs<'_>,
+) -> PyResult<PyTensor> {
+    let w = typed::<T>(w, "w")?;
+    let z = z.map(|z| typed::<T>(z, "z")).transpose()?;
+    if let Some(t) = z_tensor.as_deref().filter(|t| t.inner.dtype != T::DTYPE) {
+        return Err(PyTypeError::new_err(format!(
+            "z is a {} Tensor but x is {}: x, w and z must have the same dtype",
+            t.inner.dtype.name(),
+            T::DTYPE.name()
+        )));
+    }
     let precision = Precision::resolve(precision).py_err()?;
     // A Tensor's own layout unless the call names one; naming another is an error.
     let layout = layout.map_or(Ok(x.layout), |l| Layout::parse(l).py_err())?;
@@ -729,8 +856,8 @@ fn conv2d_tensor(
         groups,
         bias.as_ref().map(|b| b.len()),
     )?;
-    let shape = with_epilogue(shape.with_layout(layout), epilogue)?;
-    let (ws, bs) = weight_slices(&w, &bias)?;
+    let shape = with_epilogue(shape.with_layout(layout).with_dtype(T::DTYPE), epilogue)?;
+    let (ws, bs) = weight_slices(w, &bias)?;
     let eng = engine()?;
     let lost = |t: &PyTensor| !Arc::ptr_eq(&eng, &t.engine);
     if lost(x) || z_tensor.as_deref().is_some_and(lost) {

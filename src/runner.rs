@@ -1,5 +1,6 @@
 //! Running a compiled kernel: device buffers, dispatch, read-back and GPU timing.
 
+use crate::dtype::{convert, DType, Elem};
 use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
@@ -24,19 +25,22 @@ pub struct DeviceTensors {
 }
 
 /// Where a call's residual `z` (y's shape) comes from.
-pub enum Residual<'a> {
-    Host(&'a [f32]),
+pub enum Residual<'a, T> {
+    Host(&'a [T]),
     Device(&'a DeviceArray),
 }
 
-/// A 4-D float32 tensor resident on the GPU (Python: `convtune.Tensor`).
+/// A 4-D float32 or float16 tensor resident on the GPU (Python: `convtune.Tensor`).
 pub struct DeviceArray {
     pub buf: PooledBuffer,
     pub dims: [usize; 4],
+    pub dtype: DType,
 }
 
-fn check_binding(engine: &Engine, what: &str, elems: u64) -> Result<u64> {
-    let size = elems * 4;
+/// Bytes of a buffer of `elems` elements of `dtype`, or an error naming `what` where they
+/// exceed the adapter's largest storage binding.
+fn check_binding(engine: &Engine, what: &str, elems: u64, dtype: DType) -> Result<u64> {
+    let size = dtype.buffer_bytes(elems);
     let max = engine.max_binding();
     if size > max {
         return Err(Error::invalid(format!(
@@ -52,8 +56,8 @@ const OUTPUT: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_DST);
 
 /// A pooled storage buffer holding `data`, uploaded and waited for.
-fn upload_slice(engine: &Engine, usage: wgpu::BufferUsages, data: &[f32]) -> Result<PooledBuffer> {
-    let buf = engine.pool.take(usage, (data.len() as u64 * 4).max(4))?;
+fn upload_slice<T: Elem>(engine: &Engine, usage: wgpu::BufferUsages, data: &[T]) -> Result<PooledBuffer> {
+    let buf = engine.pool.take(usage, T::DTYPE.buffer_bytes(data.len() as u64).max(4))?;
     transfer::upload_now(engine, &buf, data)?;
     Ok(buf)
 }
@@ -66,25 +70,27 @@ struct Weights {
     staging: Vec<PooledBuffer>,
 }
 
-fn upload_weights(engine: &Engine, shape: &ConvShape, w: &[f32], bias: Option<&[f32]>) -> Result<Weights> {
-    check_binding(engine, "w", shape.w_len())?;
-    let put = |data: &[f32], staging: &mut Vec<PooledBuffer>| -> Result<Arc<PooledBuffer>> {
-        let buf = engine.pool.take(INPUT, (data.len() as u64 * 4).max(4))?;
-        staging.extend(transfer::upload(engine, &buf, data, &[(0, data.len())])?);
-        Ok(Arc::new(buf))
-    };
+/// A pooled buffer with `data` in it, its upload queued (staging kept in `staging`).
+fn put<T: Elem>(engine: &Engine, data: &[T], staging: &mut Vec<PooledBuffer>) -> Result<Arc<PooledBuffer>> {
+    let buf = engine.pool.take(INPUT, T::DTYPE.buffer_bytes(data.len() as u64).max(4))?;
+    staging.extend(transfer::upload(engine, &buf, data, &[(0, data.len())])?);
+    Ok(Arc::new(buf))
+}
+
+fn upload_weights<T: Elem>(engine: &Engine, shape: &ConvShape, w: &[T], bias: Option<&[f32]>) -> Result<Weights> {
+    check_binding(engine, "w", shape.w_len(), T::DTYPE)?;
     let mut staging = Vec::new();
-    let wb = put(w, &mut staging)?;
-    let bb = bias.map(|b| put(b, &mut staging)).transpose()?;
+    let wb = put(engine, w, &mut staging)?;
+    let bb = bias.map(|b| put(engine, b, &mut staging)).transpose()?;
     Ok(Weights { w: wb, bias: bb, staging })
 }
 
 /// Fills `buf` with the poison pattern on the GPU (no host copy of the output's size).
-fn poison_buffer(engine: &Engine, buf: &PooledBuffer) -> Result<()> {
+fn poison_buffer(engine: &Engine, buf: &PooledBuffer, dtype: DType) -> Result<()> {
     let checker = engine.checker()?;
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
-        checker.fill(&engine.device, &mut enc, buf);
+        checker.fill(&engine.device, &mut enc, buf, dtype);
         engine.queue.submit([enc.finish()]);
     })
 }
@@ -227,7 +233,7 @@ fn submit_once(
     scoped(engine, || -> Result<wgpu::SubmissionIndex> {
         let mut enc = engine.device.create_command_encoder(&Default::default());
         if let (Some(c), Some(buf)) = (&checker, poison) {
-            c.fill(&engine.device, &mut enc, buf);
+            c.fill(&engine.device, &mut enc, buf, kernel.dtype);
         }
         encode(engine, &mut enc, kernel, bg, None)?;
         Ok(engine.queue.submit([enc.finish()]))
@@ -241,17 +247,20 @@ fn run_once(engine: &Engine, kernel: &Compiled, bg: &Bindings) -> Result<()> {
 }
 
 impl DeviceTensors {
-    pub fn upload(
+    pub fn upload<T: Elem>(
         engine: &Engine,
         shape: &ConvShape,
-        x: &[f32],
-        w: &[f32],
+        x: &[T],
+        w: &[T],
         bias: Option<&[f32]>,
-        z: Option<&[f32]>,
+        z: Option<&[T]>,
     ) -> Result<Self> {
-        check_binding(engine, "x", shape.x_len())?;
+        if T::DTYPE != shape.dtype {
+            return Err(Error::invalid(format!("{} data for a {} problem", T::DTYPE.name(), shape.dtype.name())));
+        }
+        check_binding(engine, "x", shape.x_len(), T::DTYPE)?;
         let weights = upload_weights(engine, shape, w, bias)?;
-        let ys = check_binding(engine, "the output", shape.y_len())?;
+        let ys = check_binding(engine, "the output", shape.y_len(), T::DTYPE)?;
         Ok(DeviceTensors {
             shape: *shape,
             x: upload_slice(engine, INPUT, x)?,
@@ -262,9 +271,43 @@ impl DeviceTensors {
         })
     }
 
+    /// Uploads pseudo-random inputs of the problem's element type (x, w, bias and z where
+    /// the problem has them, from `seeds` in that order): tuning and timing inputs.
+    pub fn random(engine: &Engine, shape: &ConvShape, seeds: [u64; 4]) -> Result<Self> {
+        let x = random_data(shape.x_len() as usize, seeds[0]);
+        let w = random_data(shape.w_len() as usize, seeds[1]);
+        let b = shape.bias.then(|| random_data(shape.k as usize, seeds[2]));
+        let z = shape.epilogue.residual.then(|| random_data(shape.y_len() as usize, seeds[3]));
+        match shape.dtype {
+            DType::F32 => Self::upload(engine, shape, &x, &w, b.as_deref(), z.as_deref()),
+            DType::F16 => {
+                let (x, w) = (convert::<u16>(&x), convert::<u16>(&w));
+                let z = z.map(|z| convert::<u16>(&z));
+                Self::upload(engine, shape, &x, &w, b.as_deref(), z.as_deref())
+            }
+        }
+    }
+
+    /// The output, read back and widened to float32.
+    pub fn read_y_f32(&self, engine: &Engine) -> Result<Vec<f32>> {
+        let len = self.shape.y_len() as usize;
+        match self.shape.dtype {
+            DType::F32 => {
+                let mut out = vec![0f32; len];
+                self.read_y(engine, &mut out)?;
+                Ok(out)
+            }
+            DType::F16 => {
+                let mut out = vec![0u16; len];
+                self.read_y(engine, &mut out)?;
+                Ok(out.into_iter().map(Elem::to_f32).collect())
+            }
+        }
+    }
+
     /// Fills the output with the poison pattern so unwritten elements show.
     pub fn poison(&self, engine: &Engine) -> Result<()> {
-        poison_buffer(engine, &self.y)
+        poison_buffer(engine, &self.y, self.shape.dtype)
     }
 
     /// A GPU copy of the output, e.g. to compare later runs against.
@@ -284,7 +327,7 @@ impl DeviceTensors {
         let stats = engine.pool.take(OUTPUT, 16)?;
         let idx = scoped(engine, || {
             let mut enc = engine.device.create_command_encoder(&Default::default());
-            checker.compare(&engine.device, &mut enc, &self.y, reference, &stats);
+            checker.compare(&engine.device, &mut enc, &self.y, reference, &stats, self.shape.dtype);
             engine.queue.submit([enc.finish()])
         })?;
         wait(engine, Some(idx))?;
@@ -303,7 +346,7 @@ impl DeviceTensors {
     }
 
     /// Copies the output into `out`.
-    pub fn read_y(&self, engine: &Engine, out: &mut [f32]) -> Result<()> {
+    pub fn read_y<T: Elem>(&self, engine: &Engine, out: &mut [T]) -> Result<()> {
         transfer::download_all(engine, &self.y, out)
     }
 
@@ -414,15 +457,15 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
 /// One conv2d: upload, run `variant`, read the output into `out` (length `shape.y_len()`).
 /// Problems larger than one storage binding run as several pieces (see `split`).
 #[allow(clippy::too_many_arguments)]
-pub fn conv2d(
+pub fn conv2d<T: Elem>(
     engine: &Engine,
     shape: &ConvShape,
     variant: &Variant,
-    x: &[f32],
-    w: &[f32],
+    x: &[T],
+    w: &[T],
     bias: Option<&[f32]>,
-    z: Option<&[f32]>,
-    out: &mut [f32],
+    z: Option<&[T]>,
+    out: &mut [T],
     poison: bool,
 ) -> Result<()> {
     conv2d_timed(engine, shape, variant, x, w, bias, z, out, poison, &mut Phases::start())
@@ -437,19 +480,31 @@ pub fn conv2d(
 /// driver blocks in `readback_submit` until it has finished), `download` covers the rest
 /// of the read-back copies and the host copies into `out`.
 #[allow(clippy::too_many_arguments)]
-pub fn conv2d_timed(
+pub fn conv2d_timed<T: Elem>(
     engine: &Engine,
     shape: &ConvShape,
     variant: &Variant,
-    x: &[f32],
-    w: &[f32],
+    x: &[T],
+    w: &[T],
     bias: Option<&[f32]>,
-    z: Option<&[f32]>,
-    out: &mut [f32],
+    z: Option<&[T]>,
+    out: &mut [T],
     poison: bool,
     ph: &mut Phases,
 ) -> Result<()> {
+    if T::DTYPE != shape.dtype {
+        return Err(Error::invalid(format!("{} data for a {} problem", T::DTYPE.name(), shape.dtype.name())));
+    }
     let pieces = split::plan(shape, engine.max_binding())?;
+    if pieces.len() > 1 && shape.dtype == DType::F16 {
+        // Pieces copy runs at any element offset; float16 copies move whole 4-byte words.
+        return Err(Error::invalid(format!(
+            "float16 problems must fit the adapter's largest storage buffer ({} bytes) as a whole; \
+             this one is split into {} pieces: use float32 data, or a smaller batch",
+            engine.max_binding(),
+            pieces.len()
+        )));
+    }
     let mut weights = upload_weights(engine, shape, w, bias)?;
     ph.mark("upload");
     for piece in &pieces {
@@ -460,14 +515,14 @@ pub fn conv2d_timed(
         };
         let kernel = engine.pipeline(variant, &sub)?;
         ph.mark("pipeline");
-        let xb = engine.pool.take(INPUT, (sub.x_len() * 4).max(4))?;
-        let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len())?)?;
+        let xb = engine.pool.take(INPUT, shape.dtype.buffer_bytes(sub.x_len()).max(4))?;
+        let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len(), shape.dtype)?)?;
         ph.mark("buffers");
         let mut staging = transfer::upload(engine, &xb, x, &split::x_runs(shape, piece, &sub))?;
         // The residual is laid out like y, so it travels in y's runs.
         let zb = match z {
             Some(z) => {
-                let zb = engine.pool.take(INPUT, (sub.y_len() * 4).max(4))?;
+                let zb = engine.pool.take(INPUT, shape.dtype.buffer_bytes(sub.y_len()).max(4))?;
                 staging.extend(transfer::upload(engine, &zb, z, &y_runs)?);
                 Some(zb)
             }
@@ -478,7 +533,7 @@ pub fn conv2d_timed(
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
         ph.mark("submit");
         // Some drivers (lavapipe) block here until the kernel is done.
-        let download = transfer::start_download(engine, &y, &y_runs)?;
+        let download = transfer::start_download::<T>(engine, &y, &y_runs)?;
         ph.mark("readback_submit");
         wait(engine, Some(idx))?;
         ph.mark("gpu_wait");
@@ -494,40 +549,47 @@ pub fn conv2d_timed(
 
 /// Output rows whose windows see only padding: their sum is 0 * w, NaN where a weight is
 /// not finite (as in a zero-padded reference), put through the epilogue like any other.
-fn fill_padding_only(
+fn fill_padding_only<T: Elem>(
     shape: &ConvShape,
-    w: &[f32],
+    w: &[T],
     bias: Option<&[f32]>,
-    z: Option<&[f32]>,
+    z: Option<&[T]>,
     runs: &[(usize, usize)],
-    out: &mut [f32],
+    out: &mut [T],
 ) {
     let per_k = (shape.cg() * shape.r * shape.s) as usize;
     let kk = shape.k as usize;
-    let nan: Vec<bool> = (0..kk).map(|k| w[k * per_k..(k + 1) * per_k].iter().any(|v| !v.is_finite())).collect();
+    let nan: Vec<bool> = (0..kk).map(|k| w[k * per_k..(k + 1) * per_k].iter().any(|v| !v.to_f32().is_finite())).collect();
     for (run, &(start, len)) in runs.iter().enumerate() {
         for i in start..start + len {
             // NCHW bands are one run per channel; NHWC runs hold whole pixels, channel last.
             let k = if shape.layout == Layout::Nhwc { i % kk } else { run % kk };
             let acc = if nan[k] { f32::NAN } else { 0.0 };
             let b = bias.map_or(0.0, |b| b[k]);
-            out[i] = shape.epilogue.apply(acc, b, z.map_or(0.0, |z| z[i]));
+            out[i] = T::from_f32(shape.epilogue.apply(acc, b, z.map_or(0.0, |z| z[i].to_f32())));
         }
     }
 }
 
 /// A conv2d on a GPU-resident input; the output stays on the GPU.
-pub fn conv2d_device(
+pub fn conv2d_device<T: Elem>(
     engine: &Engine,
     shape: &ConvShape,
     variant: &Variant,
     x: &DeviceArray,
-    w: &[f32],
+    w: &[T],
     bias: Option<&[f32]>,
-    z: Option<Residual<'_>>,
+    z: Option<Residual<'_, T>>,
     poison: bool,
 ) -> Result<DeviceArray> {
-    let ys = check_binding(engine, "the output", shape.y_len())?;
+    let tensor_types = [Some(x.dtype), match z {
+        Some(Residual::Device(t)) => Some(t.dtype),
+        _ => None,
+    }];
+    if T::DTYPE != shape.dtype || tensor_types.iter().flatten().any(|&d| d != shape.dtype) {
+        return Err(Error::invalid(format!("x, w and z must all hold {} data", shape.dtype.name())));
+    }
+    let ys = check_binding(engine, "the output", shape.y_len(), shape.dtype)?;
     let kernel = engine.pipeline(variant, shape)?;
     let weights = upload_weights(engine, shape, w, bias)?;
     let z_host = match z {
@@ -549,7 +611,7 @@ pub fn conv2d_device(
     if let Some(p) = previous {
         wait(engine, Some(p))?;
     }
-    Ok(DeviceArray { buf: y, dims: shape.y_dims() })
+    Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype })
 }
 
 /// Waits for every queued GPU call (Tensor calls return before their kernel ends).
@@ -563,9 +625,9 @@ pub fn synchronize(engine: &Engine) -> Result<()> {
 
 impl DeviceArray {
     /// Uploads a C-contiguous 4-D array.
-    pub fn upload(engine: &Engine, data: &[f32], dims: [usize; 4]) -> Result<Self> {
-        check_binding(engine, "the tensor", data.len() as u64)?;
-        Ok(DeviceArray { buf: upload_slice(engine, OUTPUT, data)?, dims })
+    pub fn upload<T: Elem>(engine: &Engine, data: &[T], dims: [usize; 4]) -> Result<Self> {
+        check_binding(engine, "the tensor", data.len() as u64, T::DTYPE)?;
+        Ok(DeviceArray { buf: upload_slice(engine, OUTPUT, data)?, dims, dtype: T::DTYPE })
     }
 
     pub fn len(&self) -> usize {
@@ -577,7 +639,10 @@ impl DeviceArray {
     }
 
     /// Copies the tensor to the host.
-    pub fn read(&self, engine: &Engine, out: &mut [f32]) -> Result<()> {
+    pub fn read<T: Elem>(&self, engine: &Engine, out: &mut [T]) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::invalid(format!("reading a {} tensor as {}", self.dtype.name(), T::DTYPE.name())));
+        }
         transfer::download_all(engine, &self.buf, out)
     }
 }

@@ -8,6 +8,7 @@
 //! On the host side a tensor is a list of runs `(offset, len)` in elements of a host array;
 //! on the GPU side the runs lie back to back from offset 0 (row bands of a split problem).
 
+use crate::dtype::Elem;
 use crate::device::Engine;
 use crate::error::{Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
@@ -43,9 +44,11 @@ fn chunk_elems() -> usize {
     *N.get_or_init(|| env_usize("CONVTUNE_COPY_CHUNK_KB").unwrap_or(CHUNK_KB).min(1 << 30) << 8)
 }
 
-fn as_bytes(data: &[f32]) -> &[u8] {
-    // SAFETY: f32 has no padding and every byte pattern is a valid u8.
-    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+/// Bytes that `elems` elements of `T` take in a copy: whole 4-byte words, as buffer copies
+/// need (a float16 chunk of odd length copies one pad half past its end; buffers are sized
+/// in whole words, see `DType::buffer_bytes`).
+fn copy_bytes<T: Elem>(elems: usize) -> u64 {
+    T::DTYPE.buffer_bytes(elems as u64)
 }
 
 /// One chunk: GPU-side elements `start..start + len`, and the host runs they map to as
@@ -141,26 +144,27 @@ pub fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
 /// into a mapped staging buffer and its GPU copy submitted at once. Returns the staging
 /// buffers: keep them until a wait has covered these submissions, so that the pool gets
 /// them back mapped (dropped earlier they are freed instead, which is safe but slower).
-pub fn upload(engine: &Engine, dst: &wgpu::Buffer, src: &[f32], runs: &[(usize, usize)]) -> Result<Vec<PooledBuffer>> {
+pub fn upload<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)]) -> Result<Vec<PooledBuffer>> {
     let plan = chunks(runs, chunk_elems());
     spread(plan.len(), |i| upload_chunk(engine, dst, src, &plan[i]))
 }
 
-fn upload_chunk(engine: &Engine, dst: &wgpu::Buffer, src: &[f32], c: &Chunk) -> Result<PooledBuffer> {
-    let bytes = c.len as u64 * 4;
+fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chunk) -> Result<PooledBuffer> {
+    let size = std::mem::size_of::<T>();
+    let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(UPLOAD, bytes)?;
     {
         let mut view = staging
             .get_mapped_range_mut(..bytes)
             .map_err(|e| Error::Gpu(format!("writing an upload buffer failed: {e}")))?;
         for &(host, within, n) in &c.parts {
-            view.slice(within * 4..(within + n) * 4).copy_from_slice(as_bytes(&src[host..host + n]));
+            view.slice(within * size..(within + n) * size).copy_from_slice(bytemuck::cast_slice(&src[host..host + n]));
         }
     }
     staging.unmap_upload();
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&staging, 0, dst, c.start as u64 * 4, bytes);
+        enc.copy_buffer_to_buffer(&staging, 0, dst, (c.start * size) as u64, bytes);
         engine.queue.submit([enc.finish()]);
     })?;
     staging.remap_upload();
@@ -168,7 +172,7 @@ fn upload_chunk(engine: &Engine, dst: &wgpu::Buffer, src: &[f32], c: &Chunk) -> 
 }
 
 /// `upload` of a whole slice, waiting for the GPU: for buffers filled outside a conv2d.
-pub fn upload_now(engine: &Engine, dst: &wgpu::Buffer, src: &[f32]) -> Result<()> {
+pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T]) -> Result<()> {
     let staging = upload(engine, dst, src, &[(0, src.len())])?;
     wait(engine, None)?;
     drop(staging);
@@ -176,21 +180,21 @@ pub fn upload_now(engine: &Engine, dst: &wgpu::Buffer, src: &[f32]) -> Result<()
 }
 
 /// A disjoint piece of the host output and where its elements sit in a chunk.
-struct Dest<'a> {
+struct Dest<'a, T> {
     within: usize,
-    out: &'a mut [f32],
+    out: &'a mut [T],
 }
 
 /// Carves `out` into the pieces the chunks fill, each a separate `&mut` (chunk parts
 /// cover disjoint host ranges, in increasing order when the runs are).
-fn carve<'a>(plan: &[Chunk], out: &'a mut [f32]) -> Result<Vec<Vec<Dest<'a>>>> {
+fn carve<'a, T>(plan: &[Chunk], out: &'a mut [T]) -> Result<Vec<Vec<Dest<'a, T>>>> {
     let mut parts: Vec<(usize, usize, usize, usize)> = plan
         .iter()
         .enumerate()
         .flat_map(|(i, c)| c.parts.iter().map(move |&(host, within, n)| (host, i, within, n)))
         .collect();
     parts.sort_unstable_by_key(|p| p.0);
-    let mut per_chunk: Vec<Vec<Dest<'a>>> = (0..plan.len()).map(|_| Vec::new()).collect();
+    let mut per_chunk: Vec<Vec<Dest<'a, T>>> = (0..plan.len()).map(|_| Vec::new()).collect();
     let mut rest = out;
     let mut at = 0;
     for (host, chunk, within, n) in parts {
@@ -208,32 +212,33 @@ fn carve<'a>(plan: &[Chunk], out: &'a mut [f32]) -> Result<Vec<Vec<Dest<'a>>>> {
 
 /// Copies `src` (back to back from offset 0) into `runs` of `out`: `start_download`, then
 /// `Download::finish`.
-pub fn download(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32], runs: &[(usize, usize)]) -> Result<()> {
-    start_download(engine, src, runs)?.finish(engine, out)
+pub fn download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, out: &mut [T], runs: &[(usize, usize)]) -> Result<()> {
+    start_download::<T>(engine, src, runs)?.finish(engine, out)
 }
 
 /// A read-back whose GPU copies are queued.
-pub struct Download {
+pub struct Download<T> {
     plan: Vec<Chunk>,
     pending: Vec<Pending>,
+    elem: std::marker::PhantomData<T>,
 }
 
 /// Queues the GPU copies of every chunk of `src` (laid out as `runs` on the host), each
 /// with its own staging buffer, submission and mapping. Queued right behind a kernel, they
 /// start as soon as it ends, without a round trip through the host.
-pub fn start_download(engine: &Engine, src: &wgpu::Buffer, runs: &[(usize, usize)]) -> Result<Download> {
+pub fn start_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, runs: &[(usize, usize)]) -> Result<Download<T>> {
     let plan = chunks(runs, chunk_elems());
-    let pending = plan.iter().map(|c| submit_download(engine, src, c)).collect::<Result<_>>()?;
-    Ok(Download { plan, pending })
+    let pending = plan.iter().map(|c| submit_download::<T>(engine, src, c)).collect::<Result<_>>()?;
+    Ok(Download { plan, pending, elem: std::marker::PhantomData })
 }
 
-impl Download {
+impl<T: Elem> Download<T> {
     /// Waits for the chunks in order on this thread and hands each, once mapped, to copy
     /// threads that fill `out` while later chunks land. Only this thread polls the device:
     /// with several threads each polling for its own chunk, a 24 MB read-back on an H100
     /// took 10.8 ms instead of 2.5. The copies themselves run on several threads because
     /// one thread writing fresh numpy pages managed 3.5 GB/s there (59 MB in 16.7 ms).
-    pub fn finish(self, engine: &Engine, out: &mut [f32]) -> Result<()> {
+    pub fn finish(self, engine: &Engine, out: &mut [T]) -> Result<()> {
         let dests = carve(&self.plan, out)?;
         let threads = max_threads().min(self.pending.len());
         if threads <= 1 {
@@ -244,7 +249,7 @@ impl Download {
             }
             return Ok(());
         }
-        let (tx, rx) = mpsc::channel::<(&PooledBuffer, u64, Vec<Dest<'_>>)>();
+        let (tx, rx) = mpsc::channel::<(&PooledBuffer, u64, Vec<Dest<'_, T>>)>();
         let rx = std::sync::Mutex::new(rx);
         std::thread::scope(|s| {
             let workers: Vec<_> = (0..threads)
@@ -281,12 +286,12 @@ struct Pending {
     mapped: mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
 }
 
-fn submit_download(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> Result<Pending> {
-    let bytes = c.len as u64 * 4;
+fn submit_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> Result<Pending> {
+    let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(DOWNLOAD, bytes)?;
     let idx = scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(src, c.start as u64 * 4, &staging, 0, bytes);
+        enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
         engine.queue.submit([enc.finish()])
     })?;
     let (tx, rx) = mpsc::channel();
@@ -306,18 +311,15 @@ fn mapped(p: &Pending) -> Result<()> {
 }
 
 /// Copies a mapped chunk into its pieces of the output and unmaps it.
-fn copy_out(staging: &PooledBuffer, bytes: u64, dests: &mut [Dest<'_>]) -> Result<()> {
+fn copy_out<T: Elem>(staging: &PooledBuffer, bytes: u64, dests: &mut [Dest<'_, T>]) -> Result<()> {
+    let size = std::mem::size_of::<T>();
     {
         let view = staging
             .get_mapped_range(..bytes)
             .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
         for d in dests.iter_mut() {
-            let from = &view[d.within * 4..(d.within + d.out.len()) * 4];
-            // SAFETY: f32 has no invalid bit patterns; `from` has exactly d.out's bytes.
-            let to = unsafe {
-                std::slice::from_raw_parts_mut(d.out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(d.out))
-            };
-            to.copy_from_slice(from);
+            let from = &view[d.within * size..(d.within + d.out.len()) * size];
+            bytemuck::cast_slice_mut::<T, u8>(d.out).copy_from_slice(from);
         }
     }
     staging.unmap();
@@ -325,7 +327,7 @@ fn copy_out(staging: &PooledBuffer, bytes: u64, dests: &mut [Dest<'_>]) -> Resul
 }
 
 /// `download` of a whole buffer into `out`.
-pub fn download_all(engine: &Engine, src: &wgpu::Buffer, out: &mut [f32]) -> Result<()> {
+pub fn download_all<T: Elem>(engine: &Engine, src: &wgpu::Buffer, out: &mut [T]) -> Result<()> {
     let len = out.len();
     if len == 0 {
         return Ok(());

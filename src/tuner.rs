@@ -11,7 +11,7 @@ use crate::families::Families;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 use crate::pool::PooledBuffer;
-use crate::runner::{median, random_data, DeviceTensors};
+use crate::runner::{median, DeviceTensors};
 use crate::kernels::{self, direct::Direct, Caps, Variant};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -263,6 +263,7 @@ pub fn ranked_candidates(shape: &ConvShape, caps: &Caps) -> Vec<Variant> {
 /// family, the likeliest winner of the allowed ones. An error when no allowed variant can run
 /// `shape` on this adapter at `precision`.
 pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, families: &Families) -> Result<Variant> {
+    let precision = precision.for_data(shape.dtype);
     let rule = kernels::default_variant(shape, caps);
     if families.allows(rule.family()) {
         return Ok(rule);
@@ -485,7 +486,7 @@ impl Bench<'_> {
         self.run_checked(kernel)?;
         if faulty {
             // The test-only candidate is corrupted on the host, so it takes the host check.
-            self.tensors.read_y(self.engine, &mut self.out)?;
+            self.out = self.tensors.read_y_f32(self.engine)?;
             corrupt(&mut self.out);
             return Ok(check_against(&self.out, &self.reference, self.tolerance).map(|_| ()));
         }
@@ -574,8 +575,7 @@ fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<(Vec<f32
     let kernel = engine.compile(&reference_variant(), &tensors.shape)?;
     tensors.poison(engine)?;
     tensors.run(engine, &kernel)?;
-    let mut out = vec![0f32; tensors.shape.y_len() as usize];
-    tensors.read_y(engine, &mut out)?;
+    let out = tensors.read_y_f32(engine)?;
     Ok((out, tensors.copy_y(engine)?, kernel))
 }
 
@@ -613,15 +613,12 @@ pub fn tune(
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<TuneReport> {
     let start = Instant::now();
+    let precision = precision.for_data(shape.dtype);
     // Before the inputs are made: a shape too large for one binding must not cost gigabytes
     // of random data first.
     crate::memory::check(engine, "tuning", &crate::memory::whole_problem(shape, engine.max_binding())?)?;
     let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty())?;
-    let x = random_data(shape.x_len() as usize, SEEDS.0);
-    let w = random_data(shape.w_len() as usize, SEEDS.1);
-    let b = shape.bias.then(|| random_data(shape.k as usize, SEEDS.2));
-    let z = shape.epilogue.residual.then(|| random_data(shape.y_len() as usize, SEEDS.2 ^ 0x2));
-    let tensors = DeviceTensors::upload(engine, shape, &x, &w, b.as_deref(), z.as_deref())?;
+    let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
     let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
     let on_gpu = engine.desc.device_type != "Cpu";
     if on_gpu {
@@ -630,7 +627,7 @@ pub fn tune(
         tensors.settle(engine, &reference_kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
     }
     let out = vec![0f32; reference.len()];
-    let tolerance = precision.tolerance();
+    let tolerance = precision.tolerance_for(shape.dtype);
     let mut bench = Bench {
         engine,
         out,

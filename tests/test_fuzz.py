@@ -70,7 +70,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 import convtune
-from reference import check_close, output_shape, reference_conv2d, resolve_padding
+from reference import RTOL, check_close, output_shape, reference_conv2d, resolve_padding
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -423,6 +423,8 @@ class Expect:
     # A variant named by the caller may exceed the adapter's workgroup limits: a ValueError
     # that says so ("the adapter allows") is then also a correct answer.
     named_variant: Optional[str] = None
+    # float16 x and w: a float16 result, rounded once (the documented dtype policy).
+    half: bool = False
 
     @property
     def allowed(self):
@@ -509,7 +511,7 @@ def _fitting_variants():
 
 def _model_array(value, name, want_ndim, e: Expect):
     if name == "x" and isinstance(value, convtune.Tensor):
-        return np.empty(value.shape, np.float32)  # only its shape matters to the model
+        return np.empty(value.shape, value.dtype)  # only its shape and dtype matter to the model
     try:
         a = np.asarray(value)
     except (TypeError, ValueError) as err:
@@ -537,6 +539,12 @@ def expected_outcome(args, kwargs) -> Expect:
     b = None
     if call["bias"] is not None:
         b = _model_array(call["bias"], "bias", 1, e)
+    if x is not None and w is not None:
+        # float16 x and w compute in float16; float16 with another dtype is a TypeError.
+        halves = [a.dtype == np.float16 for a in (x, w)]
+        if any(halves) and not all(halves):
+            e.type_problems.append("float16 mixed with another dtype")
+        e.half = all(halves)
     variant = call["variant"]
     if variant is not None:
         if not isinstance(variant, str):
@@ -636,10 +644,15 @@ def _snapshot(v):
     return None
 
 
-def _compare(got, ref, where: str):
+def _compare(got, ref, where: str, half: bool = False):
     assert isinstance(got, np.ndarray), f"returned {type(got).__name__} [{where}]"
     assert got.shape == ref.shape, f"shape {got.shape} != reference {ref.shape} [{where}]"
-    assert got.dtype == np.float32, f"dtype {got.dtype} [{where}]"
+    assert got.dtype == (np.float16 if half else np.float32), f"dtype {got.dtype} [{where}]"
+    if half:
+        # The float16 result of the exact sum: Inf where it overflows float16's range.
+        with np.errstate(all="ignore"):
+            ref = np.where(np.isfinite(ref) & np.isinf(ref.astype(np.float16)), ref.astype(np.float16), ref)
+        got = got.astype(np.float32)
     for label, fn in (("+inf", np.isposinf), ("-inf", np.isneginf)):
         g, r = fn(got), fn(ref)
         if not np.array_equal(g, r):
@@ -653,7 +666,7 @@ def _compare(got, ref, where: str):
             )
     inf = np.isinf(ref)
     check_close(np.where(inf, np.float32(0), got).astype(np.float32), np.where(inf, 0.0, ref),
-                context=where)
+                context=where, rtol=4 * 2.0**-11 if half else RTOL)
 
 
 def check_case(case: Case) -> str:
@@ -704,7 +717,8 @@ def check_case(case: Case) -> str:
         got = got.numpy()
     if "ok" not in expect.allowed:
         if (expect.empty_shape is not None and isinstance(got, np.ndarray)
-                and got.shape == expect.empty_shape and got.dtype == np.float32):
+                and got.shape == expect.empty_shape
+                and got.dtype == (np.float16 if expect.half else np.float32)):
             return "empty"
         raise AssertionError(
             f"conv2d returned {type(got).__name__} of shape {getattr(got, 'shape', None)} but "
@@ -721,7 +735,7 @@ def check_case(case: Case) -> str:
     b32 = None if b is None else np.asarray(b).astype(np.float32)
     with np.errstate(all="ignore"):
         ref = reference_conv2d(x32, w32, bias=b32, **call)
-    _compare(got, ref, where)
+    _compare(got, ref, where, expect.half)
     return "ok"
 
 

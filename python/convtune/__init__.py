@@ -2,11 +2,15 @@
 
 ``convtune.conv2d(x, w, stride, padding, dilation, groups, bias)`` follows
 ``torch.nn.functional.conv2d``: cross-correlation, ``x`` is (N, C, H, W), ``w`` is
-(K, C/groups, R, S), the result is a new float32 array of shape (N, K, OH, OW).
+(K, C/groups, R, S), the result is a new array of shape (N, K, OH, OW).
 
-Computation is float32. Inputs of other real numeric dtypes (float16, float64, signed and
-unsigned integers) are cast to float32; bool, complex, object, string and datetime arrays
-raise TypeError.
+Data types: float16 ``x`` and ``w`` (numpy arrays or a float16 ``Tensor``) stay float16 on
+the GPU (half the bytes), are multiplied and summed in float32 (on tensor cores where the
+adapter has them) and give a float16 result, as PyTorch does; ``z`` must then be float16
+too, the bias may be any float. As in PyTorch, float16 mixed with another dtype among x, w
+and z is a TypeError. Otherwise computation is float32: inputs of other real numeric dtypes
+(float64, signed and unsigned integers) are cast to float32 and the result is float32;
+bool, complex, object, string and datetime arrays raise TypeError.
 
 Autotuning: the first call with a new shape times the kernel variants that fit it, checks
 each against a reference, and keeps the fastest in an on-disk cache (``cache_path()``).
@@ -156,6 +160,33 @@ def _view(value: Any, name: str) -> np.ndarray:
     return arr
 
 
+def _data_dtype(x: Any, w: np.ndarray, z: Any) -> str:
+    """``"float16"`` when x is float16 data (an array or a Tensor), else ``"float32"``; a
+    TypeError when float16 is mixed with another dtype among x, w and z (PyTorch's rule)."""
+    def dtype_of(a: Any) -> Optional[str]:
+        if a is None:
+            return None
+        return a.dtype if isinstance(a, Tensor) else str(a.dtype)
+
+    named = [("x", dtype_of(x)), ("w", dtype_of(w)), ("z", dtype_of(z))]
+    given = [(n, d) for n, d in named if d is not None]
+    if not any(d == "float16" for _, d in given):
+        return "float32"
+    if all(d == "float16" for _, d in given):
+        return "float16"
+    listing = ", ".join(f"{n} {d}" for n, d in given)
+    raise TypeError(f"float16 data cannot be mixed with other dtypes ({listing}); cast them all to "
+                    f"float16 (float16 result) or all to float32")
+
+
+def _host_data(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """The C-contiguous, aligned array the GPU upload takes for ``dtype`` data: float32, or
+    float16 viewed as uint16 (its bits); one copy at most."""
+    if dtype == "float16":
+        return np.require(arr, requirements=["C", "A"]).view(np.uint16)
+    return _float32(arr)
+
+
 def _float32(arr: np.ndarray) -> np.ndarray:
     """The C-contiguous, aligned float32 array the GPU upload takes; one copy at most (none
     for an array that already is one). Callers check the copy's size first (_memory)."""
@@ -168,8 +199,21 @@ def _float32(arr: np.ndarray) -> np.ndarray:
 
 _Spec = Tuple[
     Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
-    Optional[int], Optional["_epilogue.Normalised"], str,
+    Optional[int], Optional["_epilogue.Normalised"], str, str,
 ]
+
+DTYPES = ("float32", "float16")
+
+
+def _dtype(value: Any) -> str:
+    """A data type name from a str or anything numpy reads as a dtype (np.float16, ...)."""
+    try:
+        name = np.dtype(value).name if not isinstance(value, str) else value
+    except TypeError:
+        raise TypeError(f"dtype must be one of {DTYPES}, got {type(value).__name__}") from None
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {value!r}")
+    return name
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -242,7 +286,7 @@ def _dim(d: Any, name: str, dims: tuple) -> int:
 
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
           bias_len: Optional[int], epilogue: Optional[_epilogue.Normalised] = None,
-          layout: str = "NCHW") -> _Spec:
+          layout: str = "NCHW", dtype: str = "float32") -> _Spec:
     return (
         _shape4(x_shape, "x_shape"),
         _shape4(w_shape, "w_shape"),
@@ -253,6 +297,7 @@ def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, 
         bias_len,
         epilogue,
         _layout(layout),
+        dtype,
     )
 
 
@@ -275,7 +320,7 @@ def conv2d(
     variant: Optional[str] = None,
     precision: Optional[str] = None,
 ) -> np.ndarray:
-    """2-D convolution with PyTorch's semantics, computed on the GPU in float32, with an
+    """2-D convolution with PyTorch's semantics, computed on the GPU with float32 sums, with an
     optional fused epilogue: ``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)``.
 
     Args:
@@ -300,15 +345,16 @@ def conv2d(
         layout: ``"NCHW"`` (PyTorch's; the default for arrays) or ``"NHWC"``: x is then
             (N, H, W, C) and the result (N, OH, OW, K) (z too), read and written in place by
             the kernels, no transpose; w stays (K, C/groups, R, S). A Tensor ``x`` brings its
-            own layout (naming another is a ValueError). The tensor-core family runs NCHW
-            only so far.
+            own layout (naming another is a ValueError).
         variant: run this kernel variant (a name from ``variant_space()``) instead of the
             tuned or default one.
         precision: ``"highest"`` (float32-class) or ``"high"`` (TF32-class, may use tensor
             cores); default ``CONVTUNE_PRECISION`` or ``"highest"``.
 
     Returns:
-        A new float32 array of shape (N, K, OH, OW) ((N, OH, OW, K) in NHWC); a
+        A new array of shape (N, K, OH, OW) ((N, OH, OW, K) in NHWC), float16 for float16
+        x and w (then z must be float16 too; float16 mixed with other dtypes is a
+        TypeError, as in PyTorch), else float32; a
         ``convtune.Tensor`` on the GPU when ``x`` is one, returned as soon as its kernel is
         queued (``Tensor.numpy()`` and ``convtune.synchronize()`` wait for it).
 
@@ -345,18 +391,19 @@ def conv2d(
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
     epi = _epilogue.normalise(z is not None, alpha1, alpha2, activation, negative_slope, clamp)
     zv, zt = _residual(z, on_device)
+    dt = _data_dtype(xv, wv, zt if zt is not None else zv)
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
-                 None if bv is None else int(bv.shape[0]), epi, lay)
+                 None if bv is None else int(bv.shape[0]), epi, lay, dt)
     copies = [("w", wv), ("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
     t1 = time.perf_counter()
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
-    _, _, s, p, d, g, _, _, _ = spec
-    xa = x if on_device else _float32(xv)
-    wa = _float32(wv)
+    _, _, s, p, d, g, _, _, _, _ = spec
+    xa = x if on_device else _host_data(xv, dt)
+    wa = _host_data(wv, dt)
     ba = None if bv is None else _float32(bv)
-    za = None if zv is None else _float32(zv)
+    za = None if zv is None else _host_data(zv, dt)
     progress = Progress()
     t3 = time.perf_counter()
     try:
@@ -388,7 +435,8 @@ def _residual(z: Any, on_device: bool) -> Tuple[Optional[np.ndarray], Optional[T
 
 
 def to_device(x: Any, layout: str = "NCHW") -> Tensor:
-    """Uploads a 4-D array to the GPU as a float32 ``convtune.Tensor``, whose axes are
+    """Uploads a 4-D array to the GPU as a ``convtune.Tensor`` (float16 data stays float16,
+    any other dtype becomes float32), whose axes are
     ``layout``'s (``"NCHW"`` or ``"NHWC"``): ``conv2d`` reads it so and returns its output
     in the same layout.
 
@@ -401,8 +449,9 @@ def to_device(x: Any, layout: str = "NCHW") -> Tensor:
     xv = _view(x, "x")
     if xv.ndim != 4:
         raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
-    _memory.check_upload(xv)
-    return _convtune.to_device(_float32(xv), lay)
+    dt = "float16" if xv.dtype == np.float16 else "float32"
+    _memory.check_upload(xv, dt)
+    return _convtune.to_device(_host_data(xv, dt), lay)
 
 
 def last_call_timings() -> Optional[dict]:
@@ -454,7 +503,7 @@ def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
     return _int(bias, "bias")
 
 
-_PROBLEM_KEYWORDS = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout")
+_PROBLEM_KEYWORDS = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout", "dtype")
 
 
 def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywords=None):
@@ -469,11 +518,16 @@ def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywor
         raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; "
                         f"epilogue and layout keywords are {', '.join(_PROBLEM_KEYWORDS)}")
     layout = _layout(e.pop("layout", "NCHW"))
+    # Arrays given as shapes bring their dtype: float16 data is its own problem.
+    dtype = e.pop("dtype", None)
+    if dtype is None:
+        dtype = "float16" if str(getattr(x_shape, "dtype", "")) == "float16" else "float32"
+    dtype = _dtype(dtype)
     spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
     epi = None
     if e:
         epi = _epilogue.normalise(_epilogue.residual_flag(e.pop("z", None)), **e)
-    return spec[:6] + (_bias_len(bias, spec[1]), epi, layout)
+    return spec[:6] + (_bias_len(bias, spec[1]), epi, layout, dtype)
 
 
 def default_variant(

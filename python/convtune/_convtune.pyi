@@ -57,9 +57,11 @@ _Padding = Union[str, Tuple[int, int]]
 _Shape4 = Sequence[int]
 #: (alpha1, alpha2, residual, activation, negative_slope, clamp_min, clamp_max).
 _Epilogue = Tuple[float, float, bool, Optional[str], float, float, float]
-#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue, layout),
-#: already normalised; x_shape in the layout's order.
-_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue], str]
+#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue, layout, dtype),
+#: already normalised; x_shape in the layout's order; dtype "float32" or "float16".
+_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue], str, str]
+#: float32 data, or float16 data viewed as uint16 (its bits).
+_Data = Union[npt.NDArray[np.float32], npt.NDArray[np.uint16]]
 #: ``progress(done, total, candidate_name, shape_label)``; raising cancels tuning.
 _Progress = Callable[[int, int, str, str], Any]
 
@@ -71,8 +73,8 @@ class ShaderError(ConvtuneError): ...
 class ConvtuneWarning(UserWarning): ...
 
 def conv2d(
-    x: npt.NDArray[np.float32],
-    w: npt.NDArray[np.float32],
+    x: _Data,
+    w: _Data,
     bias: Optional[npt.NDArray[np.float32]],
     stride: _Pair,
     padding: _Padding,
@@ -82,9 +84,9 @@ def conv2d(
     progress: Optional[_Progress] = None,
     precision: Optional[str] = None,
     epilogue: Optional[_Epilogue] = None,
-    z: Optional[npt.NDArray[np.float32]] = None,
+    z: Optional[_Data] = None,
     layout: Optional[str] = None,
-) -> npt.NDArray[np.float32]: ...
+) -> Union[npt.NDArray[np.float32], npt.NDArray[np.float16]]: ...
 def devices() -> List[Dict[str, Any]]: ...
 def adapter_info() -> Dict[str, Any]: ...
 def variant_space() -> List[str]: ...
@@ -130,7 +132,7 @@ def _inject_faulty_candidate(on: bool) -> None: ...
 
 @final
 class Tensor:
-    """A float32 NCHW tensor resident on the GPU."""
+    """A float32 or float16 tensor resident on the GPU, NCHW or NHWC."""
 
     @property
     def layout(self) -> str: ...
@@ -140,12 +142,12 @@ class Tensor:
     def dtype(self) -> str: ...
     @property
     def nbytes(self) -> int: ...
-    def numpy(self) -> npt.NDArray[np.float32]: ...
+    def numpy(self) -> Union[npt.NDArray[np.float32], npt.NDArray[np.float16]]: ...
 
-def to_device(x: npt.NDArray[np.float32], layout: Optional[str] = None) -> Tensor: ...
+def to_device(x: _Data, layout: Optional[str] = None) -> Tensor: ...
 def conv2d_tensor(
     x: Tensor,
-    w: npt.NDArray[np.float32],
+    w: _Data,
     bias: Optional[npt.NDArray[np.float32]],
     stride: _Pair,
     padding: _Padding,
@@ -155,7 +157,7 @@ def conv2d_tensor(
     progress: Optional[_Progress] = None,
     precision: Optional[str] = None,
     epilogue: Optional[_Epilogue] = None,
-    z: Optional[npt.NDArray[np.float32]] = None,
+    z: Optional[_Data] = None,
     z_tensor: Optional[Tensor] = None,
     layout: Optional[str] = None,
 ) -> Tensor: ...

@@ -20,11 +20,12 @@ from . import _convtune
 Parts = List[Tuple[str, int]]
 
 
-def copy_bytes(arr: np.ndarray) -> int:
-    """Bytes of the float32 C-contiguous copy convtune makes of ``arr`` (0: used as is)."""
-    if arr.dtype == np.float32 and arr.flags.c_contiguous and arr.flags.aligned:
+def copy_bytes(arr: np.ndarray, dtype: str = "float32") -> int:
+    """Bytes of the C-contiguous ``dtype`` copy convtune makes of ``arr`` (0: used as is)."""
+    target = np.dtype(dtype)
+    if arr.dtype == target and arr.flags.c_contiguous and arr.flags.aligned:
         return 0
-    return int(arr.size) * 4
+    return int(arr.size) * target.itemsize
 
 
 def check(
@@ -32,16 +33,17 @@ def check(
     host: Sequence[Tuple[str, int]] = (),
     device: Sequence[Tuple[str, int]] = (),
     copies: Iterable[Tuple[str, Optional[np.ndarray]]] = (),
+    dtype: str = "float32",
 ) -> None:
     """Raises ``convtune.OutOfMemoryError`` (naming the bytes and the limit) when a call
-    needing ``host`` and ``device`` bytes, plus float32 copies of the named ``copies``
+    needing ``host`` and ``device`` bytes, plus ``dtype`` copies of the named ``copies``
     arrays, would not fit in the host's or the GPU's memory.
 
     The one check for every entry point that copies or allocates: new inputs (residuals,
     other dtypes) add their arrays to ``copies`` or their bytes to ``host``/``device``.
     """
-    parts: Parts = [(f"{name} as float32", copy_bytes(arr)) for name, arr in copies
-                    if arr is not None and copy_bytes(arr)]
+    parts: Parts = [(f"{name} as {dtype}", copy_bytes(arr, dtype)) for name, arr in copies
+                    if arr is not None and copy_bytes(arr, dtype)]
     parts += [(str(label), int(b)) for label, b in host]
     _convtune.check_memory(what, parts, [(str(label), int(b)) for label, b in device])
 
@@ -49,10 +51,10 @@ def check(
 def check_conv2d(spec, x_on_device: bool, copies: Iterable[Tuple[str, Optional[np.ndarray]]]) -> None:
     """Validates a conv2d problem (ValueError for an impossible one) and checks its memory."""
     host, device = _convtune.conv2d_footprint(spec, x_on_device)
-    check("conv2d", host, device, copies)
+    check("conv2d", host, device, copies, spec[9])
 
 
-def check_upload(arr: np.ndarray) -> None:
+def check_upload(arr: np.ndarray, dtype: str = "float32") -> None:
     """Checks the memory ``to_device(arr)`` needs (ValueError beyond one GPU binding)."""
     host, device = _convtune.upload_footprint(list(arr.shape))
-    check("to_device", host, device, [("x", arr)])
+    check("to_device", host, device, [("x", arr)], dtype)

@@ -9,6 +9,7 @@ use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::{Error, Result};
+use crate::dtype::DType;
 use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
 use std::fmt::Write as _;
@@ -174,7 +175,9 @@ impl KernelVariant for Coop {
             Layout::Nchw => true,
             Layout::Nhwc => self.layout == 1 && reads_x_in_place(shape),
         };
-        layout_ok && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+        // float16 data has no lo part: the split would triple the work for nothing.
+        let split_ok = self.split == 1 || shape.dtype == DType::F32;
+        layout_ok && split_ok && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -241,6 +244,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         )));
     }
     let in_place = reads_x_in_place(shape);
+    let dt = shape.dtype.wgsl();
+    let scaled = shape.dtype == DType::F32;
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -297,14 +302,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         if vec_w || v.layout == 1 {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
             writeln!(s, "        let ok = bok{i} && kr < KL;").unwrap();
-            writeln!(s, "        pb{i} = select(vec4<f32>(0.0), {w_buf}[select(0, (bbase{i} + kr) / 4, ok)], ok);").unwrap();
+            writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
             writeln!(s, "    }}").unwrap();
             continue;
         }
         for (q, lane) in lanes.iter().enumerate() {
             writeln!(s, "        {{").unwrap();
             writeln!(s, "            let ok = bok{i} && kr + {q} < KL;").unwrap();
-            writeln!(s, "            pb{i}.{lane} = select(0.0, w[select(0, bbase{i} + kr + {q}, ok)], ok);").unwrap();
+            writeln!(s, "            pb{i}.{lane} = select(0.0, f32(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
         writeln!(s, "    }}").unwrap();
@@ -412,7 +417,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 };
                 // The smaller factor first: an intermediate overflows only if the result does.
                 writeln!(s, "            let yi = (m / OHW) * YSN + k * YSK + (m % OHW) * YSP;").unwrap();
-                writeln!(s, "            y[yi] = epilogue(({sum}) * min(ux, uw) * max(ux, uw), k, yi);").unwrap();
+                writeln!(s, "            y[yi] = DT(epilogue(({sum}) * min(ux, uw) * max(ux, uw), k, yi));").unwrap();
                 writeln!(s, "        }}").unwrap();
                 writeln!(s, "    }}").unwrap();
             }
@@ -443,8 +448,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("CHP", padded.chp.to_string()),
         ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
-        ("W_ELEM", if vec_w { "vec4<f32>" } else { "f32" }.to_string()),
-        ("X_ELEM", if in_place { "vec4<f32>" } else { "f32" }.to_string()),
+        ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_ELEM", if in_place { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
+        ("EW", if scaled { "scale_exp(atomicLoad(&scales[1]))" } else { "0" }.to_string()),
         ("SMEM", smem),
         ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
         ("A_SETUP", a_setup),
@@ -457,7 +464,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("STORE", store),
     ]);
     let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks);
-    kernel.scaled = true;
+    kernel.scaled = scaled;
     if v.layout == 1 {
         kernel.prologue = Some(prologue_blocks);
         kernel.workspace = [if in_place { 0 } else { padded.x_len(shape) * 4 }, padded.w_len(shape) * 4];
@@ -513,7 +520,7 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape) {
             writeln!(s, "            let ih = aih{p} + khd;").unwrap();
             writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
             writeln!(s, "            let ok = aok{p} && kok{};", implicit::window_check(shape)).unwrap();
-            writeln!(s, "            pa{i}.{lane} = select(0.0, x[select(0, abase{p} + koff, ok)], ok);").unwrap();
+            writeln!(s, "            pa{i}.{lane} = select(0.0, f32(x[select(0, abase{p} + koff, ok)]), ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
         writeln!(s, "    }}").unwrap();
@@ -535,7 +542,7 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
         writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), {x_buf}[select(0, (abase{i} + koff) / 4, ok)], ok);").unwrap();
+        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), vec4<f32>({x_buf}[select(0, (abase{i} + koff) / 4, ok)]), ok);").unwrap();
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();
@@ -549,7 +556,7 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
     let x_vec4s = shape.x_len() / 4;
     let x_blocks = if in_place { x_vec4s.div_ceil(256) } else { shape.n as u64 * p_tiles * c_tiles };
     let w_blocks = (padded.w_len(shape) / 4).div_ceil(256);
-    let w_at = if vec_w { "    return w[i / 4][i % 4];" } else { "    return w[i];" };
+    let w_at = if vec_w { "    return f32(w[i / 4][i % 4]);" } else { "    return f32(w[i]);" };
     let vars = vec![
         ("P_TILES", p_tiles.to_string()),
         ("C_TILES", c_tiles.to_string()),
@@ -574,7 +581,7 @@ const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
             let cg = (c0 + cy) / CP;
             let cc = (c0 + cy) % CP;
             let ok = c0 + cy < CHP && cc < CG && p < HW;
-            let v = select(0.0, x[select(0, (n * CH + cg * CG + cc) * HW + p, ok)], ok);
+            let v = select(0.0, f32(x[select(0, (n * CH + cg * CG + cc) * HW + p, ok)]), ok);
             mx = max(mx, finite_abs_bits(v));
             tile[cy * 33 + lid % 32] = v;
         }
@@ -592,7 +599,7 @@ const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
 const PROLOGUE_X_MAX: &str = r#"        let i = i32(block) * 256 + lid;
         var mx = 0u;
         if (i < X_VEC4S) {
-            let b = bitcast<vec4<u32>>(x[i]) & vec4<u32>(0x7FFFFFFFu);
+            let b = bitcast<vec4<u32>>(vec4<f32>(x[i])) & vec4<u32>(0x7FFFFFFFu);
             let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
             mx = max(max(f.x, f.y), max(f.z, f.w));
         }

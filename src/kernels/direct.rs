@@ -177,12 +177,12 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
                 for j in 0..tw {
                     writeln!(
                         out,
-                        "{indent}        let xv{j} = select(pad0, x[xc + o{r}_{j}_{s}], m{r}_{j}_{s});"
+                        "{indent}        let xv{j} = select(pad0, f32(x[xc + o{r}_{j}_{s}]), m{r}_{j}_{s});"
                     )
                     .unwrap();
                 }
                 for i in 0..tk {
-                    writeln!(out, "{indent}        let wv{i} = w[wb{i} + wc + {}];", r * shape.s + s)
+                    writeln!(out, "{indent}        let wv{i} = f32(w[wb{i} + wc + {}]);", r * shape.s + s)
                         .unwrap();
                 }
                 fmas(out, &format!("{indent}        "));
@@ -207,11 +207,11 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
             let ind = "                ";
             writeln!(main, "{ind}let iw{j} = (ow0 + {j}) * SW - PW + s * DW;").unwrap();
             writeln!(main, "{ind}let ok{j} = rok && iw{j} >= 0 && iw{j} < W;").unwrap();
-            writeln!(main, "{ind}let xv{j} = select(pad0, x[select(0, xc + ih * XSH + iw{j} * XSW, ok{j})], ok{j});")
+            writeln!(main, "{ind}let xv{j} = select(pad0, f32(x[select(0, xc + ih * XSH + iw{j} * XSW, ok{j})]), ok{j});")
                 .unwrap();
         }
         for i in 0..tk {
-            writeln!(main, "                let wv{i} = w[wb{i} + wc + r * S + s];").unwrap();
+            writeln!(main, "                let wv{i} = f32(w[wb{i} + wc + r * S + s]);").unwrap();
         }
         fmas(&mut main, "                ");
         main.push_str("            }\n        }\n    }\n");
@@ -236,7 +236,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         writeln!(store, "        let k = g * KG + kk0 + {i};").unwrap();
         writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
-            writeln!(store, "        if (ow0 + {j} < OW) {{ let yi = yrow + (ow0 + {j}) * YSP; y[yi] = epilogue(a{i}_{j}, k, yi); }}")
+            writeln!(store, "        if (ow0 + {j} < OW) {{ let yi = yrow + (ow0 + {j}) * YSP; y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }}")
                 .unwrap();
         }
         writeln!(store, "    }}").unwrap();

@@ -196,7 +196,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
         writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
         writeln!(s, "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;").unwrap();
-        writeln!(s, "        pa{i} = select(pad0, x[select(0, idx, ok)], ok);").unwrap();
+        writeln!(s, "        pa{i} = select(pad0, f32(x[select(0, idx, ok)]), ok);").unwrap();
         writeln!(s, "    }}").unwrap();
     }
     for i in 0..b_slots {
@@ -204,7 +204,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    {{").unwrap();
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
         writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
-        writeln!(s, "        pb{i} = select(0.0, w[select(0, bbase{i} + kr, ok)], ok);").unwrap();
+        writeln!(s, "        pb{i} = select(0.0, f32(w[select(0, bbase{i} + kr, ok)]), ok);").unwrap();
         writeln!(s, "    }}").unwrap();
     }
     let mut advance = String::new();
@@ -271,7 +271,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             }
         } else {
             for i in 0..gm.tm {
-                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * YSK] = epilogue(acc{i}_{j}, k, ym{i} + k * YSK); }}").unwrap();
+                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * YSK] = DT(epilogue(acc{i}_{j}, k, ym{i} + k * YSK)); }}").unwrap();
             }
         }
         writeln!(s, "        }}").unwrap();

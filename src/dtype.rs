@@ -1,0 +1,116 @@
+//! Element types of x, w, z and y: float32, or float16 (half the bytes; kernels convert to
+//! float32 as they load and accumulate in float32, as cuDNN's fp16 convolutions do). The bias
+//! is float32 either way. On the host, float16 data travels as its 16-bit patterns.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// In cache keys as "f32" / "f16" (keys always had a "dtype": "f32" entry).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    #[default]
+    #[serde(rename = "f32")]
+    F32,
+    #[serde(rename = "f16")]
+    F16,
+}
+
+impl DType {
+    pub fn parse(name: &str) -> Result<DType> {
+        match name {
+            "float32" => Ok(DType::F32),
+            "float16" => Ok(DType::F16),
+            other => Err(Error::invalid(format!("dtype must be \"float32\" or \"float16\", got {other:?}"))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F16 => "float16",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            DType::F32 => 4,
+            DType::F16 => 2,
+        }
+    }
+
+    /// The WGSL scalar type of the data.
+    pub fn wgsl(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+        }
+    }
+
+    /// Bytes of a buffer of `elems` elements: whole 4-byte words, as storage bindings and
+    /// buffer copies need.
+    pub fn buffer_bytes(self, elems: u64) -> u64 {
+        (elems * self.size()).div_ceil(4) * 4
+    }
+
+    /// The relative error an output of this type adds by itself: float16 results are rounded
+    /// to 11 significant bits (the tuner's bound for float16 problems is this times two, for
+    /// the reference's rounding and the candidate's).
+    pub fn output_rounding(self) -> f64 {
+        match self {
+            DType::F32 => 0.0,
+            DType::F16 => 2f64.powi(-11),
+        }
+    }
+}
+
+/// A host element of a tensor: `f32`, or `u16` holding float16 bits.
+pub trait Elem: bytemuck::Pod + Send + Sync + 'static {
+    const DTYPE: DType;
+    fn to_f32(self) -> f32;
+    fn from_f32(v: f32) -> Self;
+}
+
+impl Elem for f32 {
+    const DTYPE: DType = DType::F32;
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+impl Elem for u16 {
+    const DTYPE: DType = DType::F16;
+    fn to_f32(self) -> f32 {
+        half::f16::from_bits(self).to_f32()
+    }
+    fn from_f32(v: f32) -> Self {
+        half::f16::from_f32(v).to_bits()
+    }
+}
+
+/// `data` converted to `T`, rounding to nearest.
+pub fn convert<T: Elem>(data: &[f32]) -> Vec<T> {
+    data.iter().map(|&v| T::from_f32(v)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float16_bits_round_trip_and_round_to_nearest() {
+        for v in [0.0f32, -0.0, 1.0, -2.5, 65504.0, 6.1e-5, f32::INFINITY] {
+            assert_eq!(u16::from_f32(v).to_f32(), v);
+        }
+        assert!(u16::from_f32(f32::NAN).to_f32().is_nan());
+        assert_eq!(u16::from_f32(1.0 + 1.0 / 4096.0).to_f32(), 1.0);
+        assert_eq!(u16::from_f32(1e6).to_f32(), f32::INFINITY);
+        assert_eq!(DType::F16.buffer_bytes(3), 8);
+        assert_eq!(DType::F32.buffer_bytes(3), 12);
+        assert_eq!(DType::parse("float16").unwrap(), DType::F16);
+        assert!(DType::parse("half").is_err());
+    }
+}
