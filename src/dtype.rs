@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn float16_bits_round_trip_and_round_to_nearest() {
-        for v in [0.0f32, -0.0, 1.0, -2.5, 65504.0, 6.1e-5, f32::INFINITY] {
+        for v in [0.0f32, -0.0, 1.0, -2.5, 65504.0, 2f32.powi(-14), 2f32.powi(-24), f32::INFINITY] {
             assert_eq!(u16::from_f32(v).to_f32(), v);
         }
         assert!(u16::from_f32(f32::NAN).to_f32().is_nan());
