@@ -20,7 +20,7 @@
 // Layout {{LAYOUT}}: 0 gathers x in its own (N, C, H, W) layout, one element at a time, and
 // stages the pixel side column-major (a_hi[k][m]) so that neighbouring invocations gather
 // neighbouring pixels. 1 runs `prologue` first, which copies x to (N, H, W, C) (unless x
-// is NHWC already, with C/groups a multiple of four: then it is read in place) and w to
+// is NHWC already with C/groups a multiple of four: then it is read in place) and w to
 // (K, R, S, C/groups) in the workspace, each group's channels zero-padded to a multiple of
 // four (CP); the reduction then walks channels fastest over KL = CP*R*S terms, so four
 // consecutive terms are one 16-byte load whatever C is, and the pixel side is staged row-major
@@ -154,15 +154,17 @@ fn main(
 // ---------------------------------------------------------------------------------------
 // Layout 1's prologue: the channels-last copies, and max |x|, max |w| in the same pass.
 // For NCHW x, the first X_BLOCKS workgroups each transpose a 32-channel x 32-pixel tile of
-// one image through workgroup memory (reads and writes both coalesced); NHWC x is read in
-// place by the kernel, so they only fold its max. The rest rearrange w, four channels of
-// one (k, r, s) per invocation.
+// one image through workgroup memory (reads and writes both coalesced). NHWC x is read in
+// place by the kernel where C/groups is a multiple of 4, so they only fold its max; else they
+// copy it with each group's channels padded, one vec4 per invocation. The rest rearrange w,
+// four channels of one (k, r, s) per invocation.
 
 const HW: i32 = H * W;
 const P_TILES: u32 = {{P_TILES}}u;    // ceil(H * W / 32)
 const C_TILES: u32 = {{C_TILES}}u;    // ceil(CHP / 32)
-const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES (NCHW x), ceil(X_VEC4S / 256) (NHWC)
-const X_VEC4S: i32 = {{X_VEC4S}};
+const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES (NCHW x), else one vec4 per invocation
+const X_VEC4S: i32 = {{X_VEC4S}};    // vec4s of x (read in place: NHWC, CG a multiple of 4)
+const XP_VEC4S: i32 = {{XP_VEC4S}};  // vec4s of layout 1's padded copy of x
 const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KRP / 4 / 256)
 const KR4: i32 = KRP / 4;             // vec4s per wt row
 

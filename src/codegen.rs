@@ -127,6 +127,10 @@ mod tests {
             ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
                 .unwrap()
                 .with_layout(crate::params::Layout::Nhwc),
+            // NHWC with C/groups 3: the tensor-core prologue's padded copy.
+            ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4))
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc),
             // float16 data, both layouts.
             ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
                 .unwrap()

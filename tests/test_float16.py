@@ -63,6 +63,7 @@ def check_half(got, want, context=""):
 
 def run_cases(variant, layout):
     rng = np.random.default_rng(abs(hash((variant, layout))) % 2**32)
+    ran = 0
     for xs, ws, kw in CASES:
         x, w, b = half_inputs(rng, xs, ws)
         conv = conv2d_reference(x, w, **kw)
@@ -73,10 +74,14 @@ def run_cases(variant, layout):
             got = convtune.conv2d(to(x), w, bias=b, z=to(z), alpha2=0.5, activation="relu",
                                   layout=layout, variant=variant, **kw)
         except ValueError as e:
-            if "cannot run on this shape" in str(e) or "the adapter allows" in str(e):
-                continue
+            if "the adapter allows" in str(e):
+                pytest.skip(f"{variant} exceeds this adapter's workgroup memory: {e}")
+            if "cannot run on this shape" in str(e):
+                continue  # a layout or channel count the variant refuses (tested elsewhere)
             raise
         check_half(got, to(want), f"{variant} {layout} {xs} {ws} {kw}")
+        ran += 1
+    assert ran >= 2, f"{variant} {layout} ran only {ran} cases"
 
 
 @needs_f16
@@ -87,8 +92,8 @@ def test_fma_families_compute_float16(variant, layout):
 
 
 @needs_tc
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("variant", COOP_VARIANTS)
+@pytest.mark.parametrize("variant, layout", [(v, lay) for v in COOP_VARIANTS for lay in ("NCHW", "NHWC")
+                                             if lay == "NCHW" or v.endswith("_l1")])
 def test_tensor_core_variants_compute_float16(variant, layout):
     run_cases(variant, layout)
 

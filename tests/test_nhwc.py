@@ -81,7 +81,7 @@ def test_nhwc_tensors_chain():
         convtune.to_device(x, layout="CHW")
 
 
-def test_tensor_cores_take_nhwc_in_place_only_in_their_channels_last_variants():
+def test_tensor_cores_take_nhwc_in_their_channels_last_variants():
     src_ok = convtune.wgsl("gemm_b32x32x8_t4x4", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
     assert "XSC: i32 = 1" in src_ok
     # Channels-last variants read NHWC x in place (no copy into the workspace) and store
@@ -91,11 +91,9 @@ def test_tensor_cores_take_nhwc_in_place_only_in_their_channels_last_variants():
     assert "coopStoreT(acc" in src and "xt[" not in src.split("fn main")[1].split("fn prologue")[0]
     with pytest.raises(ValueError, match="channels-last variants"):
         convtune.wgsl("coop_b64x64x32_s2x2_p1", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
-    # C/groups not a multiple of 4 would need the padded copy: refused, left to the FMA families.
-    with pytest.raises(ValueError, match="multiple of 4"):
-        convtune.wgsl("coop_b64x64x32_s2x2_p1_l1", (1, 8, 8, 6), (4, 6, 3, 3), layout="NHWC")
-    e = convtune.explain((1, 8, 8, 6), (4, 6, 3, 3), layout="NHWC", precision="high")
-    assert e.family != "coop" and e.shape.endswith("nhwc")
+    # C/groups not a multiple of 4: the prologue copies x with each group's channels padded.
+    padded = convtune.wgsl("coop_b64x64x32_s2x2_p1_l1", (1, 8, 8, 6), (4, 6, 3, 3), layout="NHWC")
+    assert "xt[i] = v;" in padded and "xt[" in padded.split("fn main")[1].split("fn prologue")[0]
 
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
@@ -111,6 +109,9 @@ def test_tensor_core_variants_read_and_write_nhwc(variant):
         ((2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1)),
         ((1, 16, 17, 13), (40, 8, 3, 1), dict(stride=(2, 1), padding=(1, 0), groups=2)),
         ((3, 24, 9, 9), (72, 24, 1, 1), {}),
+        # C/groups 3 and 6: through the prologue's padded copy.
+        ((2, 3, 15, 14), (16, 3, 7, 7), dict(stride=2, padding=3)),
+        ((1, 12, 11, 10), (8, 6, 3, 3), dict(padding=1, groups=2)),
     ]
     for xs, ws, kw in cases:
         x = rng.standard_normal(xs).astype(np.float32)

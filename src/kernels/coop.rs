@@ -169,12 +169,9 @@ impl KernelVariant for Coop {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        // NHWC x is read in place by layout 1, where its pixel rows are whole vec4s; layout 0
-        // gathers along NCHW's rows.
-        let layout_ok = match shape.layout {
-            Layout::Nchw => true,
-            Layout::Nhwc => self.layout == 1 && reads_x_in_place(shape),
-        };
+        // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
+        // a padded copy); layout 0 gathers along NCHW's rows.
+        let layout_ok = shape.layout == Layout::Nchw || self.layout == 1;
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         layout_ok && split_ok && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
@@ -236,10 +233,9 @@ fn reads_x_in_place(shape: &ConvShape) -> bool {
 }
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
-    if shape.layout != Layout::Nchw && !(v.layout == 1 && reads_x_in_place(shape)) {
+    if shape.layout != Layout::Nchw && v.layout != 1 {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1) and \
-             C/groups a multiple of 4",
+            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1)",
             v.name()
         )));
     }
@@ -554,7 +550,17 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
-    let x_blocks = if in_place { x_vec4s.div_ceil(256) } else { shape.n as u64 * p_tiles * c_tiles };
+    let padded_vec4s = padded.x_len(shape) / 4;
+    let x_blocks = match (shape.layout, in_place) {
+        (Layout::Nhwc, true) => x_vec4s.div_ceil(256),
+        (Layout::Nhwc, false) => padded_vec4s.div_ceil(256),
+        (Layout::Nchw, _) => shape.n as u64 * p_tiles * c_tiles,
+    };
+    let prologue_x = match (shape.layout, in_place) {
+        (Layout::Nhwc, true) => PROLOGUE_X_MAX,
+        (Layout::Nhwc, false) => PROLOGUE_X_PAD,
+        (Layout::Nchw, _) => PROLOGUE_X_COPY,
+    };
     let w_blocks = (padded.w_len(shape) / 4).div_ceil(256);
     let w_at = if vec_w { "    return f32(w[i / 4][i % 4]);" } else { "    return f32(w[i]);" };
     let vars = vec![
@@ -564,7 +570,8 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
         ("W_BLOCKS", w_blocks.to_string()),
         ("W_AT", w_at.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
-        ("PROLOGUE_X", if in_place { PROLOGUE_X_MAX } else { PROLOGUE_X_COPY }.to_string()),
+        ("PROLOGUE_X", prologue_x.to_string()),
+        ("XP_VEC4S", padded_vec4s.to_string()),
     ];
     (vars, x_blocks + w_blocks)
 }
@@ -594,6 +601,26 @@ const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
                 tile[c4 * 33 + py], tile[(c4 + 1) * 33 + py],
                 tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]);
         }"#;
+
+/// The prologue's x part for NHWC x whose groups' channels are not whole vec4s: copy it with
+/// each group's channels zero-padded to CP, one vec4 of the copy per invocation.
+const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + lid;
+        var mx = 0u;
+        if (i < XP_VEC4S) {
+            let pix = (4 * i) / CHP;
+            let c0 = (4 * i) % CHP;
+            var v = vec4<f32>(0.0);
+            for (var j = 0; j < 4; j = j + 1) {
+                // Padded channel c0 + j is channel cc of group cg; past CG it is padding.
+                let cg = (c0 + j) / CP;
+                let cc = (c0 + j) % CP;
+                let ok = cc < CG;
+                v[j] = select(0.0, f32(x[select(0, pix * CH + cg * CG + cc, ok)]), ok);
+                mx = max(mx, finite_abs_bits(v[j]));
+            }
+            xt[i] = v;
+        }
+        atomicMax(&tile_max[0], mx);"#;
 
 /// The prologue's x part for NHWC x, which the kernel reads in place: its max only.
 const PROLOGUE_X_MAX: &str = r#"        let i = i32(block) * 256 + lid;
