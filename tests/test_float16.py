@@ -28,7 +28,8 @@ FMA_VARIANTS = [
     "gemm_b64x64x16_t4x8",
     "gemm_b32x32x16_t4x4_k4",
 ]
-COOP_VARIANTS = [v for v in convtune.variant_space() if v.startswith("coop_") and "_p1" in v]
+COOP_VARIANTS = [v for v in convtune.variant_space()
+                 if v.startswith("coop_") and convtune.variant_knobs(v)["split"] == 1]
 
 CASES = [
     ((2, 8, 12, 11), (6, 8, 3, 3), dict(padding=1)),
@@ -93,7 +94,7 @@ def test_fma_families_compute_float16(variant, layout):
 
 @needs_tc
 @pytest.mark.parametrize("variant, layout", [(v, lay) for v in COOP_VARIANTS for lay in ("NCHW", "NHWC")
-                                             if lay == "NCHW" or v.endswith("_l1")])
+                                             if lay == "NCHW" or convtune.variant_knobs(v)["layout"] == 1])
 def test_tensor_core_variants_compute_float16(variant, layout):
     run_cases(variant, layout)
 
@@ -155,7 +156,8 @@ def test_float16_results_do_not_depend_on_tuning(tuning_env):
     assert report.shape.endswith("f16")
     f32 = convtune.tune(x.astype(np.float32), w.astype(np.float32), padding=1, bias=b)
     assert f32.shape != report.shape
-    assert not any(c["name"].endswith(("_p3", "_p3_l1")) for c in report.candidates)
+    coop = [c["name"] for c in report.candidates if c["name"].startswith("coop_")]
+    assert all(convtune.variant_knobs(n)["split"] == 1 for n in coop)
     got = convtune.conv2d(x, w, padding=1, bias=b)
     check_half(got, conv2d_reference(x, w, padding=1, bias=b))
     e = convtune.explain(x, w, padding=1, bias=b)

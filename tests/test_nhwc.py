@@ -97,7 +97,8 @@ def test_tensor_cores_take_nhwc_in_their_channels_last_variants():
 
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
-COOP_L1 = [v for v in convtune.variant_space() if v.startswith("coop_") and v.endswith("_l1")]
+COOP_L1 = [v for v in convtune.variant_space()
+           if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] == 1]
 
 
 @pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
