@@ -6,9 +6,7 @@
 // Every {{BK}}-step, x and w are gathered from storage into registers, scaled by a power of two
 // and converted to f16 while being staged in workgroup memory, then multiplied 16x16x16 at a
 // time. The next step's gathers are issued before this step's products, so their latency hides
-// behind them. Stages {{STAGES}}: 1 = one staged copy of the tiles, two barriers per step;
-// 2 = two copies used alternately (the next step is staged while this one is multiplied),
-// one barrier per step.
+// behind them.
 //
 // Scaling: a pass before this kernel stores max |x| and max |w| over finite elements in
 // `scales`; values are multiplied by 2^(14 - e), so the largest lands just under 2^14, far
@@ -135,7 +133,17 @@ fn main(
 {{B_SETUP}}
 {{ACC_DECL}}
 
-{{MAIN_LOOP}}
+{{FETCH}}
+    for (var k0: i32 = 0; k0 < KL; k0 = k0 + BK) {
+        // Everyone is done reading the staged tiles of the previous step.
+        workgroupBarrier();
+{{STAGE_STORE}}
+        workgroupBarrier();
+        // Issue the next step's gathers now; past the end they load zeros.
+{{ADVANCE}}
+{{FETCH}}
+{{INNER}}
+    }
 
     let ux = ldexp(1.0, -ex);
     let uw = ldexp(1.0, -ew);

@@ -133,3 +133,20 @@ def random_conv_inputs(rng: np.random.Generator, x_shape, w_shape, bias: bool):
     w = rng.standard_normal(w_shape, dtype=np.float32)
     b = rng.standard_normal((w_shape[0],), dtype=np.float32) if bias else None
     return x, w, b
+
+
+def nhwc(a) -> np.ndarray:
+    """An (N, C, H, W) array as a C-contiguous (N, H, W, C) one."""
+    return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
+
+
+# A sample of FMA variants: direct with and without unrolling and register tiles, GEMM tiles,
+# and a split-K GEMM.
+FMA_SAMPLE = [
+    "direct_wg64x1_u0_k1w1",
+    "direct_wg64x1_u1_k4w4",
+    "direct_wg128x1_u2_k8w2",
+    "gemm_b32x32x8_t4x4",
+    "gemm_b64x64x16_t4x8",
+    "gemm_b32x32x16_t4x4_k4",
+]

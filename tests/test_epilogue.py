@@ -30,7 +30,7 @@ VARIANTS = [
     "gemm_b64x32x16_t4x4_k16",
 ]
 if TC:
-    VARIANTS += [f"coop_b64x64x32_s2x2_p{p}{l}" for p in (1, 3) for l in ("", "_l1", "_l0_d2", "_l1_d2")]
+    VARIANTS += [f"coop_b64x64x32_s2x2_p{p}{l}" for p in (1, 3) for l in ("", "_l1")]
 
 EPILOGUES = [
     dict(activation="relu"),

@@ -9,6 +9,7 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference
+from reference import FMA_SAMPLE, nhwc
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 F16 = convtune.adapter_info()["features"]["shader_f16"]
@@ -20,14 +21,7 @@ needs_tc = pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (c
 # max |y| allow for the reference's own rounding, and a wrong kernel is off by far more.
 BOUND = 4 * 2.0**-11
 
-FMA_VARIANTS = [
-    "direct_wg64x1_u0_k1w1",
-    "direct_wg64x1_u1_k4w4",
-    "direct_wg128x1_u2_k8w2",
-    "gemm_b32x32x8_t4x4",
-    "gemm_b64x64x16_t4x8",
-    "gemm_b32x32x16_t4x4_k4",
-]
+FMA_VARIANTS = FMA_SAMPLE
 COOP_VARIANTS = [v for v in convtune.variant_space()
                  if v.startswith("coop_") and convtune.variant_knobs(v)["split"] == 1]
 
@@ -37,10 +31,6 @@ CASES = [
     ((3, 16, 7, 7), (20, 16, 1, 1), {}),
     ((1, 4, 8, 7), (4, 1, 3, 3), dict(padding="same", groups=4)),  # odd output length
 ]
-
-
-def nhwc(a):
-    return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
 
 
 def half_inputs(rng, xs, ws):

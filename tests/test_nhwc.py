@@ -8,17 +8,10 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference
-from reference import check_close
+from reference import FMA_SAMPLE, check_close, nhwc
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
-VARIANTS = [
-    "direct_wg64x1_u0_k1w1",
-    "direct_wg64x1_u1_k4w4",
-    "direct_wg128x1_u2_k8w2",
-    "gemm_b32x32x8_t4x4",
-    "gemm_b64x64x16_t4x8",
-    "gemm_b32x32x16_t4x4_k4",
-]
+VARIANTS = FMA_SAMPLE
 
 CASES = [
     ((2, 8, 12, 11), (6, 8, 3, 3), dict(padding=1)),
@@ -26,10 +19,6 @@ CASES = [
     ((3, 16, 7, 7), (20, 16, 1, 1), {}),
     ((1, 4, 8, 8), (4, 1, 3, 3), dict(padding="same", groups=4)),
 ]
-
-
-def nhwc(a):
-    return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
 
 
 @pytest.mark.parametrize("variant", VARIANTS + [None])

@@ -122,11 +122,8 @@ def _bound(variant):
     return 1e-5 if convtune.variant_knobs(variant)["split"] == 3 else 4e-3
 
 
-def _variant(split, layout, stages=1):
-    """The 64x64 tile with the given split, gathering in place (0) or channels-last (1),
-    staged once or double-buffered."""
-    if stages == 2:
-        return f"coop_b64x64x32_s2x2_p{split}_l{layout}_d2"
+def _variant(split, layout):
+    """The 64x64 tile with the given split, gathering in place (0) or channels-last (1)."""
     return f"coop_b64x64x32_s2x2_p{split}" + ("_l1" if layout else "")
 
 

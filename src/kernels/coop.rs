@@ -29,10 +29,6 @@ pub struct Coop {
     /// makes (16-byte loads, each group's channels zero-padded to a multiple of 4; workspace
     /// of x's size).
     pub layout: u32,
-    /// Staged copies of the tiles in workgroup memory: 1 (two barriers per k-step: one
-    /// before overwriting the tiles, one before reading them), or 2 (double-buffered: the
-    /// next step is staged into the other copy while this one is multiplied; one barrier).
-    pub stages: u32,
 }
 
 /// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
@@ -49,7 +45,6 @@ const TILES: [(u32, u32, u32, u32); 8] = [
 const BK: [u32; 2] = [32, 64];
 const SPLIT: [u32; 2] = [1, 3];
 const LAYOUT: [u32; 2] = [0, 1];
-const STAGES: [u32; 2] = [1, 2];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
 /// Subgroup width the kernel's tile partition assumes.
@@ -87,13 +82,6 @@ impl Coop {
     fn parts(&self) -> u32 {
         if self.split == 3 { 2 } else { 1 }
     }
-    /// vec4s of one staged A tile and one staged B tile.
-    fn a_vec4s(&self) -> u32 {
-        self.a_rows() * self.lda() / 4
-    }
-    fn b_vec4s(&self) -> u32 {
-        self.bn * self.ldb() / 4
-    }
 }
 
 impl Family for Coop {
@@ -102,15 +90,13 @@ impl Family for Coop {
 
     fn space() -> Vec<Self> {
         let mut out = Vec::new();
-        for &stages in &STAGES {
-            for &layout in &LAYOUT {
-                for &split in &SPLIT {
-                    for &(bm, bn, sgm, sgn) in &TILES {
-                        for &bk in &BK {
-                            let v = Coop { bm, bn, bk, sgm, sgn, split, layout, stages };
-                            if v.well_formed() {
-                                out.push(v);
-                            }
+        for &layout in &LAYOUT {
+            for &split in &SPLIT {
+                for &(bm, bn, sgm, sgn) in &TILES {
+                    for &bk in &BK {
+                        let v = Coop { bm, bn, bk, sgm, sgn, split, layout };
+                        if v.well_formed() {
+                            out.push(v);
                         }
                     }
                 }
@@ -121,9 +107,8 @@ impl Family for Coop {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0, stages: 1 }),
-            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, stages: 1 }),
-            [bm, bn, bk, sgm, sgn, split, layout, stages] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, stages }),
+            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0 }),
+            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout }),
             _ => None,
         }
     }
@@ -136,20 +121,14 @@ impl KernelVariant for Coop {
 
     fn name(&self) -> String {
         let name = format!("coop_b{}x{}x{}_s{}x{}_p{}", self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split);
-        // Single-stage variants keep the names they had before stages existed, and layout 0
-        // the names it had before layouts existed; a double-buffered name spells out both.
-        match (self.layout, self.stages) {
-            (0, 1) => name,
-            (l, 1) => format!("{name}_l{l}"),
-            (l, d) => format!("{name}_l{l}_d{d}"),
-        }
+        // Layout 0 keeps the names it had before layouts existed, so caches stay valid.
+        if self.layout == 0 { name } else { format!("{name}_l{}", self.layout) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
         vec![
             ("bm", self.bm), ("bn", self.bn), ("bk", self.bk),
             ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split), ("layout", self.layout),
-            ("stages", self.stages),
         ]
     }
 
@@ -159,7 +138,6 @@ impl KernelVariant for Coop {
             && BK.contains(&self.bk)
             && SPLIT.contains(&self.split)
             && LAYOUT.contains(&self.layout)
-            && STAGES.contains(&self.stages)
             // Each invocation stages whole chunks of four, with the same four pixels
             // (layout 0) or the same four reduction terms (layout 1) in every A slot, and
             // every slot count is whole.
@@ -175,7 +153,7 @@ impl KernelVariant for Coop {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        let staged = (self.a_vec4s() + self.b_vec4s()) * 8 * self.parts() * self.stages;
+        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
         let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
         staged + scratch
     }
@@ -214,7 +192,7 @@ impl KernelVariant for Coop {
         };
         let per_fma = MMA * self.split as f64
             + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
-            + BARRIER * (3 - self.stages) as f64 / (self.bk as f64 * 16.0);
+            + BARRIER * 2.0 / (self.bk as f64 * 16.0);
         view.padded_fmas(self.bm, self.bn, self.bk) * padded * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
             + prologue
@@ -277,8 +255,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let mut smem = String::new();
     for p in parts {
-        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_vec4s() * v.stages).unwrap();
-        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.b_vec4s() * v.stages).unwrap();
+        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
+        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
     }
 
     let a_setup = if v.layout == 1 { a_setup_channels_last(v, a_slots) } else { a_setup_in_place(v, a_slots) };
@@ -351,10 +329,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             writeln!(s, "            let bits = bitcast<vec4<u32>>(v);").unwrap();
             writeln!(s, "            let fin = (bits & vec4<u32>(0x7F800000u)) != vec4<u32>(0x7F800000u);").unwrap();
             writeln!(s, "            let h32 = select(v, bitcast<vec4<f32>>(bits & vec4<u32>(0xFFFFE000u)), fin);").unwrap();
-            writeln!(s, "            {tile}_hi[{tile}_off + {at}] = vec4<f16>(h32);").unwrap();
-            writeln!(s, "            {tile}_lo[{tile}_off + {at}] = vec4<f16>(select(vec4<f32>(0.0), (v - h32) * LO, fin));").unwrap();
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(h32);").unwrap();
+            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>(select(vec4<f32>(0.0), (v - h32) * LO, fin));").unwrap();
         } else {
-            writeln!(s, "            {tile}_hi[{tile}_off + {at}] = vec4<f16>(v);").unwrap();
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(v);").unwrap();
         }
         writeln!(s, "        }}").unwrap();
     };
@@ -378,16 +356,16 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             for i in 0..tm {
                 // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
                 let load = if v.layout == 1 {
-                    format!("coopLoadT<MatA>(&a_{p}[a_off + ((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
+                    format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
                 } else {
-                    format!("coopLoad<MatA>(&a_{p}[a_off + ({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
+                    format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
                 };
                 writeln!(s, "            let a{p}{i} = {load};").unwrap();
             }
             for j in 0..tn {
                 writeln!(
                     s,
-                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[b_off + ((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
+                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
                     j * 16,
                     kk * 16
                 )
@@ -462,7 +440,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
         ("SPLIT", v.split.to_string()),
         ("LAYOUT", v.layout.to_string()),
-        ("STAGES", v.stages.to_string()),
         ("CP", padded.cp.to_string()),
         ("CHP", padded.chp.to_string()),
         ("KL", kl.to_string()),
@@ -476,8 +453,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("A_SETUP", a_setup),
         ("B_SETUP", b_setup),
         ("ACC_DECL", acc),
-
-        ("MAIN_LOOP", main_loop(v, &fetch, &advance, &stage, &inner)),
+        ("FETCH", fetch),
+        ("ADVANCE", advance),
+        ("STAGE_STORE", stage),
+        ("INNER", inner),
         ("STORE", store),
     ]);
     let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks);
@@ -487,57 +466,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         kernel.workspace = [if in_place { 0 } else { padded.x_len(shape) * 4 }, padded.w_len(shape) * 4];
     }
     Ok(kernel)
-}
-
-/// The reduction loop: gathers of the next k-step issued before this step's products, and the
-/// staged tiles handed over through workgroup memory with two barriers per step (one copy) or
-/// one (two copies, alternating: a step stages into the copy the previous step read).
-fn main_loop(v: &Coop, fetch: &str, advance: &str, stage: &str, inner: &str) -> String {
-    let offsets = format!(
-        "        let a_off = stage * {}u;\n        let b_off = stage * {}u;\n",
-        v.a_vec4s(),
-        v.b_vec4s()
-    );
-    let mut s = String::from("    var stage = 0u;\n");
-    if v.stages == 1 {
-        s += fetch;
-        s += "    for (var k0: i32 = 0; k0 < KL; k0 = k0 + BK) {\n";
-        s += &offsets;
-        s += "        // Everyone is done reading the staged tiles of the previous step.\n";
-        s += "        workgroupBarrier();\n";
-        s += stage;
-        s += "        workgroupBarrier();\n";
-        s += "        // Issue the next step's gathers now; past the end they load zeros.\n";
-        s += advance;
-        s += fetch;
-        s += inner;
-        s += "    }\n";
-        return s;
-    }
-    s += fetch;
-    s += "    {\n";
-    s += &offsets;
-    s += stage;
-    s += "    }\n";
-    s += "    workgroupBarrier();\n";
-    s += "    for (var k0: i32 = 0; k0 < KL; k0 = k0 + BK) {\n";
-    s += "        // Issue the next step's gathers now; past the end they load zeros.\n";
-    s += advance;
-    s += fetch;
-    s += "        {\n";
-    s += &offsets;
-    s += inner;
-    s += "        }\n";
-    s += "        // Stage the next step into the other copy: it was last read before the\n";
-    s += "        // previous barrier. The barrier then hands it over.\n";
-    s += "        stage = 1u - stage;\n";
-    s += "        {\n";
-    s += &offsets;
-    s += stage;
-    s += "        }\n";
-    s += "        workgroupBarrier();\n";
-    s += "    }\n";
-    s
 }
 
 /// Layout 0's A slots: this invocation's four consecutive pixels 4*am .. 4*am+3 of the tile,
