@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+import convtune
 import convtune.__main__ as cli
 from convtune._shapes import Shape, ShapeError, from_json, load, parse_spec
 from convtune._tuning import ListProgress
@@ -23,6 +24,9 @@ TINY = ["1x4x6x6 k4 3x3 s1 p1", "1x4x7x7 k8 3x3 s2 p1 g2"]
     "2x3x11x12 k5 3x1 s2,1 p1,0 d2 +b",
     "1x4x8x8 k4 3x3 s1 psame",
     "1x4x8x8 k4 2x2 s1 pvalid d1,2",
+    "1x8x9x9 k4 3x3 s1 p1 +b nhwc",
+    "1x8x9x9 k4 3x3 s1 p1 f16",
+    "2x8x9x9 k4 3x3 s2 p1 nhwc f16",
 ])
 def test_spec_strings_round_trip(spec):
     assert parse_spec(spec).label() == spec
@@ -162,3 +166,19 @@ def test_cli_file_and_suite_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["tune", "--file", "x.txt", "--suite", "default"])
     assert e.value.code == 2
+
+
+def test_layout_and_dtype_in_specs_and_json_match_the_tuner_s_labels(tuning_env):
+    s = parse_spec("1x8x9x7 k4 3x3 s1 p1 nhwc f16")
+    assert (s.layout, s.dtype) == ("NHWC", "float16")
+    assert s.args()[0] == (1, 9, 7, 8)  # x in the layout's order
+    assert s.kwargs() == {"layout": "NHWC", "dtype": "float16"}
+    assert from_json({"x": [1, 8, 9, 7], "w": [4, 8, 3, 3], "padding": 1, "layout": "NHWC",
+                      "dtype": "float16"}) == s
+    for bad, match in [({"layout": "CHW"}, "layout must be"), ({"dtype": "half"}, "dtype must be")]:
+        with pytest.raises(ValueError, match=match):
+            from_json({"x": [1, 8, 9, 7], "w": [4, 8, 3, 3], **bad})
+    # What the tuner reports as the shape reads back as the same problem.
+    report = convtune.tune(*s.args(), **s.kwargs())
+    assert parse_spec(report.shape) == s
+    assert convtune.default_variant(*s.args(), **s.kwargs())

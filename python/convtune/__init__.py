@@ -510,13 +510,13 @@ def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywor
     """The normalised shape tuple the native functions take, from public-API arguments:
     shapes may be given as tuples or as the arrays themselves; ``keywords`` are the
     introspection call's extra keywords, ``conv2d``'s epilogue arguments (``z`` as a flag or
-    the array) and ``layout``; any other is a TypeError, as Python raises for an unknown
+    the array), ``layout`` and ``dtype``; any other is a TypeError, as Python raises for an unknown
     keyword."""
     e = dict(keywords or {})
     unknown = sorted(set(e) - set(_PROBLEM_KEYWORDS))
     if unknown:
         raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; "
-                        f"epilogue and layout keywords are {', '.join(_PROBLEM_KEYWORDS)}")
+                        f"epilogue, layout and dtype keywords are {', '.join(_PROBLEM_KEYWORDS)}")
     layout = _layout(e.pop("layout", "NCHW"))
     # Arrays given as shapes bring their dtype: float16 data is its own problem.
     dtype = e.pop("dtype", None)
@@ -540,8 +540,10 @@ def default_variant(
     bias: BiasLike = None,
     *,
     precision: Optional[str] = None,
+    **problem: Any,
 ) -> str:
-    """The variant the untuned rule picks for this shape on the current adapter.
+    """The variant the untuned rule picks for this shape on the current adapter (keyword
+    arguments ``layout``, ``dtype`` and the epilogue's as for ``tune``).
 
     Within the families ``CONVTUNE_FAMILIES`` allows: where it excludes the rule's family,
     the likeliest winner of the allowed ones serving ``precision``. Raises ValueError when
@@ -553,7 +555,7 @@ def default_variant(
     its length, or the bias array.
     """
     return _convtune.default_variant(
-        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias),
+        _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, problem),
         precision=_precision(precision),
     )
 
@@ -672,6 +674,9 @@ def tune(
         z, alpha1, alpha2, activation, negative_slope, clamp: the fused epilogue, as for
             ``conv2d`` (``z``: whether calls add a residual, or the residual itself); each
             epilogue is its own tuning problem.
+        layout: ``"NCHW"`` or ``"NHWC"`` (x_shape then in that order), as for ``conv2d``.
+        dtype: ``"float32"`` or ``"float16"`` (or a numpy dtype); arrays given as shapes
+            bring their own. Each layout and dtype is its own tuning problem.
     """
     return _tune_with(
         None, (x_shape, w_shape, stride, padding, dilation, groups),

@@ -4,11 +4,13 @@ holding a list of either.
 
 Spec string: ``NxCxHxW kK RxS`` followed, in any order, by ``sS`` or ``sSH,SW`` (stride,
 default 1), ``pP``, ``pPH,PW``, ``psame`` or ``pvalid`` (padding, default 0), ``dD`` or
-``dDH,DW`` (dilation, default 1), ``gG`` (groups, default 1) and ``+b`` (with bias).
+``dDH,DW`` (dilation, default 1), ``gG`` (groups, default 1), ``+b`` (with bias), ``nhwc``
+(x and y channels-last; the dims stay written N, C, H, W) and ``f16`` (float16 data).
 
 JSON object: ``{"x": [N, C, H, W], "w": [K, C/groups, R, S], "stride": 1, "padding": 1,
-"dilation": 1, "groups": 1, "bias": false}``; only ``x`` and ``w`` are required, pairs may be
-``[h, w]`` lists and padding may be ``"same"`` or ``"valid"``.
+"dilation": 1, "groups": 1, "bias": false, "layout": "NCHW", "dtype": "float32"}``; only
+``x`` and ``w`` are required (x always as N, C, H, W), pairs may be ``[h, w]`` lists and
+padding may be ``"same"`` or ``"valid"``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any, Dict, List, Tuple, Union
 
 Pair = Tuple[int, int]
 
-SPEC_SYNTAX = "NxCxHxW kK RxS [sS|sSH,SW] [pP|pPH,PW|psame|pvalid] [dD|dDH,DW] [gG] [+b]"
-JSON_KEYS = ("x", "w", "stride", "padding", "dilation", "groups", "bias")
+SPEC_SYNTAX = "NxCxHxW kK RxS [sS|sSH,SW] [pP|pPH,PW|psame|pvalid] [dD|dDH,DW] [gG] [+b] [nhwc] [f16]"
+JSON_KEYS = ("x", "w", "stride", "padding", "dilation", "groups", "bias", "layout", "dtype")
 
 
 class ShapeError(ValueError):
@@ -40,13 +42,23 @@ class Shape:
     dilation: Pair = (1, 1)
     groups: int = 1
     bias: bool = False
+    layout: str = "NCHW"
+    dtype: str = "float32"
 
     def args(self) -> tuple:
-        """Positional arguments of ``convtune.tune``/``time_variant``/``default_variant``."""
-        return (self.x, self.w, self.stride, self.padding, self.dilation, self.groups)
+        """Positional arguments of ``convtune.tune``/``time_variant``/``default_variant``
+        (x's dims in the layout's order)."""
+        n, c, h, wd = self.x
+        x = (n, h, wd, c) if self.layout == "NHWC" else self.x
+        return (x, self.w, self.stride, self.padding, self.dilation, self.groups)
 
     def kwargs(self) -> Dict[str, Any]:
-        return {"bias": True} if self.bias else {}
+        out: Dict[str, Any] = {"bias": True} if self.bias else {}
+        if self.layout != "NCHW":
+            out["layout"] = self.layout
+        if self.dtype != "float32":
+            out["dtype"] = self.dtype
+        return out
 
     def out_hw(self) -> Pair:
         (_, _, h, wd), (_, _, r, s) = self.x, self.w
@@ -79,7 +91,9 @@ class Shape:
             out += f" d{pair(self.dilation)}"
         if self.groups != 1:
             out += f" g{self.groups}"
-        return out + (" +b" if self.bias else "")
+        out += " +b" if self.bias else ""
+        out += " nhwc" if self.layout == "NHWC" else ""
+        return out + (" f16" if self.dtype == "float16" else "")
 
     def with_channels(self, c: int = 0, k: int = 0) -> "Shape":
         """This shape with C and/or K changed (0 keeps one); C/groups follows C."""
@@ -97,6 +111,8 @@ _SPEC_TOKENS = {
     "dilation": re.compile(r"d(\d+)(?:,(\d+))?"),
     "groups": re.compile(r"g(\d+)"),
     "bias": re.compile(r"\+b"),
+    "layout": re.compile(r"nhwc"),
+    "dtype": re.compile(r"f16"),
 }
 
 
@@ -149,6 +165,8 @@ def parse_spec(text: str) -> Shape:
         dilation=pair(found.get("dilation"), (1, 1)),
         groups=groups,
         bias="bias" in found,
+        layout="NHWC" if "layout" in found else "NCHW",
+        dtype="float16" if "dtype" in found else "float32",
     )
 
 
@@ -194,6 +212,12 @@ def from_json(item: Any) -> Shape:
     bias = item.get("bias", False)
     if not isinstance(bias, bool):
         raise ShapeError(f"bias must be true or false, got {json.dumps(bias)}")
+    layout = item.get("layout", "NCHW")
+    if layout not in ("NCHW", "NHWC"):
+        raise ShapeError(f"layout must be \"NCHW\" or \"NHWC\", got {json.dumps(layout)}")
+    dtype = item.get("dtype", "float32")
+    if dtype not in ("float32", "float16"):
+        raise ShapeError(f"dtype must be \"float32\" or \"float16\", got {json.dumps(dtype)}")
     return Shape(
         x=_ints(item["x"], 4, "x"),  # type: ignore[arg-type]
         w=_ints(item["w"], 4, "w"),  # type: ignore[arg-type]
@@ -202,6 +226,8 @@ def from_json(item: Any) -> Shape:
         dilation=_pair(item.get("dilation", 1), "dilation"),
         groups=_int(item.get("groups", 1), "groups"),
         bias=bias,
+        layout=layout,
+        dtype=dtype,
     )
 
 
