@@ -31,6 +31,11 @@ fn f32_bytes(elems: u64) -> u64 {
     elems.saturating_mul(4)
 }
 
+/// Bytes of `elems` elements of the problem's data type (x, w, z, y).
+fn data_bytes(shape: &ConvShape, elems: u64) -> u64 {
+    elems.saturating_mul(shape.dtype.size())
+}
+
 fn part(label: &str, bytes: u64) -> (String, u64) {
     (label.to_string(), bytes)
 }
@@ -129,15 +134,15 @@ pub fn host_available() -> Option<Available> {
 pub fn conv2d_host(shape: &ConvShape, max_binding: u64) -> Result<Need> {
     let pieces = split::plan(shape, max_binding)?;
     let subs = || pieces.iter().filter_map(|p| p.shape);
-    let x_piece = subs().map(|s| f32_bytes(s.x_len())).max().unwrap_or(0);
-    let y_piece = subs().map(|s| f32_bytes(s.y_len())).max().unwrap_or(0);
+    let x_piece = subs().map(|s| data_bytes(shape, s.x_len())).max().unwrap_or(0);
+    let y_piece = subs().map(|s| data_bytes(shape, s.y_len())).max().unwrap_or(0);
     let banded = pieces.iter().any(|p| p.rows != shape.oh());
     let weights = weight_bytes(shape);
     // The epilogue's residual travels like the output, in pieces of its size.
     let z_piece = residual(shape, y_piece);
     Ok(Need {
         host: vec![
-            part("output", f32_bytes(shape.y_len())),
+            part("output", data_bytes(shape, shape.y_len())),
             part("staging", weights + x_piece + y_piece + z_piece),
             part("row-band buffers", if banded { x_piece + y_piece } else { 0 }),
         ],
@@ -153,8 +158,8 @@ pub fn conv2d_host(shape: &ConvShape, max_binding: u64) -> Result<Need> {
 /// `conv2d` on a GPU-resident input: the output is one more GPU tensor, so it must fit
 /// one binding.
 pub fn conv2d_device(shape: &ConvShape, max_binding: u64) -> Result<Need> {
-    let y = f32_bytes(shape.y_len());
-    binding_fits("w", f32_bytes(shape.w_len()), max_binding)?;
+    let y = data_bytes(shape, shape.y_len());
+    binding_fits("w", data_bytes(shape, shape.w_len()), max_binding)?;
     binding_fits("the output", y, max_binding)?;
     let weights = weight_bytes(shape);
     // A residual given as a host array is uploaded (one given as a Tensor costs nothing).
@@ -173,9 +178,9 @@ pub fn conv2d_device(shape: &ConvShape, max_binding: u64) -> Result<Need> {
 /// each in one binding (no splitting), the inputs made on the host, and the output kept
 /// twice on each side (a reference and the candidate's).
 pub fn whole_problem(shape: &ConvShape, max_binding: u64) -> Result<Need> {
-    let (x, y) = (f32_bytes(shape.x_len()), f32_bytes(shape.y_len()));
+    let (x, y) = (data_bytes(shape, shape.x_len()), data_bytes(shape, shape.y_len()));
     binding_fits("x", x, max_binding)?;
-    binding_fits("w", f32_bytes(shape.w_len()), max_binding)?;
+    binding_fits("w", data_bytes(shape, shape.w_len()), max_binding)?;
     binding_fits("the output", y, max_binding)?;
     let weights = weight_bytes(shape);
     let z = residual(shape, y);
@@ -218,7 +223,8 @@ fn residual_class(bytes: u64) -> u64 {
 }
 
 fn weight_bytes(shape: &ConvShape) -> u64 {
-    f32_bytes(shape.w_len() + if shape.bias { shape.k as u64 } else { 0 })
+    // The bias is float32 whatever the data type.
+    data_bytes(shape, shape.w_len()) + f32_bytes(if shape.bias { shape.k as u64 } else { 0 })
 }
 
 fn binding_fits(what: &str, bytes: u64, max_binding: u64) -> Result<()> {
@@ -389,6 +395,12 @@ mod tests {
         assert_eq!(need.host[1], part("staging", w + x + y));
         assert_eq!(need.host[2].1, 0);
         assert_eq!(total(&need.device), size_class(w) + size_class(x) + size_class(y));
+        // float16 data takes half the bytes; the bias stays float32.
+        let half = s.with_dtype(crate::dtype::DType::F16);
+        let need = conv2d_host(&half, 1 << 20).unwrap();
+        let (x, y, w) = (2 * s.x_len(), 2 * s.y_len(), 2 * s.w_len() + 4 * 4);
+        assert_eq!(need.host[0], part("output", y));
+        assert_eq!(need.host[1], part("staging", w + x + y));
     }
 
     #[test]
