@@ -642,7 +642,8 @@ fn explain<'py>(
     let d = PyDict::new(py);
     d.set_item("variant", choice.variant.to_string())?;
     d.set_item("family", choice.variant.family())?;
-    d.set_item("precision", precision.as_str())?;
+    // The mode the call runs in: float16 data always runs as "high".
+    d.set_item("precision", precision.for_data(shape.dtype).as_str())?;
     d.set_item("tensor_cores", eng.caps.tensor_cores_missing().unwrap_or("available"))?;
     d.set_item("source", choice.source.as_str())?;
     d.set_item("mode", mode.as_str())?;
