@@ -54,8 +54,8 @@ impl DType {
     }
 
     /// The relative error an output of this type adds by itself: float16 results are rounded
-    /// to 11 significant bits (the tuner's bound for float16 problems is this times two, for
-    /// the reference's rounding and the candidate's).
+    /// to 11 significant bits (the tuner's bound for float16 problems is four of these, see
+    /// `Precision::tolerance_for`).
     pub fn output_rounding(self) -> f64 {
         match self {
             DType::F32 => 0.0,

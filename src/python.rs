@@ -777,18 +777,16 @@ fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>) -> PyResult<PyT
     let layout = layout_of(layout)?;
     let dims = dims4(x.dims(), "x")?;
     let eng = engine()?;
-    let inner = match &x {
-        Data4::F32(a) => {
-            let xs = a.as_slice().map_err(not_contiguous)?;
-            py.detach(|| DeviceArray::upload(&eng, xs, dims))
-        }
-        Data4::F16(a) => {
-            let xs = a.as_slice().map_err(not_contiguous)?;
-            py.detach(|| DeviceArray::upload(&eng, xs, dims))
-        }
-    }
-    .py_err()?;
+    let inner = match x.dtype() {
+        DType::F32 => upload_tensor::<f32>(py, &eng, &x, dims)?,
+        DType::F16 => upload_tensor::<u16>(py, &eng, &x, dims)?,
+    };
     Ok(PyTensor { inner, engine: eng, layout })
+}
+
+fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims: [usize; 4]) -> PyResult<DeviceArray> {
+    let xs = typed::<T>(x, "x")?.as_slice().map_err(not_contiguous)?;
+    py.detach(|| DeviceArray::upload(eng, xs, dims)).py_err()
 }
 
 #[pyfunction]

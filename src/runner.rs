@@ -55,9 +55,22 @@ const OUTPUT: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
+/// Bytes of a pooled buffer for `elems` elements of `dtype` (never empty).
+fn buffer_size(dtype: DType, elems: u64) -> u64 {
+    dtype.buffer_bytes(elems).max(4)
+}
+
+/// An error unless host data of type `T` matches the problem's element type.
+fn expect_dtype<T: Elem>(shape: &ConvShape) -> Result<()> {
+    if T::DTYPE != shape.dtype {
+        return Err(Error::invalid(format!("{} data for a {} problem", T::DTYPE.name(), shape.dtype.name())));
+    }
+    Ok(())
+}
+
 /// A pooled storage buffer holding `data`, uploaded and waited for.
 fn upload_slice<T: Elem>(engine: &Engine, usage: wgpu::BufferUsages, data: &[T]) -> Result<PooledBuffer> {
-    let buf = engine.pool.take(usage, T::DTYPE.buffer_bytes(data.len() as u64).max(4))?;
+    let buf = engine.pool.take(usage, buffer_size(T::DTYPE, data.len() as u64))?;
     transfer::upload_now(engine, &buf, data)?;
     Ok(buf)
 }
@@ -72,7 +85,7 @@ struct Weights {
 
 /// A pooled buffer with `data` in it, its upload queued (staging kept in `staging`).
 fn put<T: Elem>(engine: &Engine, data: &[T], staging: &mut Vec<PooledBuffer>) -> Result<Arc<PooledBuffer>> {
-    let buf = engine.pool.take(INPUT, T::DTYPE.buffer_bytes(data.len() as u64).max(4))?;
+    let buf = engine.pool.take(INPUT, buffer_size(T::DTYPE, data.len() as u64))?;
     staging.extend(transfer::upload(engine, &buf, data, &[(0, data.len())])?);
     Ok(Arc::new(buf))
 }
@@ -255,9 +268,7 @@ impl DeviceTensors {
         bias: Option<&[f32]>,
         z: Option<&[T]>,
     ) -> Result<Self> {
-        if T::DTYPE != shape.dtype {
-            return Err(Error::invalid(format!("{} data for a {} problem", T::DTYPE.name(), shape.dtype.name())));
-        }
+        expect_dtype::<T>(shape)?;
         check_binding(engine, "x", shape.x_len(), T::DTYPE)?;
         let weights = upload_weights(engine, shape, w, bias)?;
         let ys = check_binding(engine, "the output", shape.y_len(), T::DTYPE)?;
@@ -492,9 +503,7 @@ pub fn conv2d_timed<T: Elem>(
     poison: bool,
     ph: &mut Phases,
 ) -> Result<()> {
-    if T::DTYPE != shape.dtype {
-        return Err(Error::invalid(format!("{} data for a {} problem", T::DTYPE.name(), shape.dtype.name())));
-    }
+    expect_dtype::<T>(shape)?;
     let pieces = split::plan(shape, engine.max_binding())?;
     if pieces.len() > 1 && shape.dtype == DType::F16 {
         // Pieces copy runs at any element offset; float16 copies move whole 4-byte words.
@@ -515,14 +524,14 @@ pub fn conv2d_timed<T: Elem>(
         };
         let kernel = engine.pipeline(variant, &sub)?;
         ph.mark("pipeline");
-        let xb = engine.pool.take(INPUT, shape.dtype.buffer_bytes(sub.x_len()).max(4))?;
+        let xb = engine.pool.take(INPUT, buffer_size(shape.dtype, sub.x_len()))?;
         let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len(), shape.dtype)?)?;
         ph.mark("buffers");
         let mut staging = transfer::upload(engine, &xb, x, &split::x_runs(shape, piece, &sub))?;
         // The residual is laid out like y, so it travels in y's runs.
         let zb = match z {
             Some(z) => {
-                let zb = engine.pool.take(INPUT, shape.dtype.buffer_bytes(sub.y_len()).max(4))?;
+                let zb = engine.pool.take(INPUT, buffer_size(shape.dtype, sub.y_len()))?;
                 staging.extend(transfer::upload(engine, &zb, z, &y_runs)?);
                 Some(zb)
             }

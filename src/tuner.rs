@@ -414,7 +414,6 @@ struct Bench<'a> {
     /// The reference output, on the host (for the faulty test candidate) and on the GPU.
     reference: Vec<f32>,
     reference_gpu: PooledBuffer,
-    out: Vec<f32>,
     /// The precision mode's error bound.
     tolerance: f64,
     /// Time spent validating and timing candidates so far.
@@ -486,9 +485,9 @@ impl Bench<'_> {
         self.run_checked(kernel)?;
         if faulty {
             // The test-only candidate is corrupted on the host, so it takes the host check.
-            self.out = self.tensors.read_y_f32(self.engine)?;
-            corrupt(&mut self.out);
-            return Ok(check_against(&self.out, &self.reference, self.tolerance).map(|_| ()));
+            let mut out = self.tensors.read_y_f32(self.engine)?;
+            corrupt(&mut out);
+            return Ok(check_against(&out, &self.reference, self.tolerance).map(|_| ()));
         }
         // On the GPU: a read-back of a large output would cost more than the run itself.
         Ok(verdict(&self.tensors.compare_y(self.engine, &self.reference_gpu)?, self.tolerance))
@@ -626,11 +625,9 @@ pub fn tune(
         // at low clocks for a while; bring it to load clocks first (see `settle`).
         tensors.settle(engine, &reference_kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
     }
-    let out = vec![0f32; reference.len()];
     let tolerance = precision.tolerance_for(shape.dtype);
     let mut bench = Bench {
         engine,
-        out,
         tensors,
         reference,
         reference_gpu,

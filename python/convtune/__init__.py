@@ -160,7 +160,7 @@ def _view(value: Any, name: str) -> np.ndarray:
     return arr
 
 
-def _data_dtype(x: Any, w: np.ndarray, z: Any) -> str:
+def _data_dtype(x: Any, w: Optional[np.ndarray] = None, z: Any = None) -> str:
     """``"float16"`` when x is float16 data (an array or a Tensor), else ``"float32"``; a
     TypeError when float16 is mixed with another dtype among x, w and z (PyTorch's rule)."""
     def dtype_of(a: Any) -> Optional[str]:
@@ -449,7 +449,7 @@ def to_device(x: Any, layout: str = "NCHW") -> Tensor:
     xv = _view(x, "x")
     if xv.ndim != 4:
         raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
-    dt = "float16" if xv.dtype == np.float16 else "float32"
+    dt = _data_dtype(xv)
     _memory.check_upload(xv, dt)
     return _convtune.to_device(_host_data(xv, dt), lay)
 

@@ -551,15 +551,10 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
     let padded_vec4s = padded.x_len(shape) / 4;
-    let x_blocks = match (shape.layout, in_place) {
-        (Layout::Nhwc, true) => x_vec4s.div_ceil(256),
-        (Layout::Nhwc, false) => padded_vec4s.div_ceil(256),
-        (Layout::Nchw, _) => shape.n as u64 * p_tiles * c_tiles,
-    };
-    let prologue_x = match (shape.layout, in_place) {
-        (Layout::Nhwc, true) => PROLOGUE_X_MAX,
-        (Layout::Nhwc, false) => PROLOGUE_X_PAD,
-        (Layout::Nchw, _) => PROLOGUE_X_COPY,
+    let (x_blocks, prologue_x) = match (shape.layout, in_place) {
+        (Layout::Nhwc, true) => (x_vec4s.div_ceil(256), PROLOGUE_X_MAX),
+        (Layout::Nhwc, false) => (padded_vec4s.div_ceil(256), PROLOGUE_X_PAD),
+        (Layout::Nchw, _) => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY),
     };
     let w_blocks = (padded.w_len(shape) / 4).div_ceil(256);
     let w_at = if vec_w { "    return f32(w[i / 4][i % 4]);" } else { "    return f32(w[i]);" };
