@@ -25,10 +25,9 @@
 // four (CP); the reduction then walks channels fastest over KL = CP*R*S terms, so four
 // consecutive terms are one 16-byte load whatever C is, and the pixel side is staged row-major
 // (a_hi[m][k]). The channel side is staged as b_hi[n][k] in both. Rows are padded by 8 f16
-// to spread the 16x16 loads over banks. The epilogue goes through f32 scratch, each subgroup
-// storing as many of its 16x16 tiles as fit the workgroup memory before one barrier: output
-// tiles need bounds checks, scaling and bias, and their pixels may cross an image boundary,
-// which a direct matrix store cannot express.
+// to spread the 16x16 loads over banks. The epilogue goes through
+// a 16x16 f32 scratch per subgroup: output tiles need bounds checks, scaling and bias, and
+// their pixels may cross an image boundary, which a direct matrix store cannot express.
 //
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
@@ -148,7 +147,7 @@ fn main(
 
     let ux = ldexp(1.0, -ex);
     let uw = ldexp(1.0, -ew);
-    let sbase = sg * {{SBATCH}}u;   // this subgroup's scratch: its batch of 16x16 tiles
+    let sbase = sg * 256u;
 {{STORE}}
 }
 

@@ -47,8 +47,6 @@ const SPLIT: [u32; 2] = [1, 3];
 const LAYOUT: [u32; 2] = [0, 1];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
-/// Workgroup memory (staged tiles plus the epilogue's scratch) the epilogue batches up to.
-const EPILOGUE_BUDGET: u32 = 40 << 10;
 /// Subgroup width the kernel's tile partition assumes.
 pub const SUBGROUP: u32 = 32;
 
@@ -84,28 +82,6 @@ impl Coop {
     fn parts(&self) -> u32 {
         if self.split == 3 { 2 } else { 1 }
     }
-    fn staged_bytes(&self) -> u32 {
-        (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts()
-    }
-    /// Accumulator tiles each subgroup passes through scratch at once in the epilogue: as
-    /// many as fit the budget, since every batch costs two workgroup barriers.
-    fn epilogue_batch(&self) -> u32 {
-        let tiles = self.tm() * self.tn();
-        let per_tile = self.sgm * self.sgn * 256 * 4 * self.parts();
-        let budget = epilogue_budget();
-        (1..=tiles)
-            .rev()
-            .find(|b| tiles % b == 0 && self.staged_bytes() + b * per_tile <= budget)
-            .unwrap_or(1)
-    }
-    /// f32 elements of the epilogue's scratch.
-    fn scratch_len(&self) -> u32 {
-        self.sgm * self.sgn * self.epilogue_batch() * 256 * self.parts()
-    }
-}
-
-fn epilogue_budget() -> u32 {
-    std::env::var("CONVTUNE_EXP_EPILOGUE_BUDGET").ok().and_then(|v| v.parse().ok()).unwrap_or(EPILOGUE_BUDGET)
 }
 
 impl Family for Coop {
@@ -177,7 +153,9 @@ impl KernelVariant for Coop {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        self.staged_bytes() + self.scratch_len() * 4
+        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
+        let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
+        staged + scratch
     }
 
     fn needs_tensor_cores(&self) -> bool {
@@ -406,29 +384,21 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        }}").unwrap();
     }
 
-    // Epilogue: the accumulator tiles go through the subgroup's scratch, `batch` at a time,
-    // laid out so that neighbouring lanes write neighbouring elements of y: pixel fastest for
-    // NCHW (column-major), channel fastest for NHWC (row-major).
+    // Epilogue: each accumulator tile goes through the subgroup's scratch, laid out so that
+    // neighbouring lanes write neighbouring elements of y: pixel fastest for NCHW
+    // (column-major), channel fastest for NHWC (row-major).
     let pixel_fastest = shape.layout == Layout::Nchw;
     let (store_fn, e_m, e_n) = if pixel_fastest { ("coopStore", "e % 16u", "e / 16u") } else { ("coopStoreT", "e / 16u", "e % 16u") };
-    let batch = v.epilogue_batch();
-    let lo_at = v.sgm * v.sgn * batch * 256;
-    let tiles: Vec<(u32, u32)> = (0..tm).flat_map(|i| (0..tn).map(move |j| (i, j))).collect();
     let mut store = String::new();
-    for (b, chunk) in tiles.chunks(batch as usize).enumerate() {
-        let s = &mut store;
-        if b > 0 {
-            // The previous batch is read out before its scratch is overwritten.
+    for i in 0..tm {
+        for j in 0..tn {
+            let s = &mut store;
             writeln!(s, "    workgroupBarrier();").unwrap();
-        }
-        for (q, &(i, j)) in chunk.iter().enumerate() {
-            writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase + {}u], 16u);", q * 256).unwrap();
+            writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if split {
-                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{} + sbase + {}u], 16u);", lo_at, q * 256).unwrap();
+                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{} + sbase], 16u);", v.sgm * v.sgn * 256).unwrap();
             }
-        }
-        writeln!(s, "    workgroupBarrier();").unwrap();
-        for (q, &(i, j)) in chunk.iter().enumerate() {
+            writeln!(s, "    workgroupBarrier();").unwrap();
             for e in 0..8 {
                 writeln!(s, "    {{").unwrap();
                 writeln!(s, "        let e = {}u + lane;", e * 32).unwrap();
@@ -436,8 +406,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
                 writeln!(s, "            let k = g * KG + n;").unwrap();
-                let at = format!("sbase + {}u + e", q * 256);
-                let sum = if split { format!("scratch[{at}] + scratch[{lo_at} + {at}] / LO") } else { format!("scratch[{at}]") };
+                let sum = if split {
+                    format!("scratch[sbase + e] + scratch[{} + sbase + e] / LO", v.sgm * v.sgn * 256)
+                } else {
+                    "scratch[sbase + e]".to_string()
+                };
                 // The smaller factor first: an intermediate overflows only if the result does.
                 writeln!(s, "            let yi = (m / OHW) * YSN + k * YSK + (m % OHW) * YSP;").unwrap();
                 writeln!(s, "            y[yi] = DT(epilogue(({sum}) * min(ux, uw) * max(ux, uw), k, yi));").unwrap();
@@ -476,8 +449,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
         ("EW", if scaled { "scale_exp(atomicLoad(&scales[1]))" } else { "0" }.to_string()),
         ("SMEM", smem),
-        ("SCRATCH", v.scratch_len().to_string()),
-        ("SBATCH", (batch * 256).to_string()),
+        ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
         ("A_SETUP", a_setup),
         ("B_SETUP", b_setup),
         ("ACC_DECL", acc),
