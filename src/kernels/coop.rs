@@ -42,11 +42,14 @@ const TILES: [(u32, u32, u32, u32); 8] = [
     (256, 128, 4, 2),
     (128, 256, 2, 4),
 ];
-const BK: [u32; 2] = [32, 64];
+const BK: [u32; 3] = [16, 32, 64];
 const SPLIT: [u32; 2] = [1, 3];
 const LAYOUT: [u32; 2] = [0, 1];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
+fn pad() -> u32 {
+    std::env::var("CONVTUNE_EXP_PAD").ok().and_then(|v| v.parse().ok()).unwrap_or(PAD)
+}
 /// Subgroup width the kernel's tile partition assumes.
 pub const SUBGROUP: u32 = 32;
 
@@ -69,14 +72,14 @@ impl Coop {
     }
     /// Staged A row length: a k row of the tile (layout 0) or a pixel's row (layout 1).
     fn lda(&self) -> u32 {
-        if self.layout == 1 { self.bk + PAD } else { self.bm + PAD }
+        if self.layout == 1 { self.bk + pad() } else { self.bm + pad() }
     }
     /// Staged A rows: k (layout 0) or pixels (layout 1).
     fn a_rows(&self) -> u32 {
         if self.layout == 1 { self.bm } else { self.bk }
     }
     fn ldb(&self) -> u32 {
-        self.bk + PAD
+        self.bk + pad()
     }
     /// Staged copies of each tile: hi, and lo when split.
     fn parts(&self) -> u32 {
