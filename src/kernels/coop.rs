@@ -47,9 +47,14 @@ const SPLIT: [u32; 2] = [1, 3];
 const LAYOUT: [u32; 2] = [0, 1];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
-fn pad() -> u32 {
-    std::env::var("CONVTUNE_EXP_PAD").ok().and_then(|v| v.parse().ok()).unwrap_or(PAD)
-}
+/// A multiprocessor's workgroup memory, what each workgroup costs on top of its own, and
+/// its invocation slots, as on NVIDIA's Hopper (the adapters with these matrices); for
+/// ranking only.
+const SM_SHARED: f64 = 228.0 * 1024.0;
+const SM_RESERVED: u32 = 1024;
+const SM_INVOCATIONS: f64 = 2048.0;
+/// Output tiles beyond which residency sets the pace (one per multiprocessor of an H100).
+const LONG_GRID: u64 = 132;
 /// Subgroup width the kernel's tile partition assumes.
 pub const SUBGROUP: u32 = 32;
 
@@ -72,14 +77,26 @@ impl Coop {
     }
     /// Staged A row length: a k row of the tile (layout 0) or a pixel's row (layout 1).
     fn lda(&self) -> u32 {
-        if self.layout == 1 { self.bk + pad() } else { self.bm + pad() }
+        if self.layout == 1 { self.bk + PAD } else { self.bm + PAD }
     }
     /// Staged A rows: k (layout 0) or pixels (layout 1).
     fn a_rows(&self) -> u32 {
         if self.layout == 1 { self.bm } else { self.bk }
     }
     fn ldb(&self) -> u32 {
-        self.bk + pad()
+        self.bk + PAD
+    }
+    /// The share of a multiprocessor's invocation slots this variant's workgroups can fill
+    /// when the grid is long enough to keep every multiprocessor busy for several rounds.
+    /// The kernel waits on its gathers, and more resident workgroups hide that wait: on the
+    /// H100, tiles whose staging leaves fewer workgroups resident ran up to 2.5x slower
+    /// (benches/results/epilogue_batch_ab_h100.txt, k-step sweep in BENCHMARKS.md).
+    fn residency(&self, tiles: u64) -> f64 {
+        if tiles < LONG_GRID {
+            return 1.0;
+        }
+        let resident = (SM_SHARED / (self.workgroup_bytes() + SM_RESERVED) as f64).floor();
+        (resident * self.threads() as f64 / SM_INVOCATIONS).clamp(0.1, 1.0)
     }
     /// Staged copies of each tile: hi, and lo when split.
     fn parts(&self) -> u32 {
@@ -198,6 +215,7 @@ impl KernelVariant for Coop {
             + BARRIER * 2.0 / (self.bk as f64 * 16.0);
         view.padded_fmas(self.bm, self.bn, self.bk) * padded * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
+            / self.residency(tiles)
             + prologue
     }
 
@@ -703,6 +721,21 @@ mod tests {
                 assert!(e1 > e3 || e1 == 0.0);
             }
         }
+    }
+
+    /// On a long grid the model ranks tiles by how many workgroups stay resident: EDSR's
+    /// 128x64 tile with a 16-term step ahead of the same tile with a 64-term step (H100:
+    /// 0.77 against 1.93 ms on float16 data); on a short grid the longer step stays ahead.
+    #[test]
+    fn long_grids_rank_small_staging_first() {
+        use crate::params::Padding;
+        let tile = |bk| Coop { bm: 128, bn: 64, bk, sgm: 2, sgn: 2, split: 1, layout: 1 };
+        let mut edsr = ConvShape::new([1, 64, 720, 1280], [64, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        edsr.layout = Layout::Nhwc;
+        assert!(tile(16).cost(&edsr) < tile(32).cost(&edsr));
+        assert!(tile(32).cost(&edsr) < tile(64).cost(&edsr));
+        let deep = ConvShape::new([32, 512, 7, 7], [512, 512, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        assert!(tile(64).cost(&deep) < tile(16).cost(&deep));
     }
 
     #[test]
