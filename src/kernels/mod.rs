@@ -8,6 +8,7 @@ pub mod cost;
 pub mod direct;
 pub mod gemm;
 pub mod implicit;
+pub mod wino;
 
 use crate::codegen::Kernel;
 use crate::error::{Error, Result};
@@ -171,6 +172,7 @@ families! {
     Direct(direct::Direct),
     Gemm(gemm::Gemm),
     Coop(coop::Coop),
+    Wino(wino::Wino),
 }
 
 impl Variant {

@@ -1,0 +1,503 @@
+//! The Winograd family, F(2x2, 3x3): 3x3 filters at stride 1 and dilation 1 only. A prologue
+//! transforms the filters (U = G g G^T, 16 values per (k, c)) into workspace; the main kernel
+//! transforms 4x4 input patches (V = B^T d B) as it stages them, runs the 16 element-wise
+//! GEMMs over the input channels with register tiles, and applies the inverse transform
+//! (A^T M A) and the epilogue in its store. 16 multiply-adds per 2x2 outputs and input
+//! channel instead of the direct method's 36.
+
+use super::cost::{ceil_to, parallel_efficiency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
+use super::{Family, KernelVariant};
+use crate::codegen::{render, shape_vars, Kernel};
+use crate::error::{Error, Result};
+use crate::params::ConvShape;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Wino {
+    /// Workgroup tile: `bt` output 2x2 tiles x `bn` output channels, `bc` input channels per
+    /// staged chunk.
+    pub bt: u32,
+    pub bn: u32,
+    pub bc: u32,
+    /// Register tile per invocation: `tt` tiles x `tk` channels, for each of the 16 elements
+    /// of the transformed tile (16 * tt * tk accumulators).
+    pub tt: u32,
+    pub tk: u32,
+}
+
+/// (bt, bn, bc, tt, tk): 128 or 256 invocations, 64 or 128 accumulators each, at most 32 KiB
+/// of workgroup memory.
+const SPACE: [(u32, u32, u32, u32, u32); 8] = [
+    (32, 32, 4, 1, 4),
+    (32, 32, 8, 1, 4),
+    (32, 32, 8, 2, 4),
+    (16, 32, 8, 1, 4),
+    (64, 32, 4, 2, 4),
+    (32, 64, 4, 2, 4),
+    (32, 64, 4, 1, 8),
+    (16, 64, 4, 1, 8),
+];
+
+/// Transformed filters beyond this would not fit one binding on every adapter (lavapipe:
+/// 128 MiB).
+const MAX_WORKSPACE: u64 = 128 << 20;
+
+/// Per input value of a staged patch: the gather's bounds checks and the transform's adds.
+const TRANSFORM: f64 = 2.0;
+/// Per output of a 2x2 tile: pixel coordinates, the inverse transform's share and the store
+/// (the counterpart of gemm's per-output set-up).
+const SETUP: f64 = 32.0;
+/// The prologue, per (k, c) filter it transforms: nine loads, the transform, 16 stores.
+const PROLOGUE: f64 = 40.0;
+/// 128 accumulators per invocation cost occupancy (or spill) where 64 do not.
+const REGISTERS: f64 = 1.15;
+
+impl Wino {
+    fn threads(&self) -> u32 {
+        (self.bt / self.tt) * (self.bn / self.tk)
+    }
+
+    /// (tiles per output row, tiles per image, tiles in all images).
+    fn tiles(shape: &ConvShape) -> (u64, u64, u64) {
+        let tw = (shape.ow() as u64).div_ceil(2);
+        let thw = (shape.oh() as u64).div_ceil(2) * tw;
+        (tw, thw, shape.n as u64 * thw)
+    }
+
+    /// Bytes of the transformed filters, 16 x CG x K floats.
+    fn workspace(shape: &ConvShape) -> u64 {
+        16 * shape.cg() as u64 * shape.k as u64 * 4
+    }
+
+    /// Whether the shape is a 3x3, stride 1, dilation 1 convolution, the only one
+    /// F(2x2, 3x3) computes.
+    fn applies(shape: &ConvShape) -> bool {
+        (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && shape.dilation == (1, 1)
+    }
+}
+
+impl Family for Wino {
+    const NAME: &'static str = "wino";
+    const TEMPLATE: &'static str = include_str!("../../shaders/wino.wgsl");
+
+    fn space() -> Vec<Self> {
+        SPACE
+            .iter()
+            .map(|&(bt, bn, bc, tt, tk)| Wino { bt, bn, bc, tt, tk })
+            .filter(|v| v.well_formed())
+            .collect()
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [bt, bn, bc, tt, tk] => Some(Wino { bt, bn, bc, tt, tk }),
+            _ => None,
+        }
+    }
+}
+
+impl KernelVariant for Wino {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        format!("wino_t{}x{}_c{}_r{}x{}", self.bt, self.bn, self.bc, self.tt, self.tk)
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![("bt", self.bt), ("bn", self.bn), ("bc", self.bc), ("tt", self.tt), ("tk", self.tk)]
+    }
+
+    fn well_formed(&self) -> bool {
+        let t = self.threads();
+        SPACE.contains(&(self.bt, self.bn, self.bc, self.tt, self.tk))
+            && self.bt % self.tt == 0
+            && self.bn % self.tk == 0
+            // Channels in whole vec4s of the staged U.
+            && self.tk % 4 == 0
+            && (64..=256).contains(&t)
+            // Each invocation copies whole slots of the U chunk.
+            && (16 * self.bc * self.bn) % t == 0
+    }
+
+    fn invocations(&self) -> u32 {
+        self.threads()
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        16 * self.bc * (self.bt + self.bn) * 4
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        let (_, _, tiles) = Self::tiles(shape);
+        Self::applies(shape)
+            && Self::workspace(shape) <= MAX_WORKSPACE
+            && self.bt as u64 <= tiles.next_power_of_two().max(16)
+            && self.bn <= shape.kg().next_power_of_two().max(32)
+            && self.bc <= shape.cg().next_power_of_two().max(4)
+    }
+
+    /// Scaled like gemm's: multiply-adds executed (tile padding included) times the cost of
+    /// each, over how well the dispatch fills the GPU, plus the filter transform.
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let (_, _, tiles) = Self::tiles(shape);
+        let (kg, cg, groups) = (shape.kg() as u64, shape.cg() as u64, shape.groups as u64);
+        let blocks = tiles.div_ceil(self.bt as u64) * kg.div_ceil(self.bn as u64) * groups;
+        let fmas = 16.0
+            * (ceil_to(tiles, self.bt as u64) * ceil_to(kg, self.bn as u64) * groups * ceil_to(cg, self.bc as u64))
+                as f64;
+        let (tt, tk) = (self.tt as f64, self.tk as f64);
+        // Each staged V value serves bn channels, each staged U value bt tiles.
+        let per_fma = 1.0
+            + SHARED_LOAD * (tt + tk) / (tt * tk)
+            + (GATHER_LOAD + TRANSFORM) / self.bn as f64
+            + GLOBAL_LOAD / self.bt as f64
+            + BARRIER * 2.0 / (16.0 * self.bc as f64 * tt * tk)
+            + SETUP * 4.0 / (16.0 * cg.max(1) as f64);
+        let registers = if 16 * self.tt * self.tk > 64 { REGISTERS } else { 1.0 };
+        fmas * per_fma * registers / parallel_efficiency(blocks * self.threads() as u64)
+            + PROLOGUE * (shape.k as u64 * cg) as f64
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape)
+    }
+}
+
+/// The rows of B^T (input transform) and A^T (inverse transform) as (index, sign) terms,
+/// and G (filter transform) as coefficients: the one definition the generator and the tests
+/// share.
+const BT_ROWS: [[(usize, f32); 2]; 4] = [[(0, 1.0), (2, -1.0)], [(1, 1.0), (2, 1.0)], [(2, 1.0), (1, -1.0)], [(1, 1.0), (3, -1.0)]];
+const AT_ROWS: [[(usize, f32); 3]; 2] = [[(0, 1.0), (1, 1.0), (2, 1.0)], [(1, 1.0), (2, -1.0), (3, -1.0)]];
+const G: [[f32; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
+
+/// A WGSL sum of `terms` of the variables `name(index)`.
+fn signed_sum(terms: &[(usize, f32)], name: impl Fn(usize) -> String) -> String {
+    let mut s = String::new();
+    for (n, &(i, sign)) in terms.iter().enumerate() {
+        match (n, sign < 0.0) {
+            (0, false) => s += &name(i),
+            (0, true) => s += &format!("-{}", name(i)),
+            (_, false) => s += &format!(" + {}", name(i)),
+            (_, true) => s += &format!(" - {}", name(i)),
+        }
+    }
+    s
+}
+
+/// A WGSL dot product of G's row `row` with the variables `name(j)`, zero terms left out.
+fn g_row(row: usize, name: impl Fn(usize) -> String) -> String {
+    let terms: Vec<String> = (0..3)
+        .filter(|&j| G[row][j] != 0.0)
+        .map(|j| if G[row][j] == 1.0 { name(j) } else { format!("{:?} * {}", G[row][j], name(j)) })
+        .collect();
+    terms.join(" + ")
+}
+
+fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
+    if !Wino::applies(shape) || Wino::workspace(shape) > MAX_WORKSPACE {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: Winograd F(2x2, 3x3) takes 3x3 filters at stride 1 and \
+             dilation 1, with at most {} MiB of transformed filters",
+            v.name(),
+            MAX_WORKSPACE >> 20
+        )));
+    }
+    let threads = v.threads();
+    let (tx, ty) = (v.bt / v.tt, v.bn / v.tk);
+    let (tiles_w, tiles_hw, tiles) = Wino::tiles(shape);
+    let (t_blocks, n_blocks) = (tiles.div_ceil(v.bt as u64), (shape.kg() as u64).div_ceil(v.bn as u64));
+    let blocks = t_blocks * n_blocks * shape.groups as u64;
+    let v_slots = (v.bt * v.bc).div_ceil(threads);
+    let u_slots = 16 * v.bc * v.bn / threads;
+
+    // Gather slots: consecutive invocations take consecutive tiles of one channel.
+    let mut v_setup = String::new();
+    for i in 0..v_slots {
+        let s = &mut v_setup;
+        writeln!(s, "    let vt{i} = (lid + {}) % BT;", i * threads).unwrap();
+        writeln!(s, "    let vc{i} = (lid + {}) / BT;", i * threads).unwrap();
+        writeln!(s, "    let vtile{i} = min(t0 + vt{i}, TILES - 1);").unwrap();
+        writeln!(s, "    let vin{i} = t0 + vt{i} < TILES && vc{i} < BC;").unwrap();
+        writeln!(s, "    let vih{i} = 2 * ((vtile{i} % THW) / TW) - PH;").unwrap();
+        writeln!(s, "    let viw{i} = 2 * ((vtile{i} % THW) % TW) - PW;").unwrap();
+        writeln!(s, "    let vbase{i} = (vtile{i} / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
+        for a in 0..4 {
+            writeln!(s, "    let vrok{i}_{a} = vin{i} && vih{i} + {a} >= 0 && vih{i} + {a} < H;").unwrap();
+        }
+        for b in 0..4 {
+            writeln!(s, "    let vcok{i}_{b} = viw{i} + {b} >= 0 && viw{i} + {b} < W;").unwrap();
+        }
+    }
+    // U slots: consecutive invocations take consecutive channels k (contiguous in `ut`).
+    let mut u_setup = String::new();
+    for i in 0..u_slots {
+        let s = &mut u_setup;
+        writeln!(s, "    let uk{i} = (lid + {}) % BN;", i * threads).unwrap();
+        writeln!(s, "    let ur{i} = (lid + {}) / BN;", i * threads).unwrap();
+        writeln!(s, "    let ukok{i} = n0 + uk{i} < KG;").unwrap();
+        writeln!(s, "    let ubase{i} = (ur{i} / BC) * CG * K + g * KG + n0 + uk{i};").unwrap();
+    }
+    let mut acc = String::new();
+    for i in 0..v.tt {
+        for j in 0..v.tk {
+            for xi in 0..16 {
+                writeln!(acc, "    var acc{i}_{j}_{xi}: f32 = 0.0;").unwrap();
+            }
+        }
+    }
+
+    // Staging one chunk: each gather slot's patch, transformed in registers, then U.
+    let mut stage = String::new();
+    for i in 0..v_slots {
+        let s = &mut stage;
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "            let c = c0 + vc{i};").unwrap();
+        writeln!(s, "            let xb = vbase{i} + c * XSC;").unwrap();
+        writeln!(s, "            let cok = c < CG;").unwrap();
+        for a in 0..4 {
+            for b in 0..4 {
+                writeln!(s, "            let ok{a}{b} = cok && vrok{i}_{a} && vcok{i}_{b};").unwrap();
+                writeln!(
+                    s,
+                    "            let d{a}{b} = select(0.0, f32(x[select(0, xb + {a} * XSH + {b} * XSW, ok{a}{b})]), ok{a}{b});"
+                )
+                .unwrap();
+            }
+        }
+        // B^T d: rows, then (B^T d) B: columns.
+        for (a, row) in BT_ROWS.iter().enumerate() {
+            for b in 0..4 {
+                writeln!(s, "            let e{a}{b} = {};", signed_sum(row, |r| format!("d{r}{b}"))).unwrap();
+            }
+        }
+        // Tiles past the end stage zeros; slots past the chunk (when the invocations outnumber
+        // its patches) stage nothing.
+        writeln!(s, "            if (vc{i} < BC) {{").unwrap();
+        for a in 0..4 {
+            for (b, col) in BT_ROWS.iter().enumerate() {
+                let xi = 4 * a + b;
+                writeln!(
+                    s,
+                    "                v_s[{} + vc{i} * BT + vt{i}] = {};",
+                    xi as u32 * v.bc * v.bt,
+                    signed_sum(col, |c| format!("e{a}{c}"))
+                )
+                .unwrap();
+            }
+        }
+        writeln!(s, "            }}").unwrap();
+        writeln!(s, "        }}").unwrap();
+    }
+    for i in 0..u_slots {
+        let s = &mut stage;
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "            let c = c0 + ur{i} % BC;").unwrap();
+        writeln!(s, "            let ok = ukok{i} && c < CG;").unwrap();
+        writeln!(
+            s,
+            "            u_s[ur{i} * (BN / 4) + uk{i} / 4][uk{i} % 4] = select(0.0, ut[select(0, ubase{i} + c * K, ok)], ok);"
+        )
+        .unwrap();
+        writeln!(s, "        }}").unwrap();
+    }
+
+    // The chunk's 16 GEMM steps per channel, written out: register (i, j) holds tile
+    // tx + TX*i and channel 4*ty + 4*TY*(j/4) + j%4 (conflict-free reads, as in gemm).
+    let lanes = ["x", "y", "z", "w"];
+    let mut inner = String::new();
+    for cc in 0..v.bc {
+        for xi in 0..16 {
+            let s = &mut inner;
+            let row = xi * v.bc + cc;
+            writeln!(s, "        {{").unwrap();
+            for i in 0..v.tt {
+                writeln!(s, "            let v{i} = v_s[{} + tx];", row * v.bt + i * tx).unwrap();
+            }
+            for q in 0..v.tk / 4 {
+                writeln!(s, "            let u{q} = u_s[{} + ty];", row * v.bn / 4 + q * ty).unwrap();
+            }
+            for i in 0..v.tt {
+                for j in 0..v.tk {
+                    writeln!(
+                        s,
+                        "            acc{i}_{j}_{xi} = fma(v{i}, u{}.{}, acc{i}_{j}_{xi});",
+                        j / 4,
+                        lanes[(j % 4) as usize]
+                    )
+                    .unwrap();
+                }
+            }
+            writeln!(s, "        }}").unwrap();
+        }
+    }
+
+    // The store: A^T M A per (tile, channel), each of the four outputs where it exists.
+    let mut store = String::new();
+    for i in 0..v.tt {
+        let s = &mut store;
+        writeln!(s, "    let sok{i} = t0 + tx + {} < TILES;", i * tx).unwrap();
+        writeln!(s, "    let stile{i} = min(t0 + tx + {}, TILES - 1);", i * tx).unwrap();
+        writeln!(s, "    let soh{i} = 2 * ((stile{i} % THW) / TW);").unwrap();
+        writeln!(s, "    let sow{i} = 2 * ((stile{i} % THW) % TW);").unwrap();
+        writeln!(s, "    let sy{i} = (stile{i} / THW) * YSN + (soh{i} * OW + sow{i}) * YSP;").unwrap();
+        writeln!(s, "    let srow{i} = soh{i} + 1 < OH;").unwrap();
+        writeln!(s, "    let scol{i} = sow{i} + 1 < OW;").unwrap();
+    }
+    for j in 0..v.tk {
+        let s = &mut store;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let n = n0 + {} + 4 * ty;", (j / 4) * 4 * ty + j % 4).unwrap();
+        writeln!(s, "        let k = g * KG + n;").unwrap();
+        for i in 0..v.tt {
+            writeln!(s, "        if (n < KG && sok{i}) {{").unwrap();
+            // A^T M: rows, then (A^T M) A: columns.
+            for (a, row) in AT_ROWS.iter().enumerate() {
+                for b in 0..4 {
+                    let sum = signed_sum(row, |r| format!("acc{i}_{j}_{}", 4 * r + b));
+                    writeln!(s, "            let m{a}{b} = {sum};").unwrap();
+                }
+            }
+            let offsets = ["0", "YSP", "OW * YSP", "(OW + 1) * YSP"];
+            let guards = ["", &format!("scol{i}"), &format!("srow{i}"), &format!("srow{i} && scol{i}")];
+            for a in 0..2 {
+                for (b, col) in AT_ROWS.iter().enumerate() {
+                    let at = 2 * a + b;
+                    let sum = signed_sum(col, |c| format!("m{a}{c}"));
+                    let body = format!(
+                        "let yi = sy{i} + k * YSK + {}; y[yi] = DT(epilogue({sum}, k, yi));",
+                        offsets[at]
+                    );
+                    if guards[at].is_empty() {
+                        writeln!(s, "            {{ {body} }}").unwrap();
+                    } else {
+                        writeln!(s, "            if ({}) {{ {body} }}", guards[at]).unwrap();
+                    }
+                }
+            }
+            writeln!(s, "        }}").unwrap();
+        }
+        writeln!(s, "    }}").unwrap();
+    }
+
+    // U = (G g) G^T for the prologue's one filter.
+    let mut filter = String::new();
+    for r in 0..3 {
+        for c in 0..3 {
+            writeln!(filter, "    let g{r}{c} = f32(w[src + {}]);", 3 * r + c).unwrap();
+        }
+    }
+    for a in 0..4 {
+        for c in 0..3 {
+            writeln!(filter, "    let h{a}{c} = {};", g_row(a, |r| format!("g{r}{c}"))).unwrap();
+        }
+    }
+    for a in 0..4 {
+        for b in 0..4 {
+            let xi = 4 * a + b;
+            writeln!(filter, "    ut[({xi} * CG + c) * K + k] = {};", g_row(b, |c| format!("h{a}{c}"))).unwrap();
+        }
+    }
+
+    let filters = shape.k as u64 * shape.cg() as u64;
+    let prologue_blocks = filters.div_ceil(256);
+    let mut vars = shape_vars(shape, &v.name());
+    vars.extend([
+        ("TILES_W", tiles_w.to_string()),
+        ("TILES_HW", tiles_hw.to_string()),
+        ("TILES", tiles.to_string()),
+        ("BT", v.bt.to_string()),
+        ("BN", v.bn.to_string()),
+        ("BC", v.bc.to_string()),
+        ("TT", v.tt.to_string()),
+        ("TK", v.tk.to_string()),
+        ("TX", tx.to_string()),
+        ("TY", ty.to_string()),
+        ("THREADS", threads.to_string()),
+        ("T_BLOCKS", t_blocks.to_string()),
+        ("N_BLOCKS", n_blocks.to_string()),
+        ("BLOCKS", blocks.to_string()),
+        ("R_BLOCKS", prologue_blocks.to_string()),
+        ("V_TILE", (16 * v.bc * v.bt).to_string()),
+        ("U_TILE", (16 * v.bc * v.bn / 4).to_string()),
+        ("V_SETUP", v_setup),
+        ("U_SETUP", u_setup),
+        ("ACC_DECL", acc),
+        ("STAGE", stage),
+        ("INNER", inner),
+        ("STORE", store),
+        ("FILTER_TRANSFORM", filter),
+    ]);
+    let mut kernel = Kernel::plain(render(Wino::TEMPLATE, &vars)?, blocks);
+    kernel.prologue = Some(prologue_blocks);
+    kernel.workspace = [0, Wino::workspace(shape)];
+    Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Padding;
+
+    fn mat_apply<const R: usize>(rows: &[[(usize, f32); R]], v: &[f64; 4]) -> Vec<f64> {
+        rows.iter().map(|row| row.iter().map(|&(i, s)| s as f64 * v[i]).sum()).collect()
+    }
+
+    /// One tile of F(2x2, 3x3) on the CPU through the same matrices the generator writes
+    /// out, against the direct 3x3 correlation of the 4x4 patch.
+    #[test]
+    fn transforms_compute_one_tile_exactly() {
+        let d: [[f64; 4]; 4] = [[1.0, -2.0, 3.5, 0.25], [4.0, 0.5, -1.0, 2.0], [-3.0, 1.5, 2.0, -0.5], [0.75, 2.5, -4.0, 1.0]];
+        let g: [[f64; 3]; 3] = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [-2.0, 1.0, 3.0]];
+        // U = G g G^T.
+        let gg: Vec<[f64; 3]> = (0..4).map(|a| {
+            let mut r = [0.0; 3];
+            for (c, rc) in r.iter_mut().enumerate() {
+                *rc = (0..3).map(|k| G[a][k] as f64 * g[k][c]).sum();
+            }
+            r
+        }).collect();
+        let u: Vec<[f64; 4]> = gg.iter().map(|row| {
+            let mut r = [0.0; 4];
+            for (b, rb) in r.iter_mut().enumerate() {
+                *rb = (0..3).map(|k| G[b][k] as f64 * row[k]).sum();
+            }
+            r
+        }).collect();
+        // V = B^T d B: rows, then columns.
+        let cols: Vec<Vec<f64>> = (0..4).map(|b| mat_apply(&BT_ROWS, &[d[0][b], d[1][b], d[2][b], d[3][b]])).collect();
+        let v: Vec<Vec<f64>> = (0..4).map(|a| mat_apply(&BT_ROWS, &[cols[0][a], cols[1][a], cols[2][a], cols[3][a]])).collect();
+        // Y = A^T (U .* V) A.
+        let m: Vec<[f64; 4]> = (0..4).map(|a| [0, 1, 2, 3].map(|b| u[a][b] * v[a][b])).collect();
+        let mc: Vec<Vec<f64>> = (0..4).map(|b| mat_apply(&AT_ROWS, &[m[0][b], m[1][b], m[2][b], m[3][b]])).collect();
+        for a in 0..2 {
+            let y = mat_apply(&AT_ROWS, &[mc[0][a], mc[1][a], mc[2][a], mc[3][a]]);
+            for (b, got) in y.iter().enumerate() {
+                let want: f64 = (0..3).flat_map(|r| (0..3).map(move |s| (r, s))).map(|(r, s)| d[a + r][b + s] * g[r][s]).sum();
+                assert!((got - want).abs() < 1e-12, "y[{a}][{b}] = {got}, want {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn suits_only_3x3_stride_1() {
+        let v = Wino { bt: 32, bn: 32, bc: 8, tt: 1, tk: 4 };
+        let ok = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        assert!(v.suits(&ok));
+        let strided = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (2, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
+        let five = ConvShape::new([2, 16, 9, 8], [32, 16, 5, 5], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        for s in [strided, dilated, five] {
+            assert!(!v.suits(&s));
+            assert!(v.generate(&s).unwrap_err().to_string().contains("cannot run on this shape"));
+        }
+    }
+
+    #[test]
+    fn space_is_small_and_fits_48k() {
+        let space = Wino::space();
+        assert_eq!(space.len(), SPACE.len());
+        assert!(space.iter().all(|v| v.workgroup_bytes() <= 48 << 10 && v.threads() <= 256));
+    }
+}
