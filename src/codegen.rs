@@ -150,7 +150,8 @@ mod tests {
                 let k = match v.generate(shape) {
                     Ok(k) => k,
                     // A variant may refuse a shape it does not suit (split-K workspace over
-                    // its limit), never one it suits.
+                    // its limit, a Winograd variant a filter other than 3x3 at stride 1),
+                    // never one it suits.
                     Err(e) if !v.suits(shape) => {
                         assert!(e.to_string().contains("cannot run on this shape"), "{v}: {e}");
                         continue;

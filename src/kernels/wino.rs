@@ -129,10 +129,13 @@ impl KernelVariant for Wino {
         16 * self.bc * (self.bt + self.bn) * 4
     }
 
+    fn computes(&self, shape: &ConvShape) -> bool {
+        Self::applies(shape) && Self::workspace(shape) <= MAX_WORKSPACE
+    }
+
     fn suits(&self, shape: &ConvShape) -> bool {
         let (_, _, tiles) = Self::tiles(shape);
-        Self::applies(shape)
-            && Self::workspace(shape) <= MAX_WORKSPACE
+        self.computes(shape)
             && self.bt as u64 <= tiles.next_power_of_two().max(16)
             && self.bn <= shape.kg().next_power_of_two().max(32)
             && self.bc <= shape.cg().next_power_of_two().max(4)
@@ -196,7 +199,7 @@ fn g_row(row: usize, name: impl Fn(usize) -> String) -> String {
 }
 
 fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
-    if !Wino::applies(shape) || Wino::workspace(shape) > MAX_WORKSPACE {
+    if !v.computes(shape) {
         return Err(Error::invalid(format!(
             "variant {} cannot run on this shape: Winograd F(2x2, 3x3) takes 3x3 filters at stride 1 and \
              dilation 1, with at most {} MiB of transformed filters",
@@ -303,35 +306,37 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        }}").unwrap();
     }
 
-    // The chunk's 16 GEMM steps per channel, written out: register (i, j) holds tile
-    // tx + TX*i and channel 4*ty + 4*TY*(j/4) + j%4 (conflict-free reads, as in gemm).
+    // The chunk's 16 GEMM steps per channel, the 16 written out (a loop over the chunk's
+    // channels indexes no register): register (i, j) holds tile tx + TX*i and channel
+    // 4*ty + 4*TY*(j/4) + j%4 (conflict-free reads, as in gemm).
     let lanes = ["x", "y", "z", "w"];
     let mut inner = String::new();
-    for cc in 0..v.bc {
-        for xi in 0..16 {
-            let s = &mut inner;
-            let row = xi * v.bc + cc;
-            writeln!(s, "        {{").unwrap();
-            for i in 0..v.tt {
-                writeln!(s, "            let v{i} = v_s[{} + tx];", row * v.bt + i * tx).unwrap();
-            }
-            for q in 0..v.tk / 4 {
-                writeln!(s, "            let u{q} = u_s[{} + ty];", row * v.bn / 4 + q * ty).unwrap();
-            }
-            for i in 0..v.tt {
-                for j in 0..v.tk {
-                    writeln!(
-                        s,
-                        "            acc{i}_{j}_{xi} = fma(v{i}, u{}.{}, acc{i}_{j}_{xi});",
-                        j / 4,
-                        lanes[(j % 4) as usize]
-                    )
-                    .unwrap();
-                }
-            }
-            writeln!(s, "        }}").unwrap();
+    writeln!(inner, "        for (var cc: i32 = 0; cc < BC; cc = cc + 1) {{").unwrap();
+    writeln!(inner, "            let vrow = cc * BT + tx;").unwrap();
+    writeln!(inner, "            let urow = cc * (BN / 4) + ty;").unwrap();
+    for xi in 0..16 {
+        let s = &mut inner;
+        writeln!(s, "            {{").unwrap();
+        for i in 0..v.tt {
+            writeln!(s, "                let v{i} = v_s[vrow + {}];", xi * v.bc * v.bt + i * tx).unwrap();
         }
+        for q in 0..v.tk / 4 {
+            writeln!(s, "                let u{q} = u_s[urow + {}];", xi * v.bc * v.bn / 4 + q * ty).unwrap();
+        }
+        for i in 0..v.tt {
+            for j in 0..v.tk {
+                writeln!(
+                    s,
+                    "                acc{i}_{j}_{xi} = fma(v{i}, u{}.{}, acc{i}_{j}_{xi});",
+                    j / 4,
+                    lanes[(j % 4) as usize]
+                )
+                .unwrap();
+            }
+        }
+        writeln!(s, "            }}").unwrap();
     }
+    writeln!(inner, "        }}").unwrap();
 
     // The store: A^T M A per (tile, channel), each of the four outputs where it exists.
     let mut store = String::new();
