@@ -128,3 +128,16 @@ def test_nan_in_x_reaches_exactly_the_outputs_it_covers():
         want = np.isnan(conv2d_reference(xn, w, padding=1))
         got = convtune.conv2d(xn, w, padding=1, variant=WINO[0])
         np.testing.assert_array_equal(np.isnan(got), want, err_msg=str(pos))
+
+
+def test_inf_in_x_reaches_exactly_the_outputs_it_covers_as_inf_or_nan():
+    """The input transform subtracts an infinite input from itself in some elements, so an
+    output the reference has as +-Inf may come out NaN (README); but no other output changes."""
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
+    x[0, 2, 4, 4] = np.inf
+    want = conv2d_reference(x, w, padding=1)
+    got = convtune.conv2d(x, w, padding=1, variant=WINO[0])
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    check_close(np.where(np.isfinite(want), got, 0), np.where(np.isfinite(want), want, 0))
