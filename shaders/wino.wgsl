@@ -11,7 +11,8 @@
 // ut[xi][c][k] (k fastest: contiguous for the main loop's loads). `main` lets each workgroup
 // own {{BT}} tiles (over N * TH * TW) x {{BN}} output channels of one group. Per chunk of
 // {{BC}} input channels it gathers the tiles' 4x4 patches (zero outside the image), transforms
-// them to V in registers, and stages V and the matching U chunk in workgroup memory; each
+// them to V in registers, and stages V and the matching U chunk in workgroup memory (the
+// next chunk's loads are issued into registers before this chunk's products); each
 // invocation then accumulates {{TT}} tiles x {{TK}} channels for all 16 xi, scalar
 // accumulators indexed by constants (see direct.wgsl for why). The inverse transform of
 // those accumulators gives each tile's four outputs, stored through the fused epilogue.
@@ -90,12 +91,21 @@ fn main(
 {{U_SETUP}}
 {{ACC_DECL}}
 
+    // Stage the first chunk.
+    var c_next: i32 = 0;
+{{FETCH}}
+{{STAGE}}
+    workgroupBarrier();
+
     for (var c0: i32 = 0; c0 < CG; c0 = c0 + BC) {
-        // Everyone is done reading the previous chunk.
+        // Issue the next chunk's global loads now; past the end they load zeros.
+        c_next = c0 + BC;
+{{FETCH}}
+{{INNER}}
+        // Everyone is done reading this chunk: overwrite it with the next.
         workgroupBarrier();
 {{STAGE}}
         workgroupBarrier();
-{{INNER}}
     }
 
 {{STORE}}

@@ -243,6 +243,16 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let ubase{i} = (ur{i} / BC) * CG * K + g * KG + n0 + uk{i};").unwrap();
     }
     let mut acc = String::new();
+    for i in 0..v_slots {
+        for a in 0..4 {
+            for b in 0..4 {
+                writeln!(acc, "    var d{i}_{a}{b}: f32;").unwrap();
+            }
+        }
+    }
+    for i in 0..u_slots {
+        writeln!(acc, "    var pu{i}: f32;").unwrap();
+    }
     for i in 0..v.tt {
         for j in 0..v.tk {
             for xi in 0..16 {
@@ -251,28 +261,46 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         }
     }
 
-    // Staging one chunk: each gather slot's patch, transformed in registers, then U.
-    let mut stage = String::new();
+    // Fetching a chunk into registers (issued before the previous chunk's products, so the
+    // loads' latency hides behind them): each gather slot's raw 4x4 patch, and the U slots.
+    let mut fetch = String::new();
     for i in 0..v_slots {
-        let s = &mut stage;
+        let s = &mut fetch;
         writeln!(s, "        {{").unwrap();
-        writeln!(s, "            let c = c0 + vc{i};").unwrap();
+        writeln!(s, "            let c = c_next + vc{i};").unwrap();
         writeln!(s, "            let xb = vbase{i} + c * XSC;").unwrap();
         writeln!(s, "            let cok = c < CG;").unwrap();
         for a in 0..4 {
             for b in 0..4 {
-                writeln!(s, "            let ok{a}{b} = cok && vrok{i}_{a} && vcok{i}_{b};").unwrap();
+                writeln!(s, "            {{").unwrap();
+                writeln!(s, "                let ok = cok && vrok{i}_{a} && vcok{i}_{b};").unwrap();
                 writeln!(
                     s,
-                    "            let d{a}{b} = select(0.0, f32(x[select(0, xb + {a} * XSH + {b} * XSW, ok{a}{b})]), ok{a}{b});"
+                    "                d{i}_{a}{b} = select(0.0, f32(x[select(0, xb + {a} * XSH + {b} * XSW, ok)]), ok);"
                 )
                 .unwrap();
+                writeln!(s, "            }}").unwrap();
             }
         }
+        writeln!(s, "        }}").unwrap();
+    }
+    for i in 0..u_slots {
+        let s = &mut fetch;
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "            let c = c_next + ur{i} % BC;").unwrap();
+        writeln!(s, "            let ok = ukok{i} && c < CG;").unwrap();
+        writeln!(s, "            pu{i} = select(0.0, ut[select(0, ubase{i} + c * K, ok)], ok);").unwrap();
+        writeln!(s, "        }}").unwrap();
+    }
+    // Staging the fetched chunk: each patch transformed in registers, then U as it is.
+    let mut stage = String::new();
+    for i in 0..v_slots {
+        let s = &mut stage;
+        writeln!(s, "        {{").unwrap();
         // B^T d: rows, then (B^T d) B: columns.
         for (a, row) in BT_ROWS.iter().enumerate() {
             for b in 0..4 {
-                writeln!(s, "            let e{a}{b} = {};", signed_sum(row, |r| format!("d{r}{b}"))).unwrap();
+                writeln!(s, "            let e{a}{b} = {};", signed_sum(row, |r| format!("d{i}_{r}{b}"))).unwrap();
             }
         }
         // Tiles past the end stage zeros; slots past the chunk (when the invocations outnumber
@@ -294,16 +322,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        }}").unwrap();
     }
     for i in 0..u_slots {
-        let s = &mut stage;
-        writeln!(s, "        {{").unwrap();
-        writeln!(s, "            let c = c0 + ur{i} % BC;").unwrap();
-        writeln!(s, "            let ok = ukok{i} && c < CG;").unwrap();
-        writeln!(
-            s,
-            "            u_s[ur{i} * (BN / 4) + uk{i} / 4][uk{i} % 4] = select(0.0, ut[select(0, ubase{i} + c * K, ok)], ok);"
-        )
-        .unwrap();
-        writeln!(s, "        }}").unwrap();
+        writeln!(stage, "        u_s[ur{i} * (BN / 4) + uk{i} / 4][uk{i} % 4] = pu{i};").unwrap();
     }
 
     // The chunk's 16 GEMM steps per channel, the 16 written out (a loop over the chunk's
@@ -429,6 +448,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         ("V_SETUP", v_setup),
         ("U_SETUP", u_setup),
         ("ACC_DECL", acc),
+        ("FETCH", fetch),
         ("STAGE", stage),
         ("INNER", inner),
         ("STORE", store),
