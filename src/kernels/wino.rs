@@ -198,6 +198,15 @@ fn g_row(row: usize, name: impl Fn(usize) -> String) -> String {
     terms.join(" + ")
 }
 
+/// Decodes tile `tile` (`TILES - 1` at most, flagged `{tag}ok` when in range) into `{tag}tile`
+/// and the top-left output row `{tag}oh` and column `{tag}ow` of its 2x2 outputs.
+fn write_tile_position(s: &mut String, tag: &str, tile: &str) {
+    writeln!(s, "    let {tag}ok = {tile} < TILES;").unwrap();
+    writeln!(s, "    let {tag}tile = min({tile}, TILES - 1);").unwrap();
+    writeln!(s, "    let {tag}oh = 2 * (({tag}tile % THW) / TW);").unwrap();
+    writeln!(s, "    let {tag}ow = 2 * (({tag}tile % THW) % TW);").unwrap();
+}
+
 fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     if !v.computes(shape) {
         return Err(Error::invalid(format!(
@@ -221,11 +230,11 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut v_setup;
         writeln!(s, "    let vt{i} = (lid + {}) % BT;", i * threads).unwrap();
         writeln!(s, "    let vc{i} = (lid + {}) / BT;", i * threads).unwrap();
-        writeln!(s, "    let vtile{i} = min(t0 + vt{i}, TILES - 1);").unwrap();
-        writeln!(s, "    let vin{i} = t0 + vt{i} < TILES && vc{i} < BC;").unwrap();
-        writeln!(s, "    let vih{i} = 2 * ((vtile{i} % THW) / TW) - PH;").unwrap();
-        writeln!(s, "    let viw{i} = 2 * ((vtile{i} % THW) % TW) - PW;").unwrap();
-        writeln!(s, "    let vbase{i} = (vtile{i} / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
+        write_tile_position(s, &format!("v{i}"), &format!("t0 + vt{i}"));
+        writeln!(s, "    let vin{i} = v{i}ok && vc{i} < BC;").unwrap();
+        writeln!(s, "    let vih{i} = v{i}oh - PH;").unwrap();
+        writeln!(s, "    let viw{i} = v{i}ow - PW;").unwrap();
+        writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
         for a in 0..4 {
             writeln!(s, "    let vrok{i}_{a} = vin{i} && vih{i} + {a} >= 0 && vih{i} + {a} < H;").unwrap();
         }
@@ -361,13 +370,10 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let mut store = String::new();
     for i in 0..v.tt {
         let s = &mut store;
-        writeln!(s, "    let sok{i} = t0 + tx + {} < TILES;", i * tx).unwrap();
-        writeln!(s, "    let stile{i} = min(t0 + tx + {}, TILES - 1);", i * tx).unwrap();
-        writeln!(s, "    let soh{i} = 2 * ((stile{i} % THW) / TW);").unwrap();
-        writeln!(s, "    let sow{i} = 2 * ((stile{i} % THW) % TW);").unwrap();
-        writeln!(s, "    let sy{i} = (stile{i} / THW) * YSN + (soh{i} * OW + sow{i}) * YSP;").unwrap();
-        writeln!(s, "    let srow{i} = soh{i} + 1 < OH;").unwrap();
-        writeln!(s, "    let scol{i} = sow{i} + 1 < OW;").unwrap();
+        write_tile_position(s, &format!("s{i}"), &format!("t0 + tx + {}", i * tx));
+        writeln!(s, "    let sy{i} = (s{i}tile / THW) * YSN + (s{i}oh * OW + s{i}ow) * YSP;").unwrap();
+        writeln!(s, "    let srow{i} = s{i}oh + 1 < OH;").unwrap();
+        writeln!(s, "    let scol{i} = s{i}ow + 1 < OW;").unwrap();
     }
     for j in 0..v.tk {
         let s = &mut store;
@@ -375,7 +381,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let n = n0 + {} + 4 * ty;", (j / 4) * 4 * ty + j % 4).unwrap();
         writeln!(s, "        let k = g * KG + n;").unwrap();
         for i in 0..v.tt {
-            writeln!(s, "        if (n < KG && sok{i}) {{").unwrap();
+            writeln!(s, "        if (n < KG && s{i}ok) {{").unwrap();
             // A^T M: rows, then (A^T M) A: columns.
             for (a, row) in AT_ROWS.iter().enumerate() {
                 for b in 0..4 {
