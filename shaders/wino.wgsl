@@ -1,21 +1,22 @@
-// convtune: Winograd F(2x2, 3x3) convolution (3x3 filters, stride 1, dilation 1).
+// convtune: Winograd F(mxm, 3x3) convolution, m = {{MT}} (3x3 filters, stride 1, dilation 1).
 //
-// Each 2x2 block of outputs ("tile") of one image comes from the 4x4 input patch above it:
-// with d that patch and g a 3x3 filter, the tile is A^T [(G g G^T) * (B^T d B)] A, where *
-// multiplies elementwise. The 16 products per (tile, input channel, output channel) replace
-// 36 of the direct method, and summing them over input channels before the inverse transform
-// makes the reduction 16 independent GEMMs (one per element xi of the 4x4 transformed tile):
+// Each mxm block of outputs ("tile") of one image comes from the pxp input patch above it
+// (p = m + 2 = {{P}}): with d that patch and g a 3x3 filter, the tile is
+// A^T [(G g G^T) * (B^T d B)] A, where * multiplies elementwise. The p*p products per (tile,
+// input channel, output channel) replace the direct method's 9*m*m, and summing them over
+// input channels before the inverse transform makes the reduction p*p = {{XIS}} independent
+// GEMMs (one per element xi of the transformed tile):
 // M[xi][tile][k] = sum_c V[xi][tile][c] * U[xi][c][k].
 //
 // `prologue` transforms the filters once per call, U = G g G^T, into the workspace `ut` as
 // ut[xi][c][k] (k fastest: contiguous for the main loop's loads). `main` lets each workgroup
 // own {{BT}} tiles (over N * TH * TW) x {{BN}} output channels of one group. Per chunk of
-// {{BC}} input channels it gathers the tiles' 4x4 patches (zero outside the image), transforms
+// {{BC}} input channels it gathers the tiles' pxp patches (zero outside the image), transforms
 // them to V in registers, and stages V and the matching U chunk in workgroup memory (the
 // next chunk's loads are issued into registers before this chunk's products); each
-// invocation then accumulates {{TT}} tiles x {{TK}} channels for all 16 xi, scalar
+// invocation then accumulates {{TT}} tiles x {{TK}} channels for all p*p xi, scalar
 // accumulators indexed by constants (see direct.wgsl for why). The inverse transform of
-// those accumulators gives each tile's four outputs, stored through the fused epilogue.
+// those accumulators gives each tile's outputs, stored through the fused epilogue.
 //
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
@@ -27,7 +28,7 @@ alias DT = {{DT}};
 @group(0) @binding(1) var<storage, read> w: array<DT>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<DT>;
-// The transformed filters, 16 x CG x K, written by `prologue`.
+// The transformed filters, p*p x CG x K, written by `prologue`.
 @group(0) @binding(6) var<storage, read_write> ut: array<f32>;
 
 {{EPILOGUE}}
@@ -47,8 +48,9 @@ const PH: i32 = {{PH}};
 const PW: i32 = {{PW}};
 const CG: i32 = {{CG}};
 const KG: i32 = {{KG}};
-const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / 2)
-const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / 2) * TW
+const MT: i32 = {{MT}};            // output tile side
+const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / MT)
+const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW
 const TILES: i32 = {{TILES}};      // N * THW
 const BT: i32 = {{BT}};
 const BN: i32 = {{BN}};
@@ -129,6 +131,6 @@ fn prologue(
     let k = i % K;
     let c = i / K;
     let src = (k * CG + c) * 9;
-    // G g: rows 0..3 of a 4x3 matrix, G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1].
+    // h = G g (p x 3), then U = h G^T (p x p), G as in src/kernels/wino.rs.
 {{FILTER_TRANSFORM}}
 }

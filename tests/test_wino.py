@@ -1,4 +1,4 @@
-"""The Winograd F(2x2, 3x3) family: every variant on 3x3 stride-1 shapes (odd and even output
+"""The Winograd F(2x2, 3x3) and F(4x4, 3x3) family: every variant on 3x3 stride-1 shapes (odd and even output
 sizes, padding 0 to 2, groups, C and K off the tile sizes, several images), with and without
 the fused epilogue, in both layouts and on float16 data, against the float64 reference with
 poisoned outputs (conftest); and its refusal of shapes it cannot compute."""
@@ -37,7 +37,9 @@ def test_family_is_listed():
     assert len(WINO) >= 4 and len(WINO) <= 12
     for name in WINO:
         k = convtune.variant_knobs(name)
-        assert k["family"] == "wino" and name == f"wino_t{k['bt']}x{k['bn']}_c{k['bc']}_r{k['tt']}x{k['tk']}"
+        suffix = "" if k["m"] == 2 else f"_m{k['m']}"
+        assert k["family"] == "wino" and name == f"wino_t{k['bt']}x{k['bn']}_c{k['bc']}_r{k['tt']}x{k['tk']}{suffix}"
+    assert {convtune.variant_knobs(n)["m"] for n in WINO} == {2, 4}
 
 
 @pytest.mark.parametrize("variant", WINO)
@@ -117,8 +119,9 @@ def test_a_split_problem_runs_in_pieces(monkeypatch):
 
 
 def test_nan_in_x_reaches_exactly_the_outputs_it_covers():
-    """Each input feeds only the rows and columns of V that the outputs it covers read: a NaN
-    spreads no further than in the direct method."""
+    """With 2x2 tiles each input feeds only the rows and columns of V that the outputs it
+    covers read: a NaN spreads no further than in the direct method. (4x4 tiles mix more: a
+    NaN may reach every output of the tiles whose patches hold it; see the next test.)"""
     rng = np.random.default_rng(9)
     x = rng.standard_normal((1, 4, 10, 9)).astype(np.float32)
     w = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
@@ -141,3 +144,23 @@ def test_inf_in_x_reaches_exactly_the_outputs_it_covers_as_inf_or_nan():
     got = convtune.conv2d(x, w, padding=1, variant=WINO[0])
     np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
     check_close(np.where(np.isfinite(want), got, 0), np.where(np.isfinite(want), want, 0))
+
+
+def test_nan_in_x_stays_within_the_4x4_tiles_whose_patches_hold_it():
+    m4 = [v for v in WINO if convtune.variant_knobs(v)["m"] == 4][0]
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 4, 13, 14)).astype(np.float32)
+    w = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
+    pos = (0, 2, 6, 7)
+    x[pos] = np.nan
+    want = np.isnan(conv2d_reference(x, w, padding=1))
+    got = np.isnan(convtune.conv2d(x, w, padding=1, variant=m4))
+    assert (got >= want).all()
+    # Outputs whose 4x4 tile's 6x6 patch (rows 4*th - 1 .. 4*th + 4 with padding 1) misses
+    # the NaN stay finite.
+    th = np.arange(got.shape[2]) // 4
+    tw = np.arange(got.shape[3]) // 4
+    rows = (4 * th - 1 <= pos[2]) & (pos[2] <= 4 * th + 4)
+    cols = (4 * tw - 1 <= pos[3]) & (pos[3] <= 4 * tw + 4)
+    reach = rows[:, None] & cols[None, :]
+    assert not got[:, :, ~reach].any()
