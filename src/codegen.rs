@@ -131,6 +131,10 @@ mod tests {
             ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4))
                 .unwrap()
                 .with_layout(crate::params::Layout::Nhwc),
+            // 3x3 at stride 1 (the Winograd family): groups, bias, odd output sizes, residual.
+            ConvShape::new([2, 6, 9, 7], [10, 3, 3, 3], (1, 1), Padding::Explicit(2, 0), (1, 1), 2, Some(10))
+                .unwrap()
+                .with_epilogue(crate::epilogue::Epilogue::new(0.5, 2.0, true, crate::epilogue::Activation::Relu).unwrap()),
             // float16 data, both layouts.
             ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
                 .unwrap()
@@ -146,7 +150,8 @@ mod tests {
                 let k = match v.generate(shape) {
                     Ok(k) => k,
                     // A variant may refuse a shape it does not suit (split-K workspace over
-                    // its limit), never one it suits.
+                    // its limit, a Winograd variant a filter other than 3x3 at stride 1),
+                    // never one it suits.
                     Err(e) if !v.suits(shape) => {
                         assert!(e.to_string().contains("cannot run on this shape"), "{v}: {e}");
                         continue;

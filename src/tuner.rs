@@ -276,16 +276,18 @@ pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, fami
     // computes the right result, and a restricted set may have nothing else.
     let fallback = kernels::all_variants()
         .into_iter()
-        .filter(|v| allowed(v) && v.fits(caps))
+        .filter(|v| allowed(v) && v.fits(caps) && v.computes(shape))
         .min_by(|a, b| a.cost(shape).total_cmp(&b.cost(shape)).then_with(|| a.to_string().cmp(&b.to_string())));
     fallback.ok_or_else(|| {
         let why: Vec<String> = families
             .allowed()
             .iter()
             .map(|f| {
-                let needs_tc = kernels::all_variants().iter().any(|v| v.family() == *f && v.needs_tensor_cores());
+                let of_f: Vec<Variant> = kernels::all_variants().into_iter().filter(|v| v.family() == *f).collect();
+                let needs_tc = of_f.iter().any(|v| v.needs_tensor_cores());
                 match caps.tensor_cores_missing() {
                     Some(missing) if needs_tc => format!("{f}: {missing}"),
+                    _ if !of_f.iter().any(|v| v.computes(shape)) => format!("{f}: no variant computes this shape"),
                     _ => format!("{f}: no variant fits this adapter and serves precision {}", precision.as_str()),
                 }
             })
@@ -762,14 +764,18 @@ mod tests {
     #[test]
     fn ranking_prefers_gemm_for_large_problems_and_direct_for_depthwise() {
         let caps = Caps::from_limits(wgpu::Limits::default());
+        // Large 3x3 stride-1 problems go to the Winograd family (16 multiply-adds where
+        // GEMM does 36), other large ones to GEMM.
         let big = shape([8, 256, 28, 28], [256, 256, 3, 3], 1, 1);
-        assert_eq!(ranked_candidates(&big, &caps)[0].family(), "gemm");
+        assert_eq!(ranked_candidates(&big, &caps)[0].family(), "wino");
+        let pointwise = shape([8, 256, 28, 28], [256, 256, 1, 1], 0, 1);
+        assert_eq!(ranked_candidates(&pointwise, &caps)[0].family(), "gemm");
         let dw = shape([1, 64, 56, 56], [64, 1, 3, 3], 1, 64);
         assert_eq!(ranked_candidates(&dw, &caps)[0].family(), "direct");
         let first_layer = shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1);
         assert_eq!(ranked_candidates(&first_layer, &caps)[0].family(), "direct");
         // Larger register tiles rank ahead of small ones on a large problem.
-        let first = ranked_candidates(&big, &caps)[0];
+        let first = ranked_candidates(&big, &caps).into_iter().find(|v| v.family() == "gemm").unwrap();
         assert!(first.knobs().iter().any(|&(k, v)| (k == "tm" || k == "tn") && v >= 8), "{first}");
     }
 

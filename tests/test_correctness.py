@@ -536,7 +536,8 @@ def test_variant_space_has_both_families():
     assert any(v.startswith("direct_") for v in VARIANTS)
     assert any(v.startswith("gemm_") for v in VARIANTS)
     assert any(v.startswith("coop_") for v in VARIANTS)
-    assert all(v.startswith(("direct_", "gemm_", "coop_")) for v in VARIANTS)
+    assert any(v.startswith("wino_") for v in VARIANTS)
+    assert all(v.startswith(("direct_", "gemm_", "coop_", "wino_")) for v in VARIANTS)
 
 
 def test_variant_knobs_family_matches_name():
@@ -587,7 +588,13 @@ def test_default_variant_is_in_space_and_wgsl_names_it(x_shape, w_shape, kw):
 
 def test_wgsl_for_every_variant():
     for name in VARIANTS:
-        src = convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
+        if name.startswith("wino_"):
+            # Winograd F(2x2, 3x3) takes 3x3 filters at stride 1 and dilation 1 only.
+            src = convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2)
+            with pytest.raises(ValueError, match="cannot run on this shape"):
+                convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
+        else:
+            src = convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         assert "@compute" in src, name
         assert name in src, name
 

@@ -42,13 +42,13 @@ def test_unknown_names_raise_value_error_naming_the_accepted_ones(tuning_env, mo
     for call in calls:
         with pytest.raises(ValueError, match="CONVTUNE_FAMILIES") as e:
             call()
-        assert "direct, gemm, coop" in str(e.value)
+        assert "direct, gemm, coop, wino" in str(e.value)
 
 
 def test_names_are_case_and_space_insensitive(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_FAMILIES", " GEMM , ")
     assert convtune.default_variant(X, W, **KW).startswith("gemm_")
-    assert _convtune.families() == (["gemm"], ["direct", "coop"])
+    assert _convtune.families() == (["gemm"], ["direct", "coop", "wino"])
     monkeypatch.setenv("CONVTUNE_FAMILIES", "  ")  # blank: no restriction
     assert _convtune.families()[1] == []
 
@@ -105,12 +105,12 @@ def test_a_hand_edited_entry_with_an_excluded_winner_is_ignored(tuning_env, monk
 def test_explain_names_excluded_families_and_a_forced_variant_still_runs(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_TUNE", "off")
     e = explain(SMALL)
-    assert e.excluded == [] and e.families == ["direct", "gemm", "coop"]
+    assert e.excluded == [] and e.families == ["direct", "gemm", "coop", "wino"]
     assert "CONVTUNE_FAMILIES" not in str(e)
     monkeypatch.setenv("CONVTUNE_FAMILIES", "gemm")
     e = explain(SMALL)
-    assert e.families == ["gemm"] and e.excluded == ["direct", "coop"]
-    assert "CONVTUNE_FAMILIES excludes direct, coop" in str(e)
+    assert e.families == ["gemm"] and e.excluded == ["direct", "coop", "wino"]
+    assert "CONVTUNE_FAMILIES excludes direct, coop, wino" in str(e)
     forced = explain(SMALL, variant="direct_wg64x1_u1_k4w1")
     assert (forced.source, forced.family) == ("forced", "direct")
     assert "asked for by name" in str(forced)
@@ -134,10 +134,23 @@ def test_families_that_cannot_run_here_raise_a_clear_error(tuning_env, monkeypat
         assert "cooperative" in str(e.value)
 
 
+def test_a_family_that_cannot_compute_the_shape_raises_a_clear_error(tuning_env, monkeypatch):
+    """Winograd alone on a 1x1 problem: no variant computes it, and the error says so."""
+    monkeypatch.setenv("CONVTUNE_FAMILIES", "wino")
+    with pytest.raises(ValueError, match="CONVTUNE_FAMILIES=wino leaves no kernel variant") as e:
+        convtune.default_variant((1, 4, 8, 8), (4, 4, 1, 1))
+    assert "wino: no variant computes this shape" in str(e.value)
+    # On a 3x3 stride-1 problem it is the default, and tuning stays within it.
+    assert convtune.default_variant(X, W, **KW).startswith("wino_")
+    r = tune(SMALL)
+    assert families_of(r) == {"wino"} and r.winner.startswith("wino_")
+    check_conv2d(SMALL)
+
+
 def test_cli_reports_the_families(tuning_env, monkeypatch, capsys):
     monkeypatch.setenv("CONVTUNE_FAMILIES", "gemm")
     assert main(["info"]) == 0
-    assert "kernel families: gemm (CONVTUNE_FAMILIES excludes direct, coop)" in capsys.readouterr().out
+    assert "kernel families: gemm (CONVTUNE_FAMILIES excludes direct, coop, wino)" in capsys.readouterr().out
     assert main(["tune", "--families", "gemm,nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown kernel family \"nope\"" in err and "Traceback" not in err

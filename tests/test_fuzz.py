@@ -502,6 +502,8 @@ def _fitting_variants():
                 continue
             if k["family"] == "gemm":
                 fits = 2 * 4 * k["bk"] * (k["bm"] + k["bn"] + 1) <= limit
+            elif k["family"] == "wino":
+                fits = (k["m"] + 2) ** 2 * k["bc"] * (k["bt"] + k["bn"]) * 4 <= limit
             else:
                 fits = k["wg_x"] * k["wg_y"] <= 1024
             out[name] = (fits, k)
@@ -589,6 +591,12 @@ def expected_outcome(args, kwargs) -> Expect:
         e.value_problems.append(f"bias has {b.shape[0]} elements, K={k}")
     if padding == "same" and stride != (1, 1):
         e.value_problems.append(f"padding='same' with stride {stride}")
+    if e.named_variant and e.named_variant.startswith("wino_"):
+        m = _fitting_variants()[e.named_variant][1]["m"]
+        if (r, s) != (3, 3) or stride != (1, 1) or dilation != (1, 1):
+            e.value_problems.append(f"{e.named_variant} takes 3x3 filters at stride 1 and dilation 1 only")
+        elif (m + 2) ** 2 * k * cg * 4 > 128 << 20:
+            e.value_problems.append(f"{e.named_variant}'s transformed filters over 128 MiB")
     if e.value_problems:
         return e
     (pt, pb), (pl, pr) = resolve_padding(padding, (r, s), dilation)
@@ -1014,7 +1022,7 @@ def cases(draw):
         rr, ss = max(r, 1), max(s, 1)
         names = sorted(
             name for name, (fits, kn) in _fitting_variants().items()
-            if fits and (kn["family"] == "gemm"
+            if fits and (kn["family"] in ("gemm", "wino")
                          or rr * ss * kn["tk"] * kn["tw"] * max(kn["unroll"], 1) <= 256)
         )
         variant = pick(draw, names)

@@ -25,7 +25,8 @@ Environment, read at every call:
 - ``CONVTUNE_PROGRESS=0``: no progress bar while tuning (it only shows on a terminal).
 - ``CONVTUNE_PRECISION``: the default ``precision`` (``highest`` unless set).
 - ``CONVTUNE_TENSOR_CORES=0``: never use the tensor-core (cooperative-matrix) kernels.
-- ``CONVTUNE_FAMILIES``: comma-separated kernel families (``direct``, ``gemm``, ``coop``)
+- ``CONVTUNE_FAMILIES``: comma-separated kernel families (``direct``, ``gemm``, ``coop``,
+  ``wino``)
   the tuner and the default rule may choose from, e.g. ``direct,gemm``; unset means all.
   An unknown name raises ValueError naming the accepted ones. Tuning results are cached
   per allowed set, so a restricted run never gets a winner of an excluded family from the
@@ -547,7 +548,8 @@ def default_variant(
 
     Within the families ``CONVTUNE_FAMILIES`` allows: where it excludes the rule's family,
     the likeliest winner of the allowed ones serving ``precision``. Raises ValueError when
-    the allowed families cannot run the shape here (e.g. ``coop`` alone without tensor cores).
+    the allowed families cannot run the shape here (e.g. ``coop`` alone without tensor cores,
+    or ``wino`` alone on a filter other than 3x3 at stride 1).
 
     ``x_shape`` and ``w_shape`` (here and in ``wgsl``, ``time_variant``, ``tune`` and
     ``explain``) are 4-int sequences or the arrays themselves (anything with ``.shape``:

@@ -8,6 +8,7 @@ pub mod cost;
 pub mod direct;
 pub mod gemm;
 pub mod implicit;
+pub mod wino;
 
 use crate::codegen::Kernel;
 use crate::error::{Error, Result};
@@ -82,6 +83,11 @@ pub trait KernelVariant {
     /// Whether the variant makes sense for this shape: no tile far larger than the problem,
     /// no written-out loop that bloats the shader beyond reason.
     fn suits(&self, shape: &ConvShape) -> bool;
+    /// Whether the variant can compute this shape at all (`suits` is about sense, this about
+    /// ability): a variant that cannot refuses the shape in `generate`.
+    fn computes(&self, _shape: &ConvShape) -> bool {
+        true
+    }
     /// A rough relative run time; only the order among candidates matters.
     fn cost(&self, shape: &ConvShape) -> f64;
     /// The WGSL for this variant on `shape`, and its dispatch.
@@ -171,6 +177,7 @@ families! {
     Direct(direct::Direct),
     Gemm(gemm::Gemm),
     Coop(coop::Coop),
+    Wino(wino::Wino),
 }
 
 impl Variant {
@@ -205,6 +212,9 @@ impl Variant {
     }
     pub fn suits(&self, shape: &ConvShape) -> bool {
         self.ops().suits(shape)
+    }
+    pub fn computes(&self, shape: &ConvShape) -> bool {
+        self.ops().computes(shape)
     }
     pub fn cost(&self, shape: &ConvShape) -> f64 {
         self.ops().cost(shape)

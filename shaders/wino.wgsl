@@ -1,0 +1,136 @@
+// convtune: Winograd F(mxm, 3x3) convolution, m = {{MT}} (3x3 filters, stride 1, dilation 1).
+//
+// Each mxm block of outputs ("tile") of one image comes from the pxp input patch above it
+// (p = m + 2 = {{P}}): with d that patch and g a 3x3 filter, the tile is
+// A^T [(G g G^T) * (B^T d B)] A, where * multiplies elementwise. The p*p products per (tile,
+// input channel, output channel) replace the direct method's 9*m*m, and summing them over
+// input channels before the inverse transform makes the reduction p*p = {{XIS}} independent
+// GEMMs (one per element xi of the transformed tile):
+// M[xi][tile][k] = sum_c V[xi][tile][c] * U[xi][c][k].
+//
+// `prologue` transforms the filters once per call, U = G g G^T, into the workspace `ut` as
+// ut[xi][c][k] (k fastest: contiguous for the main loop's loads). `main` lets each workgroup
+// own {{BT}} tiles (over N * TH * TW) x {{BN}} output channels of one group. Per chunk of
+// {{BC}} input channels it gathers the tiles' pxp patches (zero outside the image), transforms
+// them to V in registers, and stages V and the matching U chunk in workgroup memory (the
+// next chunk's loads are issued into registers before this chunk's products); each
+// invocation then accumulates {{TT}} tiles x {{TK}} channels for all p*p xi, scalar
+// accumulators indexed by constants (see direct.wgsl for why). The inverse transform of
+// those accumulators gives each tile's outputs, stored through the fused epilogue.
+//
+// Variant: {{VARIANT}}
+// Shape:   {{SHAPE}}
+
+{{ENABLES}}
+// x, w, y (and z) hold {{DT}}: loads convert to f32, sums are f32, stores convert back.
+alias DT = {{DT}};
+@group(0) @binding(0) var<storage, read> x: array<DT>;
+@group(0) @binding(1) var<storage, read> w: array<DT>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<DT>;
+// The transformed filters, p*p x CG x K, written by `prologue`.
+@group(0) @binding(6) var<storage, read_write> ut: array<f32>;
+
+{{EPILOGUE}}
+const XSN: i32 = {{XSN}};       // x's strides: image, channel, row, column (NCHW or NHWC)
+const XSC: i32 = {{XSC}};
+const XSH: i32 = {{XSH}};
+const XSW: i32 = {{XSW}};
+const YSN: i32 = {{YSN}};       // y's strides: image, channel, pixel (oh * OW + ow)
+const YSK: i32 = {{YSK}};
+const YSP: i32 = {{YSP}};
+const H: i32 = {{H}};
+const W: i32 = {{W}};
+const K: i32 = {{K}};
+const OH: i32 = {{OH}};
+const OW: i32 = {{OW}};
+const PH: i32 = {{PH}};
+const PW: i32 = {{PW}};
+const CG: i32 = {{CG}};
+const KG: i32 = {{KG}};
+const MT: i32 = {{MT}};            // output tile side
+const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / MT)
+const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW
+const TILES: i32 = {{TILES}};      // N * THW
+const BT: i32 = {{BT}};
+const BN: i32 = {{BN}};
+const BC: i32 = {{BC}};
+const TX: i32 = {{TX}};            // invocations along the tiles (BT / TT)
+const TY: i32 = {{TY}};            // invocations along the channels (BN / TK)
+const T_BLOCKS: u32 = {{T_BLOCKS}}u;
+const N_BLOCKS: u32 = {{N_BLOCKS}}u;
+const BLOCKS: u32 = {{BLOCKS}}u;
+
+// V as [xi][c][tile] and U as [xi][c][k], four consecutive k per vec4.
+var<workgroup> v_s: array<f32, {{V_TILE}}>;
+var<workgroup> u_s: array<vec4<f32>, {{U_TILE}}>;
+
+@compute @workgroup_size({{THREADS}}, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    // The grid is folded into 2D to stay under the per-dimension workgroup limit; the test
+    // is uniform across the workgroup, so the barriers below stay in uniform flow.
+    let block = wid.y * nwg.x + wid.x;
+    if (block >= BLOCKS) {
+        return;
+    }
+    let t_block = block % T_BLOCKS;
+    let rest = block / T_BLOCKS;
+    let n_block = rest % N_BLOCKS;
+    let g = i32(rest / N_BLOCKS);
+    let t0 = i32(t_block) * BT;
+    let n0 = i32(n_block) * BN;
+    let lid = i32(lidx);
+    let tx = lid % TX;
+    let ty = lid / TX;
+
+    // Per gather slot: which tile's patch and which channel of the chunk it transforms.
+{{V_SETUP}}
+    // Per load slot: which element of the U chunk it copies.
+{{U_SETUP}}
+{{ACC_DECL}}
+
+    // Stage the first chunk.
+    var c_next: i32 = 0;
+{{FETCH}}
+{{STAGE}}
+    workgroupBarrier();
+
+    for (var c0: i32 = 0; c0 < CG; c0 = c0 + BC) {
+        // Issue the next chunk's global loads now; past the end they load zeros.
+        c_next = c0 + BC;
+{{FETCH}}
+{{INNER}}
+        // Everyone is done reading this chunk: overwrite it with the next.
+        workgroupBarrier();
+{{STAGE}}
+        workgroupBarrier();
+    }
+
+{{STORE}}
+}
+
+// ---------------------------------------------------------------------------------------
+// The filter transform: one (k, c) per invocation, k fastest (coalesced stores).
+
+const R_BLOCKS: u32 = {{R_BLOCKS}}u;   // ceil(K * CG / 256)
+
+@compute @workgroup_size(256, 1, 1)
+fn prologue(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let i = i32((wid.y * nwg.x + wid.x) * 256u + lidx);
+    if (i >= K * CG) {
+        return;
+    }
+    let k = i % K;
+    let c = i / K;
+    let src = (k * CG + c) * 9;
+    // h = G g (p x 3), then U = h G^T (p x p), G as in src/kernels/wino.rs.
+{{FILTER_TRANSFORM}}
+}
