@@ -48,9 +48,6 @@ alias DT = {{DT}};
 @group(0) @binding(6) var<storage, read_write> wt: array<vec4<f32>>;
 
 {{EPILOGUE}}
-// The gather registers: f32 (scaled and converted while staging), or f16 for float16 data.
-alias REG = {{REG}};
-alias REGS = {{REGS}};
 alias MatA = coop_mat16x16<f16, A>;
 alias MatB = coop_mat16x16<f16, B>;
 alias MatC = coop_mat16x16<f32, C>;

@@ -263,9 +263,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let in_place = reads_x_in_place(shape);
     let dt = shape.dtype.wgsl();
     let scaled = shape.dtype == DType::F32;
-    // float16 data is gathered into f16 registers: half the registers, no conversions.
-    let f16_regs = !scaled && std::env::var("CONVTUNE_EXP_F16REG").map_or(true, |v| v != "0");
-    let (reg, reg_s) = if f16_regs { ("vec4<f16>", "f16") } else { ("vec4<f32>", "f32") };
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -291,7 +288,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let bn{i} = (lid + {}) / {b_chunks_per_n};", i * t).unwrap();
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
         writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
-        writeln!(s, "    var pb{i}: REG;").unwrap();
+        writeln!(s, "    var pb{i}: vec4<f32>;").unwrap();
     }
     let mut acc = String::new();
     for i in 0..tm {
@@ -322,14 +319,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         if vec_w || v.layout == 1 {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
             writeln!(s, "        let ok = bok{i} && kr < KL;").unwrap();
-            writeln!(s, "        pb{i} = select(REG(0.0), REG({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
+            writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
             writeln!(s, "    }}").unwrap();
             continue;
         }
         for (q, lane) in lanes.iter().enumerate() {
             writeln!(s, "        {{").unwrap();
             writeln!(s, "            let ok = bok{i} && kr + {q} < KL;").unwrap();
-            writeln!(s, "            pb{i}.{lane} = select(REGS(0.0), REGS(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
+            writeln!(s, "            pb{i}.{lane} = select(0.0, f32(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
         writeln!(s, "    }}").unwrap();
@@ -344,12 +341,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut stage = String::new();
     let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
         writeln!(s, "        {{").unwrap();
-        if f16_regs {
-            // float16 data, unscaled: the registers hold the staged values already.
-            writeln!(s, "            {tile}_hi[{at}] = {reg};").unwrap();
-            writeln!(s, "        }}").unwrap();
-            return;
-        }
         writeln!(s, "            let v = {reg} * {scale};").unwrap();
         if split {
             // hi keeps v's top 11 significant bits by masking, so v - hi is exact and no
@@ -474,8 +465,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("CHP", padded.chp.to_string()),
         ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
-        ("REG", reg.to_string()),
-        ("REGS", reg_s.to_string()),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("X_ELEM", if in_place { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
@@ -513,7 +502,7 @@ fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
     for i in 0..a_slots {
         writeln!(s, "    let ak{i} = (lid + {}) / {chunks_per_k};", i * v.threads()).unwrap();
         implicit::write_reduction_index(&mut s, i, &format!("ak{i}"));
-        writeln!(s, "    var pa{i}: REG;").unwrap();
+        writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
     }
     s
 }
@@ -529,7 +518,7 @@ fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
         implicit::write_pixel_position(&mut s, &i.to_string(), &format!("m0 + arow{i}"));
         // Where the pixel's window starts in the (N, H, W, C) copy; only used in range.
         writeln!(s, "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CHP + g * CP;").unwrap();
-        writeln!(s, "    var pa{i}: REG;").unwrap();
+        writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
     }
     s
 }
@@ -548,7 +537,7 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape) {
             writeln!(s, "            let ih = aih{p} + khd;").unwrap();
             writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
             writeln!(s, "            let ok = aok{p} && kok{};", implicit::window_check(shape)).unwrap();
-            writeln!(s, "            pa{i}.{lane} = select(REGS(0.0), REGS(x[select(0, abase{p} + koff, ok)]), ok);").unwrap();
+            writeln!(s, "            pa{i}.{lane} = select(0.0, f32(x[select(0, abase{p} + koff, ok)]), ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
         writeln!(s, "    }}").unwrap();
@@ -570,7 +559,7 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
         writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "            pa{i} = select(REG(0.0), REG({x_buf}[select(0, (abase{i} + koff) / 4, ok)]), ok);").unwrap();
+        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), vec4<f32>({x_buf}[select(0, (abase{i} + koff) / 4, ok)]), ok);").unwrap();
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();
