@@ -4,7 +4,7 @@
 //! float32-class accuracy. Runs only where the adapter has 16x16x16 f16->f32 cooperative
 //! matrices on 32-wide subgroups.
 
-use super::cost::{parallel_efficiency, BARRIER, GATHER_LOAD};
+use super::cost::{parallel_efficiency, residency, BARRIER, GATHER_LOAD};
 use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
@@ -47,14 +47,6 @@ const SPLIT: [u32; 2] = [1, 3];
 const LAYOUT: [u32; 2] = [0, 1];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
-/// A multiprocessor's workgroup memory, what each workgroup costs on top of its own, and
-/// its invocation slots, as on NVIDIA's Hopper (the adapters with these matrices); for
-/// ranking only.
-const SM_SHARED: f64 = 228.0 * 1024.0;
-const SM_RESERVED: u32 = 1024;
-const SM_INVOCATIONS: f64 = 2048.0;
-/// Output tiles beyond which residency sets the pace (one per multiprocessor of an H100).
-const LONG_GRID: u64 = 132;
 /// Subgroup width the kernel's tile partition assumes.
 pub const SUBGROUP: u32 = 32;
 
@@ -85,18 +77,6 @@ impl Coop {
     }
     fn ldb(&self) -> u32 {
         self.bk + PAD
-    }
-    /// The share of a multiprocessor's invocation slots this variant's workgroups can fill
-    /// when the grid is long enough to keep every multiprocessor busy for several rounds.
-    /// The kernel waits on its gathers, and more resident workgroups hide that wait: on the
-    /// H100, tiles whose staging leaves fewer workgroups resident ran up to 2.5x slower
-    /// (benches/results/epilogue_batch_ab_h100.txt, k-step sweep in BENCHMARKS.md).
-    fn residency(&self, tiles: u64) -> f64 {
-        if tiles < LONG_GRID {
-            return 1.0;
-        }
-        let resident = (SM_SHARED / (self.workgroup_bytes() + SM_RESERVED) as f64).floor();
-        (resident * self.threads() as f64 / SM_INVOCATIONS).clamp(0.1, 1.0)
     }
     /// Staged copies of each tile: hi, and lo when split.
     fn parts(&self) -> u32 {
@@ -215,7 +195,7 @@ impl KernelVariant for Coop {
             + BARRIER * 2.0 / (self.bk as f64 * 16.0);
         view.padded_fmas(self.bm, self.bn, self.bk) * padded * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
-            / self.residency(tiles)
+            / residency(self.workgroup_bytes(), self.threads(), tiles)
             + prologue
     }
 

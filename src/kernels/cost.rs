@@ -19,3 +19,24 @@ pub fn ceil_to(v: u64, m: u64) -> u64 {
 pub fn parallel_efficiency(invocations: u64) -> f64 {
     (invocations as f64 / BUSY_INVOCATIONS).clamp(1e-3, 1.0)
 }
+
+/// A multiprocessor's workgroup memory, what each resident workgroup costs on top of its
+/// own, and its invocation slots, as on NVIDIA's Hopper; for ranking only.
+const SM_SHARED: f64 = 228.0 * 1024.0;
+const SM_RESERVED: u32 = 1024;
+const SM_INVOCATIONS: f64 = 2048.0;
+/// Workgroups beyond which residency sets the pace (one per multiprocessor of an H100).
+const LONG_GRID: u64 = 132;
+
+/// The share of a multiprocessor's invocation slots a kernel's workgroups can fill, as far
+/// as workgroup memory decides it, when the grid has more workgroups than multiprocessors.
+/// Kernels that wait on gathers hide the wait behind other resident workgroups: on the H100,
+/// tensor-core tiles whose staging left fewer workgroups resident ran up to 2.5x slower
+/// (BENCHMARKS.md, "Tensor-core k-step and workgroup memory").
+pub fn residency(workgroup_bytes: u32, invocations: u32, workgroups: u64) -> f64 {
+    if workgroups < LONG_GRID {
+        return 1.0;
+    }
+    let resident = (SM_SHARED / (workgroup_bytes + SM_RESERVED) as f64).floor();
+    (resident * invocations as f64 / SM_INVOCATIONS).clamp(0.1, 1.0)
+}

@@ -5,7 +5,7 @@
 //! the inverse transform (A^T M A) and the epilogue in its store. Per mxm outputs and input
 //! channel: 16 multiply-adds for 2x2 and 36 for 4x4, where the direct method does 36 and 144.
 
-use super::cost::{ceil_to, parallel_efficiency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
+use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::{Error, Result};
@@ -56,6 +56,10 @@ const SETUP: f64 = 32.0;
 /// The prologue, per (k, c) filter it transforms: nine loads, the transform, 16 stores (for
 /// a 2x2 tile; more for 4x4).
 const PROLOGUE: f64 = 40.0;
+/// The 4x4 tile's longer transforms and 36 products per (tile, channel) pair, beyond what
+/// the terms above count: on the H100 its best variant ran 1.2-2.3x slower than the 2x2
+/// tile's best on the 3x3 bodies of the public suite (BENCHMARKS.md, "Winograd family").
+const TILE_4X4: f64 = 1.6;
 /// 128 accumulators per invocation cost occupancy (or spill) where 64 do not, 144 more.
 const REGISTERS: [(u32, f64); 2] = [(128, 1.3), (64, 1.15)];
 
@@ -181,7 +185,9 @@ impl KernelVariant for Wino {
             + SETUP * (self.m * self.m) as f64 / (xis * cg.max(1) as f64);
         let accumulators = self.xis() * self.tt * self.tk;
         let registers = REGISTERS.iter().find(|&&(n, _)| accumulators > n).map_or(1.0, |&(_, f)| f);
-        fmas * per_fma * registers / parallel_efficiency(blocks * self.threads() as u64)
+        let tile = if self.m == 4 { TILE_4X4 } else { 1.0 };
+        fmas * per_fma * registers * tile / parallel_efficiency(blocks * self.threads() as u64)
+            / residency(self.workgroup_bytes(), self.threads(), blocks)
             + PROLOGUE * xis / 16.0 * (shape.k as u64 * cg) as f64
     }
 
