@@ -16,7 +16,8 @@
 // next chunk's loads are issued into registers before this chunk's products); each
 // invocation then accumulates {{TT}} tiles x {{TK}} channels for all p*p xi, scalar
 // accumulators indexed by constants (see direct.wgsl for why). The inverse transform of
-// those accumulators gives each tile's outputs, stored through the fused epilogue.
+// those accumulators gives each tile's outputs, stored through the fused epilogue; where one
+// comes out Inf or NaN, the invocation's outputs are summed again the direct way.
 //
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
@@ -55,11 +56,41 @@ const TILES: i32 = {{TILES}};      // N * THW
 const BT: i32 = {{BT}};
 const BN: i32 = {{BN}};
 const BC: i32 = {{BC}};
+const TT: i32 = {{TT}};            // tiles per invocation
+const TK: i32 = {{TK}};            // channels per invocation
 const TX: i32 = {{TX}};            // invocations along the tiles (BT / TT)
 const TY: i32 = {{TY}};            // invocations along the channels (BN / TK)
 const T_BLOCKS: u32 = {{T_BLOCKS}}u;
 const N_BLOCKS: u32 = {{N_BLOCKS}}u;
 const BLOCKS: u32 = {{BLOCKS}}u;
+
+// Whether v is Inf or NaN (by its bits: no compiler may assume it away).
+fn nonfinite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7F800000u) == 0x7F800000u;
+}
+
+// One output as the direct method sums it, padding products included (zero times an
+// infinite weight is NaN there too; `pad0` is a zero the compiler cannot see). The
+// transforms subtract an infinite input from itself (Inf - Inf = NaN) and mix a NaN into
+// neighbouring outputs, so where an output comes out Inf or NaN, the invocation's outputs
+// are recomputed this way: the result is then the direct method's, +-Inf and NaN alike.
+fn direct_sum(img: i32, g: i32, k: i32, oh: i32, ow: i32, pad0: f32) -> f32 {
+    var acc = 0.0;
+    for (var c: i32 = 0; c < CG; c = c + 1) {
+        let xc = img * XSN + (g * CG + c) * XSC;
+        let wc = (k * CG + c) * 9;
+        for (var r: i32 = 0; r < 3; r = r + 1) {
+            for (var q: i32 = 0; q < 3; q = q + 1) {
+                let ih = oh - PH + r;
+                let iw = ow - PW + q;
+                let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                let xv = select(pad0, f32(x[select(0, xc + ih * XSH + iw * XSW, ok)]), ok);
+                acc = acc + xv * f32(w[wc + r * 3 + q]);
+            }
+        }
+    }
+    return acc;
+}
 
 // V as [xi][c][tile] and U as [xi][c][k], four consecutive k per vec4.
 var<workgroup> v_s: array<f32, {{V_TILE}}>;
@@ -84,6 +115,8 @@ fn main(
     let t0 = i32(t_block) * BT;
     let n0 = i32(n_block) * BN;
     let lid = i32(lidx);
+    // Zero, as a value the compiler cannot see (the dispatch is one workgroup deep in z).
+    let pad0 = bitcast<f32>(nwg.z - 1u);
     let tx = lid % TX;
     let ty = lid / TX;
 
@@ -110,7 +143,34 @@ fn main(
         workgroupBarrier();
     }
 
+    // Set where an output came out Inf or NaN.
+    var bad = false;
 {{STORE}}
+    if (bad) {
+        redo_direct(t0, tx, n0, ty, g, pad0);
+    }
+}
+
+// Every output this invocation stored, summed again the direct way (one call site, so the
+// shader compiler makes one copy of the loop; finite inputs never come here).
+fn redo_direct(t0: i32, tx: i32, n0: i32, ty: i32, g: i32, pad0: f32) {
+    for (var q: i32 = 0; q < TT * TK * MT * MT; q = q + 1) {
+        let i = q / (TK * MT * MT);
+        let j = (q / (MT * MT)) % TK;
+        let a = (q / MT) % MT;
+        let b = q % MT;
+        // The tile and channel of accumulator (i, j), as the store computes them.
+        let tile = t0 + tx + i * TX;
+        let n = n0 + 4 * ty + 4 * TY * (j / 4) + j % 4;
+        let img = tile / THW;
+        let oh = MT * ((tile % THW) / TW) + a;
+        let ow = MT * ((tile % THW) % TW) + b;
+        if (tile < TILES && n < KG && oh < OH && ow < OW) {
+            let k = g * KG + n;
+            let yi = img * YSN + k * YSK + (oh * OW + ow) * YSP;
+            y[yi] = DT(epilogue(direct_sum(img, g, k, oh, ow, pad0), k, yi));
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -457,8 +457,10 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
                         .filter(|(d, _)| *d > 0)
                         .map(|(d, what)| format!("{what}{i}_{d}"))
                         .collect();
-                    let body =
-                        format!("let yi = sy{i} + k * YSK + ({a} * OW + {b}) * YSP; y[yi] = DT(epilogue({sum}, k, yi));");
+                    let body = format!(
+                        "let yi = sy{i} + k * YSK + ({a} * OW + {b}) * YSP; let v = {sum}; \
+                         bad = bad || nonfinite(v); y[yi] = DT(epilogue(v, k, yi));"
+                    );
                     if guards.is_empty() {
                         writeln!(s, "            {{ {body} }}").unwrap();
                     } else {
