@@ -762,7 +762,7 @@ mod tests {
     }
 
     #[test]
-    fn ranking_prefers_gemm_for_large_problems_and_direct_for_depthwise() {
+    fn ranking_prefers_wino_or_gemm_for_large_problems_and_direct_for_depthwise() {
         let caps = Caps::from_limits(wgpu::Limits::default());
         // Large 3x3 stride-1 problems go to the Winograd family (16 multiply-adds where
         // GEMM does 36), other large ones to GEMM.

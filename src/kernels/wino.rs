@@ -85,6 +85,13 @@ impl Wino {
         (tw, thw, shape.n as u64 * thw)
     }
 
+    /// The grid: (workgroups along the tiles, along one group's channels, in all).
+    fn grid(&self, shape: &ConvShape) -> (u64, u64, u64) {
+        let (_, _, tiles) = self.tiles(shape);
+        let (t_blocks, n_blocks) = (tiles.div_ceil(self.bt as u64), (shape.kg() as u64).div_ceil(self.bn as u64));
+        (t_blocks, n_blocks, t_blocks * n_blocks * shape.groups as u64)
+    }
+
     /// Bytes of the transformed filters, p*p x CG x K floats.
     fn workspace(&self, shape: &ConvShape) -> u64 {
         self.xis() as u64 * shape.cg() as u64 * shape.k as u64 * 4
@@ -169,7 +176,7 @@ impl KernelVariant for Wino {
     fn cost(&self, shape: &ConvShape) -> f64 {
         let (_, _, tiles) = self.tiles(shape);
         let (kg, cg, groups) = (shape.kg() as u64, shape.cg() as u64, shape.groups as u64);
-        let blocks = tiles.div_ceil(self.bt as u64) * kg.div_ceil(self.bn as u64) * groups;
+        let (_, _, blocks) = self.grid(shape);
         let xis = self.xis() as f64;
         let fmas = xis
             * (ceil_to(tiles, self.bt as u64) * ceil_to(kg, self.bn as u64) * groups * ceil_to(cg, self.bc as u64))
@@ -277,8 +284,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let (p, xis, mat) = (v.p(), v.xis(), matrices(v.m));
     let (tx, ty) = (v.bt / v.tt, v.bn / v.tk);
     let (tiles_w, tiles_hw, tiles) = v.tiles(shape);
-    let (t_blocks, n_blocks) = (tiles.div_ceil(v.bt as u64), (shape.kg() as u64).div_ceil(v.bn as u64));
-    let blocks = t_blocks * n_blocks * shape.groups as u64;
+    let (t_blocks, n_blocks, blocks) = v.grid(shape);
     let v_slots = (v.bt * v.bc).div_ceil(threads);
     let u_slots = xis * v.bc * v.bn / threads;
 
