@@ -38,6 +38,12 @@ SUITES = {
         ("resnet-3x3", (32, 256, 56, 56), (64, 256, 3, 3), 1, 0),
         ("edsr-tail", (1, 64, 720, 1280), (16, 64, 3, 3), 1, 1),
     ],
+    # Public-suite shapes with short kernels, where a call's fixed costs show.
+    "small": [
+        ("seed-225", (1, 3, 225, 225), (32, 3, 3, 3), 1, 0),
+        ("resnet-14", (32, 256, 14, 14), (256, 256, 3, 3), 1, 1),
+        ("resnet-7", (32, 512, 7, 7), (512, 512, 3, 3), 1, 1),
+    ],
     # Large tensors and few FLOPs, so a CPU Vulkan driver shows the non-kernel phases.
     "cpu": [
         ("tiny", (1, 3, 32, 32), (8, 3, 3, 3), 1, 1),
