@@ -11,10 +11,14 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::pool::size_class;
 use crate::split;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Host needs below this are not checked: reading the limits costs tens of microseconds
 /// per call, and a process that cannot find 16 MiB is failing anyway.
 const HOST_UNCHECKED_BELOW: u64 = 16 << 20;
+/// How long a reading of the host's free memory serves later calls.
+const HOST_READING_KEPT: Duration = Duration::from_millis(250);
 
 /// The bytes one call needs, by what they are for (for the error message).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -97,8 +101,11 @@ pub fn check_against(what: &str, kind: &str, parts: &[(String, u64)], available:
 /// Checks a call's needs against the GPU's and the host's memory.
 pub fn check(engine: &Engine, what: &str, need: &Need) -> Result<()> {
     check_against(what, "GPU", &need.device, device_available(engine).as_ref())?;
-    if total(&need.host) >= HOST_UNCHECKED_BELOW {
-        check_against(what, "host", &need.host, host_available().as_ref())?;
+    let host = total(&need.host);
+    if host >= HOST_UNCHECKED_BELOW {
+        // A recent reading serves calls that need at most half of what it found free.
+        let avail = host_reading(false).filter(|a| host <= a.bytes / 2).or_else(|| host_reading(true));
+        check_against(what, "host", &need.host, avail.as_ref())?;
     }
     Ok(())
 }
@@ -120,7 +127,25 @@ pub fn device_available(engine: &Engine) -> Option<Available> {
 /// Host memory the process may still take: the tightest of the kernel's estimate of
 /// available memory, the cgroup's limit and the address-space limit.
 pub fn host_available() -> Option<Available> {
-    tightest([physical_available(), cgroup_available(), address_space_available()])
+    host_reading(true)
+}
+
+/// `host_available`, with the system-wide part (free memory and the cgroups' room) from a
+/// reading taken less than `HOST_READING_KEPT` ago unless `fresh`: reading /proc/meminfo and
+/// the cgroup files took 0.2-0.4 ms, more than a short call's kernel. The address-space
+/// limit is this process's own and cheap to read: always current.
+fn host_reading(fresh: bool) -> Option<Available> {
+    static LAST: Mutex<Option<(Instant, Option<Available>)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let system = match last.as_ref() {
+        Some((at, avail)) if !fresh && at.elapsed() < HOST_READING_KEPT => avail.clone(),
+        _ => {
+            let avail = tightest([physical_available(), cgroup_available()]);
+            *last = Some((Instant::now(), avail.clone()));
+            avail
+        }
+    };
+    tightest([system, address_space_available()])
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ pub fn parallel_efficiency(invocations: u64) -> f64 {
 const SM_SHARED: f64 = 228.0 * 1024.0;
 const SM_RESERVED: u32 = 1024;
 const SM_INVOCATIONS: f64 = 2048.0;
+/// A multiprocessor's 32-bit registers, as on every NVIDIA GPU since Kepler.
+const SM_REGISTERS: f64 = 65536.0;
 /// Workgroups beyond which residency sets the pace (one per multiprocessor of an H100).
 const LONG_GRID: u64 = 132;
 
@@ -39,4 +41,20 @@ pub fn residency(workgroup_bytes: u32, invocations: u32, workgroups: u64) -> f64
     }
     let resident = (SM_SHARED / (workgroup_bytes + SM_RESERVED) as f64).floor();
     (resident * invocations as f64 / SM_INVOCATIONS).clamp(0.1, 1.0)
+}
+
+/// The share of a multiprocessor's invocation slots a kernel can fill, as far as its
+/// registers per invocation decide it. FMA kernels hide their loads behind other resident
+/// invocations: on the H100, GEMM tiles of 4x4 outputs per invocation and 8-deep steps beat
+/// 8x8 outputs or 16-deep steps by 1.2-1.5x on most of the public suite, the opposite of
+/// what counting loads per multiply-add says (BENCHMARKS.md, "Tuner: ranking and budget").
+pub fn register_occupancy(registers: f64) -> f64 {
+    (SM_REGISTERS / registers.max(1.0) / SM_INVOCATIONS).min(1.0)
+}
+
+/// The share of multiprocessors a grid keeps busy: one workgroup runs on one multiprocessor,
+/// so a grid of fewer workgroups than there are leaves the rest idle however many
+/// invocations each has.
+pub fn multiprocessor_fill(workgroups: u64) -> f64 {
+    (workgroups as f64 / LONG_GRID as f64).clamp(1e-3, 1.0)
 }

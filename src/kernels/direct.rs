@@ -19,6 +19,11 @@ pub struct Direct {
     pub tw: u32,
 }
 
+/// Measured time per unit of this estimate relative to the GEMM family's (H100, FMA-only
+/// public suite: BENCHMARKS.md, "Tuner: ranking and budget"), so the families rank against
+/// each other by time.
+const TIME_PER_COST: f64 = 1.5;
+
 const WG: [(u32, u32); 8] = [(64, 1), (128, 1), (256, 1), (32, 2), (16, 4), (32, 4), (8, 8), (16, 16)];
 const UNROLL: [u32; 4] = [0, 1, 2, 4];
 const TK: [u32; 4] = [1, 2, 4, 8];
@@ -108,9 +113,8 @@ impl KernelVariant for Direct {
             1 => 1.0,
             _ => 0.95,
         };
-        // Many live accumulators cost occupancy or spill.
-        let regs = if tk * tw > 16 { 1.2 } else { 1.0 };
-        fmas * (1.0 + GLOBAL_LOAD * loads) * unroll * regs
+        // No penalty for many live accumulators: up to the space's 8 x 4 they ran fastest.
+        fmas * (1.0 + GLOBAL_LOAD * loads) * unroll * TIME_PER_COST
             / parallel_efficiency(ceil_to(threads, self.invocations() as u64))
     }
 

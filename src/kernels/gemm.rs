@@ -1,7 +1,9 @@
 //! The implicit-GEMM family: M = N*OH*OW rows, K columns, reduction C/groups*R*S, gathered
 //! from x directly (no im2col buffer) into double-buffered workgroup tiles.
 
-use super::cost::{parallel_efficiency, BARRIER, BUSY_INVOCATIONS, GATHER_LOAD, SHARED_LOAD};
+use super::cost::{
+    multiprocessor_fill, parallel_efficiency, register_occupancy, BUSY_INVOCATIONS, GATHER_LOAD, SHARED_LOAD,
+};
 use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
@@ -32,12 +34,28 @@ const SPLITS: [u32; 3] = [1, 4, 16];
 /// split-K is for outputs too small to fill the GPU.
 const SPLIT_WORKSPACE: u64 = 32 << 20;
 
+/// A barrier, per multiply-add of the step it closes. Lower than the shared figure: the
+/// H100's fastest GEMM tiles take 8-deep steps, twice the barriers of 16-deep ones.
+const GEMM_BARRIER: f64 = 5.0;
+/// Registers an invocation holds besides its accumulators, operands and staged loads
+/// (indices, addresses, loop state): a guess; only the order of costs matters.
+const BASE_REGISTERS: f64 = 16.0;
+
 /// Per partial output a split-K variant writes and sums again.
 const PARTIAL: f64 = 16.0;
 
 /// Per output of a GEMM tile: pixel coordinates, accumulator set-up and the store, paid
 /// once per output however short the reduction; it is what makes GEMM lose on tiny C.
 const SETUP: f64 = 32.0;
+
+impl Gemm {
+    /// Registers per invocation: accumulators, one step's operands, and the next step's
+    /// loads held in flight (counted twice: loaded, then stored to workgroup memory).
+    fn registers(&self) -> f64 {
+        let staged = (self.bm + self.bn) * self.bk / self.invocations();
+        (self.tm * self.tn + self.tm + self.tn + 2 * staged) as f64 + BASE_REGISTERS
+    }
+}
 
 impl Family for Gemm {
     const NAME: &'static str = "gemm";
@@ -127,12 +145,15 @@ impl KernelVariant for Gemm {
         let per_fma = 1.0
             + SHARED_LOAD * (tm + tn) / (tm * tn)
             + GATHER_LOAD * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
-            + BARRIER * 2.0 / (self.bk as f64 * tm * tn)
+            + GEMM_BARRIER * 2.0 / (self.bk as f64 * tm * tn)
             + SETUP / view.red.max(1) as f64;
         // Each split writes its partial tile and the finishing pass reads them all back.
         let partials = if self.splits > 1 { PARTIAL * (self.splits as u64 * shape.y_len()) as f64 } else { 0.0 };
+        let workgroups = tiles * self.splits as u64;
         view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * per_fma
-            / parallel_efficiency(tiles * self.splits as u64 * self.invocations() as u64)
+            / parallel_efficiency(workgroups * self.invocations() as u64)
+            / register_occupancy(self.registers()).sqrt()
+            / multiprocessor_fill(workgroups)
             + partials
     }
 

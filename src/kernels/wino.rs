@@ -59,6 +59,9 @@ const PROLOGUE: f64 = 40.0;
 /// the terms above count: on the H100 its best variant ran 1.2-2.3x slower than the 2x2
 /// tile's best on the 3x3 bodies of the public suite (BENCHMARKS.md, "Winograd family").
 const TILE_4X4: f64 = 1.6;
+/// Measured time per unit of this estimate relative to the GEMM family's (H100, FMA-only
+/// public suite: BENCHMARKS.md, "Tuner: ranking and budget").
+const TIME_PER_COST: f64 = 1.5;
 /// 128 accumulators per invocation cost occupancy (or spill) where 64 do not, 144 more.
 const REGISTERS: [(u32, f64); 2] = [(128, 1.3), (64, 1.15)];
 
@@ -192,7 +195,7 @@ impl KernelVariant for Wino {
         let accumulators = self.xis() * self.tt * self.tk;
         let registers = REGISTERS.iter().find(|&&(n, _)| accumulators > n).map_or(1.0, |&(_, f)| f);
         let tile = if self.m == 4 { TILE_4X4 } else { 1.0 };
-        fmas * per_fma * registers * tile / parallel_efficiency(blocks * self.threads() as u64)
+        fmas * per_fma * registers * tile * TIME_PER_COST / parallel_efficiency(blocks * self.threads() as u64)
             / residency(self.workgroup_bytes(), self.threads(), blocks)
             + PROLOGUE * xis / 16.0 * (shape.k as u64 * cg) as f64
     }
