@@ -487,6 +487,7 @@ mod tests {
                 samples_ms: vec![1.0, 1.0, 1.0],
                 median_ms: Some(1.0),
                 detail: None,
+                compile_ms: Some(100.0),
             }],
         }
     }

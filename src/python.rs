@@ -592,6 +592,7 @@ fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<B
         cd.set_item("median_ms", c.median_ms)?;
         cd.set_item("samples", &c.samples_ms)?;
         cd.set_item("detail", &c.detail)?;
+        cd.set_item("compile_ms", c.compile_ms)?;
         candidates.push(cd);
     }
     d.set_item("candidates", candidates)?;

@@ -96,11 +96,15 @@ pub struct CandidateResult {
     /// Why it failed or was dropped (error message, measured error), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Wall milliseconds its compilation took on its own thread (batches compile in
+    /// parallel, so these add up to more than the compile phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_ms: Option<f64>,
 }
 
 impl CandidateResult {
     fn new(name: String, status: Status) -> Self {
-        CandidateResult { name, status, samples_ms: Vec::new(), median_ms: None, detail: None }
+        CandidateResult { name, status, samples_ms: Vec::new(), median_ms: None, detail: None, compile_ms: None }
     }
 
     /// The variant it ran; `None` for names that do not parse (the faulty test candidate
@@ -144,7 +148,8 @@ pub struct TuningPhases {
     /// Random inputs made and uploaded, the reference kernel compiled and run, the GPU
     /// brought to load clocks.
     pub setup_s: f64,
-    /// Candidates compiled (in parallel batches: wall time, not the sum over threads).
+    /// Waiting for candidates to compile (in parallel batches, on a GPU while the previous
+    /// batch is measured: wall time not hidden behind other work).
     pub compile_s: f64,
     /// Candidates run once on poisoned outputs and compared with the reference.
     pub validate_s: f64,
@@ -173,8 +178,6 @@ impl TuneReport {
 /// still timed 3-5x slow; half a second suffices.
 const GPU_SPIN_UP: Duration = Duration::from_millis(500);
 
-/// Load before timing a batch of freshly compiled candidates.
-const BATCH_SPIN_UP: Duration = Duration::from_millis(250);
 
 /// Least and most busy time before each candidate's samples (see `DeviceTensors::settle`).
 const CANDIDATE_WARM_UP: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(300));
@@ -534,41 +537,72 @@ fn measure_guarded(
 }
 
 /// Compiles a candidate; a panic in the generator becomes an error of that candidate only.
-fn compile_guarded(engine: &Engine, c: &Candidate, shape: &ConvShape) -> Result<Compiled> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.compile(&c.variant, shape))) {
+/// Also returns how long it took.
+fn compile_guarded(engine: &Engine, c: &Candidate, shape: &ConvShape) -> (Result<Compiled>, Duration) {
+    let t0 = Instant::now();
+    let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.compile(&c.variant, shape))) {
         Ok(r) => r,
         Err(_) => Err(Error::Gpu(format!("generating {} panicked", c.name()))),
-    }
+    };
+    (r, t0.elapsed())
 }
 
-/// Compiles the wanted candidates of a batch on one thread each: shader compilation is CPU
-/// work the driver does per pipeline, and tuning time is mostly compile time.
-fn compile_batch(
-    engine: &Engine,
-    batch: &[(usize, &Candidate)],
-    wanted: &[bool],
-    shape: &ConvShape,
-) -> Vec<Option<Result<Compiled>>> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = batch
+/// One batch's compilation: a thread per wanted candidate (shader compilation is CPU work
+/// the driver does per pipeline, and tuning time is mostly compile time).
+struct Compiling<'scope> {
+    handles: Vec<Option<std::thread::ScopedJoinHandle<'scope, (Result<Compiled>, Duration)>>>,
+}
+
+impl<'scope> Compiling<'scope> {
+    fn start<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        engine: &'env Engine,
+        batch: &[(usize, &'env Candidate)],
+        wanted: &[bool],
+        shape: &'env ConvShape,
+    ) -> Self {
+        let handles = batch
             .iter()
             .zip(wanted)
             .map(|(&(_, c), &w)| w.then(|| scope.spawn(move || compile_guarded(engine, c, shape))))
             .collect();
-        handles
+        Compiling { handles }
+    }
+
+    fn finished(&self) -> bool {
+        self.handles.iter().flatten().all(|h| h.is_finished())
+    }
+
+    /// Per candidate of the batch: `None` where it was not wanted.
+    fn join(self) -> Vec<Option<(Result<Compiled>, Duration)>> {
+        self.handles
             .into_iter()
             .map(|h| {
                 h.map(|h| {
-                    h.join().unwrap_or_else(|_| Err(Error::Gpu("the compile thread panicked".into())))
+                    h.join().unwrap_or_else(|_| (Err(Error::Gpu("the compile thread panicked".into())), Duration::ZERO))
                 })
             })
             .collect()
-    })
+    }
 }
 
-/// Candidates compiled before a batch is timed, so the GPU runs the batch back to back
-/// instead of idling (and dropping its clocks) through a compile before each candidate.
+/// Whether a batch compiles while the one before is measured: `CONVTUNE_TUNE_OVERLAP` (`1` or
+/// `0`), else on GPUs only: on a CPU adapter the compile threads would compete with the
+/// device itself for the cores and disturb its timings.
+fn overlap_compiles(on_gpu: bool) -> bool {
+    match std::env::var("CONVTUNE_TUNE_OVERLAP").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => on_gpu,
+    }
+}
+
+/// Candidates compiled together, so the GPU runs a batch back to back.
 const COMPILE_BATCH: usize = 8;
+
+/// While a GPU waits for the CPU (compiling), the reference kernel keeps it at load clocks,
+/// so the next candidates are not timed at idle clocks.
+const BUSY_STEP: Duration = Duration::from_millis(20);
 
 /// Output of the reference variant on the tuning inputs, on the host and on the GPU, and the
 /// compiled reference kernel.
@@ -619,62 +653,71 @@ pub fn tune(
     // of random data first.
     crate::memory::check(engine, "tuning", &crate::memory::whole_problem(shape, engine.max_binding())?)?;
     let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty())?;
-    let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
-    let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
     let on_gpu = engine.desc.device_type != "Cpu";
-    if on_gpu {
-        // A GPU that idled before tuning runs the first candidates (the default among them)
-        // at low clocks for a while; bring it to load clocks first (see `settle`).
-        tensors.settle(engine, &reference_kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
-    }
-    let tolerance = precision.tolerance_for(shape.dtype);
-    let mut bench = Bench {
-        engine,
-        tensors,
-        reference,
-        reference_gpu,
-        tolerance,
-        validating: Duration::ZERO,
-        timing: Duration::ZERO,
+    let overlap = overlap_compiles(on_gpu);
+    let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
+    let batches: Vec<&[(usize, &Candidate)]> = indexed.chunks(COMPILE_BATCH).collect();
+    let wanted = |batch: &[(usize, &Candidate)]| -> Vec<bool> {
+        let in_budget = start.elapsed() <= opts.budget;
+        batch.iter().map(|&(_, c)| c.must || in_budget).collect()
     };
-    let setup = start.elapsed();
-    let mut compiling = Duration::ZERO;
-
     let total = order.len();
     let mut results = Vec::with_capacity(total);
     let mut best: Option<(usize, f64)> = None;
-    let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
-    for batch in indexed.chunks(COMPILE_BATCH) {
-        let in_budget = start.elapsed() <= opts.budget;
-        let wanted: Vec<bool> = batch.iter().map(|&(_, c)| c.must || in_budget).collect();
-        for (&(i, c), _) in batch.iter().zip(&wanted).filter(|(_, &w)| w) {
-            // Not reported for skips: hundreds of instant skips are not progress.
-            progress(&Progress { done: i, total, name: &c.name() })?;
-        }
-        let t0 = Instant::now();
-        let compiled = compile_batch(engine, batch, &wanted, shape);
-        compiling += t0.elapsed();
+    let mut compiling = Duration::ZERO;
+    let (setup, validating, timing) = std::thread::scope(|scope| -> Result<(Duration, Duration, Duration)> {
+        // Each batch compiles while the one before is measured, the first while the inputs
+        // and the reference are set up (see `overlap_compiles`).
+        let mut pending = overlap.then(|| Compiling::start(scope, engine, batches[0], &wanted(batches[0]), shape));
+        let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
+        let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
         if on_gpu {
-            if let Some(Some(Ok(k))) = compiled.iter().find(|k| matches!(k, Some(Ok(_)))) {
-                let t0 = Instant::now();
-                bench.tensors.settle(engine, k, BATCH_SPIN_UP, BATCH_SPIN_UP)?;
-                bench.timing += t0.elapsed();
-            }
+            // A GPU that idled before tuning runs the first candidates (the default among
+            // them) at low clocks for a while; bring it to load clocks first (see `settle`).
+            tensors.settle(engine, &reference_kernel, GPU_SPIN_UP, GPU_SPIN_UP)?;
         }
-        for (&(i, c), k) in batch.iter().zip(compiled) {
-            let Some(k) = k else {
-                results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
-                continue;
+        let mut bench = Bench {
+            engine,
+            tensors,
+            reference,
+            reference_gpu,
+            tolerance: precision.tolerance_for(shape.dtype),
+            validating: Duration::ZERO,
+            timing: Duration::ZERO,
+        };
+        let setup = start.elapsed();
+        for (b, batch) in batches.iter().enumerate() {
+            let t0 = Instant::now();
+            let batch_compile = match pending.take() {
+                Some(c) => c,
+                None => Compiling::start(scope, engine, batch, &wanted(batch), shape),
             };
-            let r = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
-            if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
-                if best.is_none_or(|(_, b)| ms < b) {
-                    best = Some((i, ms));
-                }
+            while on_gpu && !batch_compile.finished() {
+                bench.tensors.settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP)?;
             }
-            results.push(r);
+            let compiled = batch_compile.join();
+            compiling += t0.elapsed();
+            if let (true, Some(next)) = (overlap, batches.get(b + 1)) {
+                pending = Some(Compiling::start(scope, engine, next, &wanted(next), shape));
+            }
+            for (&(i, c), k) in batch.iter().zip(compiled) {
+                let Some((k, took)) = k else {
+                    results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
+                    continue;
+                };
+                progress(&Progress { done: i, total, name: &c.name() })?;
+                let mut r = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
+                r.compile_ms = Some(took.as_secs_f64() * 1e3);
+                if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
+                    if best.is_none_or(|(_, b)| ms < b) {
+                        best = Some((i, ms));
+                    }
+                }
+                results.push(r);
+            }
         }
-    }
+        Ok((setup, bench.validating, bench.timing))
+    })?;
     progress(&Progress { done: total, total, name: "" })?;
 
     let default = order[0].variant;
@@ -703,7 +746,7 @@ pub fn tune(
         default_ms: timed(default),
         tuned_ms: timed(winner),
         tuning_s: start.elapsed().as_secs_f64(),
-        phases: Some(phases(start.elapsed(), setup, compiling, bench.validating, bench.timing)),
+        phases: Some(phases(start.elapsed(), setup, compiling, validating, timing)),
         budget_s: opts.budget.as_secs_f64(),
         tuned_at: now_iso(),
         adapter: engine.desc.name.clone(),

@@ -43,7 +43,7 @@ def test_report_has_every_field_and_a_valid_winner(tuning_env):
     cands = by_name(r)
     assert {c["status"] for c in r.candidates} <= STATUSES
     for c in r.candidates:
-        assert set(c) >= {"name", "knobs", "status", "median_ms", "samples"}
+        assert set(c) >= {"name", "knobs", "status", "median_ms", "samples", "compile_ms"}
     # The winner is valid, fully timed, and the fastest valid candidate.
     win = cands[r.winner]
     assert win["status"] == "ok" and len(win["samples"]) >= 3
@@ -96,6 +96,32 @@ def test_faulty_candidate_never_wins(tuning_env, case):
     assert by_name(r)[r.winner]["status"] == "ok"
     # Whatever was stored, conv2d computes the right thing with it.
     check_conv2d(case)
+
+
+@pytest.mark.parametrize("overlap", ["0", "1"], ids=["in-turn", "overlapped"])
+def test_compiling_the_next_batch_while_timing_gives_a_sound_report(tuning_env, monkeypatch, overlap):
+    # CONVTUNE_TUNE_OVERLAP=1 makes a CPU adapter compile each batch while the one before is
+    # measured, as GPUs do by default: the same guarantees either way.
+    monkeypatch.setenv("CONVTUNE_TUNE_OVERLAP", overlap)
+    monkeypatch.setenv("CONVTUNE_TUNE_BUDGET", "0.5")
+    _convtune._inject_faulty_candidate(True)
+    calls = []
+    d = _convtune.tune(((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, None, None, "NCHW", "float32"),
+                       progress=lambda *a: calls.append(a))
+    cands = d["candidates"]
+    assert not d["winner"].startswith("faulty")
+    assert next(c for c in cands if c["name"] == d["winner"])["status"] == "ok"
+    assert next(c for c in cands if c["name"].startswith("faulty:"))["status"] == "wrong"
+    # Compiled candidates carry their compile time, skipped ones none.
+    for c in cands:
+        if c["status"] == "skipped (budget)":
+            assert c["compile_ms"] is None and c["median_ms"] is None
+        else:
+            assert c["compile_ms"] > 0, c
+    measured = [c["name"] for c in cands if c["status"] != "skipped (budget)"]
+    assert [c[2] for c in calls[:-1]] == measured and len(measured) < len(cands)
+    assert sum(d["phases"].values()) == pytest.approx(d["tuning_s"], rel=0.02, abs=2e-3)
+    check_conv2d(SMALL)
 
 
 def test_faulty_candidate_is_absent_from_normal_runs(tuning_env):

@@ -13,9 +13,10 @@ class TuneReport:
     """What tuning one shape found.
 
     ``candidates`` holds one dict per candidate, in the order they were tried:
-    ``{name, knobs, status, median_ms, samples, detail}``; ``status`` is one of ``ok``,
+    ``{name, knobs, status, median_ms, samples, detail, compile_ms}``; ``status`` is one of ``ok``,
     ``pruned``, ``wrong``, ``compile error``, ``out of memory``, ``error`` or
-    ``skipped (budget)``; ``samples`` are GPU milliseconds.
+    ``skipped (budget)``; ``samples`` are GPU milliseconds; ``compile_ms`` is the wall time
+    of the candidate's compilation on its own thread (``None`` where it was not compiled).
     """
 
     shape: str
