@@ -19,7 +19,7 @@ Environment, read at every call:
 - ``CONVTUNE_TUNE``: ``auto`` (default; tune new shapes, then use the cache), ``cached``
   (use the cache when it has the shape, else the default rule; never tune) or ``off``
   (the default rule only).
-- ``CONVTUNE_TUNE_BUDGET``: seconds of tuning per shape (default 3).
+- ``CONVTUNE_TUNE_BUDGET``: seconds of tuning per shape (default 1).
 - ``CONVTUNE_CACHE_DIR``: where the cache lives (default: the user cache directory).
 - ``CONVTUNE_PRINT_TUNING=1``: print one line per tuned shape to stderr.
 - ``CONVTUNE_PROGRESS=0``: no progress bar while tuning (it only shows on a terminal).
@@ -668,7 +668,7 @@ def tune(
             with ``.shape``).
         stride, padding, dilation, groups: as for ``conv2d``.
         bias: whether the calls have a bias (``True``, its length, or the bias array).
-        budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 3. The default variant
+        budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 1. The default variant
             and the few top-ranked candidates are timed even past the budget.
         force: tune again even if the cache has the shape.
         precision: the precision mode to tune for (see ``conv2d``); each mode has its own

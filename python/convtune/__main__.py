@@ -317,7 +317,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     source = tune.add_mutually_exclusive_group()
     source.add_argument("--suite", choices=sorted(SUITES), default=None, help="a built-in suite (default: default)")
     source.add_argument("--file", metavar="PATH", help="shapes to tune: JSON or one shape spec per line")
-    tune.add_argument("--budget", type=float, default=None, help="tuning seconds per shape (default: CONVTUNE_TUNE_BUDGET or 3)")
+    tune.add_argument("--budget", type=float, default=None, help="tuning seconds per shape (default: CONVTUNE_TUNE_BUDGET or 1)")
     tune.add_argument("--force", action="store_true", help="tune again even when the cache has a shape")
     tune.add_argument("--reps", type=int, default=30, help="timed runs per variant for the table")
     tune.add_argument("--precision", choices=precisions, default=None, help="precision mode (default: CONVTUNE_PRECISION or highest)")
@@ -334,7 +334,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("--sweep", metavar="PARAM=START:STOP[:STEP]", help="sweep one parameter (STOP included)")
     bench.add_argument("--base", metavar="SPEC", default=None,
                        help=f"base shape of --sweep as a spec string (default: '{_sweep.DEFAULT_BASE}')")
-    bench.add_argument("--budget", type=float, default=None, help="--sweep: tuning seconds per point (default: CONVTUNE_TUNE_BUDGET or 3)")
+    bench.add_argument("--budget", type=float, default=None, help="--sweep: tuning seconds per point (default: CONVTUNE_TUNE_BUDGET or 1)")
     bench.add_argument("--force", action="store_true", help="--sweep: tune again points the cache has")
     bench.add_argument("--precision", choices=precisions, default=None, help="--sweep: precision mode")
     bench.add_argument("--families", metavar="LIST", help="set CONVTUNE_FAMILIES for this run, e.g. direct,gemm")
