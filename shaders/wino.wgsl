@@ -17,7 +17,8 @@
 // invocation then accumulates {{TT}} tiles x {{TK}} channels for all p*p xi, scalar
 // accumulators indexed by constants (see direct.wgsl for why). The inverse transform of
 // those accumulators gives each tile's outputs, stored through the fused epilogue; where one
-// comes out Inf or NaN, the invocation's outputs are summed again the direct way.
+// comes out Inf or NaN, the invocation marks itself in `marks`, and `finish` (a pass after
+// `main`) sums that invocation's outputs again the direct way.
 //
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
@@ -29,6 +30,9 @@ alias DT = {{DT}};
 @group(0) @binding(1) var<storage, read> w: array<DT>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<DT>;
+// One bit per invocation of `main`: set where an output came out Inf or NaN. Cleared by
+// `prologue`, read by `finish`.
+@group(0) @binding(5) var<storage, read_write> marks: array<atomic<u32>>;
 // The transformed filters, p*p x CG x K, written by `prologue`.
 @group(0) @binding(6) var<storage, read_write> ut: array<f32>;
 
@@ -60,6 +64,8 @@ const TT: i32 = {{TT}};            // tiles per invocation
 const TK: i32 = {{TK}};            // channels per invocation
 const TX: i32 = {{TX}};            // invocations along the tiles (BT / TT)
 const TY: i32 = {{TY}};            // invocations along the channels (BN / TK)
+const WPB: u32 = {{WPB}}u;          // words of `marks` per workgroup: ceil(THREADS / 32)
+const MARK_WORDS: u32 = {{MARK_WORDS}}u;
 const T_BLOCKS: u32 = {{T_BLOCKS}}u;
 const N_BLOCKS: u32 = {{N_BLOCKS}}u;
 const BLOCKS: u32 = {{BLOCKS}}u;
@@ -147,12 +153,35 @@ fn main(
     var bad = false;
 {{STORE}}
     if (bad) {
-        redo_direct(t0, tx, n0, ty, g, pad0);
+        atomicOr(&marks[block * WPB + lidx / 32u], 1u << (lidx % 32u));
     }
 }
 
-// Every output this invocation stored, summed again the direct way (one call site, so the
-// shader compiler makes one copy of the loop; finite inputs never come here).
+// The invocations of `main` that marked themselves sum their outputs again the direct way;
+// the others return at once. A pass of its own keeps the loop out of `main`, whose finite
+// inputs never need it.
+@compute @workgroup_size({{THREADS}}, 1, 1)
+fn finish(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let block = wid.y * nwg.x + wid.x;
+    if (block >= BLOCKS) {
+        return;
+    }
+    if ((atomicLoad(&marks[block * WPB + lidx / 32u]) & (1u << (lidx % 32u))) == 0u) {
+        return;
+    }
+    let t_block = block % T_BLOCKS;
+    let rest = block / T_BLOCKS;
+    let lid = i32(lidx);
+    let n0 = i32(rest % N_BLOCKS) * BN;
+    let pad0 = bitcast<f32>(nwg.z - 1u);
+    redo_direct(i32(t_block) * BT, lid % TX, n0, lid / TX, i32(rest / N_BLOCKS), pad0);
+}
+
+// Every output invocation (tx, ty) of `main` stored, summed again the direct way.
 fn redo_direct(t0: i32, tx: i32, n0: i32, ty: i32, g: i32, pad0: f32) {
     for (var q: i32 = 0; q < TT * TK * MT * MT; q = q + 1) {
         let i = q / (TK * MT * MT);
@@ -184,7 +213,12 @@ fn prologue(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let i = i32((wid.y * nwg.x + wid.x) * 256u + lidx);
+    let gi = (wid.y * nwg.x + wid.x) * 256u + lidx;
+    // This run's marks start clear (the workspace outlives runs).
+    for (var j = gi; j < MARK_WORDS; j = j + R_BLOCKS * 256u) {
+        atomicStore(&marks[j], 0u);
+    }
+    let i = i32(gi);
     if (i >= K * CG) {
         return;
     }

@@ -503,6 +503,8 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
 
     let filters = shape.k as u64 * shape.cg() as u64;
     let prologue_blocks = filters.div_ceil(256);
+    let words_per_block = threads.div_ceil(32) as u64;
+    let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
     vars.extend([
         ("TILES_W", tiles_w.to_string()),
@@ -523,6 +525,8 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         ("N_BLOCKS", n_blocks.to_string()),
         ("BLOCKS", blocks.to_string()),
         ("R_BLOCKS", prologue_blocks.to_string()),
+        ("WPB", words_per_block.to_string()),
+        ("MARK_WORDS", mark_words.to_string()),
         ("V_TILE", (xis * v.bc * v.bt).to_string()),
         ("U_TILE", (xis * v.bc * v.bn / 4).to_string()),
         ("V_SETUP", v_setup),
@@ -536,7 +540,8 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     ]);
     let mut kernel = Kernel::plain(render(Wino::TEMPLATE, &vars)?, blocks);
     kernel.prologue = Some(prologue_blocks);
-    kernel.workspace = [0, v.workspace(shape)];
+    kernel.workspace = [mark_words * 4, v.workspace(shape)];
+    kernel.finish = Some(blocks);
     Ok(kernel)
 }
 
