@@ -659,8 +659,10 @@ pub fn tune(
     let overlap = overlap_compiles(on_gpu);
     let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
     let batches: Vec<&[(usize, &Candidate)]> = indexed.chunks(COMPILE_BATCH).collect();
-    let wanted = |batch: &[(usize, &Candidate)]| -> Vec<bool> {
-        let in_budget = start.elapsed() <= opts.budget;
+    // A batch is started while it can be expected to compile within the budget: `ahead` is
+    // the longest compile of the batch before (the must-time candidates are always wanted).
+    let wanted = |batch: &[(usize, &Candidate)], ahead: Duration| -> Vec<bool> {
+        let in_budget = start.elapsed() + ahead <= opts.budget;
         batch.iter().map(|&(_, c)| c.must || in_budget).collect()
     };
     let total = order.len();
@@ -670,7 +672,8 @@ pub fn tune(
     let (setup, validating, timing) = std::thread::scope(|scope| -> Result<(Duration, Duration, Duration)> {
         // Each batch compiles while the one before is measured, the first while the inputs
         // and the reference are set up (see `overlap_compiles`).
-        let mut pending = overlap.then(|| Compiling::start(scope, engine, batches[0], &wanted(batches[0]), shape));
+        let mut pending =
+            overlap.then(|| Compiling::start(scope, engine, batches[0], &wanted(batches[0], Duration::ZERO), shape));
         let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
         let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
         if on_gpu {
@@ -692,15 +695,16 @@ pub fn tune(
             let t0 = Instant::now();
             let batch_compile = match pending.take() {
                 Some(c) => c,
-                None => Compiling::start(scope, engine, batch, &wanted(batch), shape),
+                None => Compiling::start(scope, engine, batch, &wanted(batch, Duration::ZERO), shape),
             };
             while on_gpu && !batch_compile.finished() {
                 bench.tensors.settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP)?;
             }
             let compiled = batch_compile.join();
+            let took = compiled.iter().flatten().map(|(_, d)| *d).max().unwrap_or_default();
             compiling += t0.elapsed();
             if let (true, Some(next)) = (overlap, batches.get(b + 1)) {
-                pending = Some(Compiling::start(scope, engine, next, &wanted(next), shape));
+                pending = Some(Compiling::start(scope, engine, next, &wanted(next, took), shape));
             }
             for (&(i, c), k) in batch.iter().zip(compiled) {
                 let Some((k, took)) = k else {
