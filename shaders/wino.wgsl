@@ -98,6 +98,12 @@ fn direct_sum(img: i32, g: i32, k: i32, oh: i32, ow: i32, pad0: f32) -> f32 {
     return acc;
 }
 
+// A workgroup's first tile, first output channel and group.
+fn block_origin(block: u32) -> vec3<i32> {
+    let rest = block / T_BLOCKS;
+    return vec3<i32>(i32(block % T_BLOCKS) * BT, i32(rest % N_BLOCKS) * BN, i32(rest / N_BLOCKS));
+}
+
 // V as [xi][c][tile] and U as [xi][c][k], four consecutive k per vec4.
 var<workgroup> v_s: array<f32, {{V_TILE}}>;
 var<workgroup> u_s: array<vec4<f32>, {{U_TILE}}>;
@@ -114,12 +120,10 @@ fn main(
     if (block >= BLOCKS) {
         return;
     }
-    let t_block = block % T_BLOCKS;
-    let rest = block / T_BLOCKS;
-    let n_block = rest % N_BLOCKS;
-    let g = i32(rest / N_BLOCKS);
-    let t0 = i32(t_block) * BT;
-    let n0 = i32(n_block) * BN;
+    let origin = block_origin(block);
+    let t0 = origin.x;
+    let n0 = origin.y;
+    let g = origin.z;
     let lid = i32(lidx);
     // Zero, as a value the compiler cannot see (the dispatch is one workgroup deep in z).
     let pad0 = bitcast<f32>(nwg.z - 1u);
@@ -173,12 +177,10 @@ fn finish(
     if ((atomicLoad(&marks[block * WPB + lidx / 32u]) & (1u << (lidx % 32u))) == 0u) {
         return;
     }
-    let t_block = block % T_BLOCKS;
-    let rest = block / T_BLOCKS;
+    let origin = block_origin(block);
     let lid = i32(lidx);
-    let n0 = i32(rest % N_BLOCKS) * BN;
     let pad0 = bitcast<f32>(nwg.z - 1u);
-    redo_direct(i32(t_block) * BT, lid % TX, n0, lid / TX, i32(rest / N_BLOCKS), pad0);
+    redo_direct(origin.x, lid % TX, origin.y, lid / TX, origin.z, pad0);
 }
 
 // Every output invocation (tx, ty) of `main` stored, summed again the direct way.
