@@ -181,7 +181,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--precision", choices=("highest", "high"), default="highest")
     p.add_argument("--families", metavar="LIST", help="set CONVTUNE_FAMILIES, e.g. direct,gemm")
-    p.add_argument("--budget", type=float, default=None, help="tuning seconds per point (default: convtune's, 3)")
+    p.add_argument("--budget", type=float, default=None, help="tuning seconds per point (default: convtune's, 1)")
     p.add_argument("--reps", type=int, default=20, help="timed runs of each tuned winner")
     p.add_argument("--step", type=int, default=1, help="step of the +-8 sweeps of C, K and H=W")
     p.add_argument("--only", metavar="NAMES", help="comma-separated sweep names to run (e.g. C64,HW14,pad)")

@@ -327,7 +327,19 @@ fn timing_order(
     let ranked = ranked_candidates(shape, caps)
         .into_iter()
         .filter(|v| *v != default && v.serves(precision) && families.allows(v.family()));
-    for (i, variant) in ranked.enumerate() {
+    // Each family's likeliest winner first (in rank order), then the rest: one batch then
+    // compares the families even where the model ranks one family's many variants above
+    // another's best (the families' estimates are calibrated against each other on one GPU).
+    let (mut leaders, mut rest) = (Vec::new(), Vec::new());
+    for v in ranked {
+        if leaders.iter().any(|l: &Variant| l.family() == v.family()) {
+            rest.push(v);
+        } else {
+            leaders.push(v);
+        }
+    }
+    leaders.extend(rest);
+    for (i, variant) in leaders.into_iter().enumerate() {
         order.push(Candidate { variant, faulty: false, must: i < opts.must_time });
     }
     // The reference is the fallback; make sure it is in the report even if it does not suit.
@@ -588,6 +600,11 @@ impl<'scope> Compiling<'scope> {
     }
 }
 
+/// The size of a candidate's WGSL: what its compile time grows with.
+fn source_bytes(c: &Candidate, shape: &ConvShape) -> usize {
+    c.variant.generate(shape).map_or(0, |k| k.source.len())
+}
+
 /// Whether a batch compiles while the one before is measured: `CONVTUNE_TUNE_OVERLAP` (`1` or
 /// `0`), else on GPUs only: on a CPU adapter the compile threads would compete with the
 /// device itself for the cores and disturb its timings.
@@ -659,12 +676,20 @@ pub fn tune(
     let overlap = overlap_compiles(on_gpu);
     let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
     let batches: Vec<&[(usize, &Candidate)]> = indexed.chunks(COMPILE_BATCH).collect();
-    // A batch is started while it can be expected to compile within the budget: `ahead` is
-    // the longest compile of the batch before (the must-time candidates are always wanted).
-    let wanted = |batch: &[(usize, &Candidate)], ahead: Duration| -> Vec<bool> {
-        let in_budget = start.elapsed() + ahead <= opts.budget;
-        batch.iter().map(|&(_, c)| c.must || in_budget).collect()
+    // A candidate is compiled while it can be expected to compile within the budget, at the
+    // slowest rate per byte of WGSL seen so far (compile time grows with the unrolled code:
+    // 40 ms to 2.7 s per candidate on the H100); the must-time candidates always are.
+    let wanted = |batch: &[(usize, &Candidate)], rate: Option<f64>| -> Vec<bool> {
+        batch
+            .iter()
+            .map(|&(_, c)| {
+                let left = opts.budget.as_secs_f64() - start.elapsed().as_secs_f64();
+                // Past the budget nothing is generated: hundreds of candidates are skipped.
+                c.must || (left >= 0.0 && rate.is_none_or(|r| r * source_bytes(c, shape) as f64 <= left))
+            })
+            .collect()
     };
+    let mut rate: Option<f64> = None;
     let total = order.len();
     let mut results = Vec::with_capacity(total);
     let mut best: Option<(usize, f64)> = None;
@@ -673,7 +698,7 @@ pub fn tune(
         // Each batch compiles while the one before is measured, the first while the inputs
         // and the reference are set up (see `overlap_compiles`).
         let mut pending =
-            overlap.then(|| Compiling::start(scope, engine, batches[0], &wanted(batches[0], Duration::ZERO), shape));
+            overlap.then(|| Compiling::start(scope, engine, batches[0], &wanted(batches[0], None), shape));
         let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
         let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
         if on_gpu {
@@ -695,16 +720,21 @@ pub fn tune(
             let t0 = Instant::now();
             let batch_compile = match pending.take() {
                 Some(c) => c,
-                None => Compiling::start(scope, engine, batch, &wanted(batch, Duration::ZERO), shape),
+                None => Compiling::start(scope, engine, batch, &wanted(batch, rate), shape),
             };
             while on_gpu && !batch_compile.finished() {
                 bench.tensors.settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP)?;
             }
             let compiled = batch_compile.join();
-            let took = compiled.iter().flatten().map(|(_, d)| *d).max().unwrap_or_default();
             compiling += t0.elapsed();
+            for (&(_, c), k) in batch.iter().zip(&compiled) {
+                if let Some((Ok(_), took)) = k {
+                    let r = took.as_secs_f64() / source_bytes(c, shape).max(1) as f64;
+                    rate = Some(rate.map_or(r, |old: f64| old.max(r)));
+                }
+            }
             if let (true, Some(next)) = (overlap, batches.get(b + 1)) {
-                pending = Some(Compiling::start(scope, engine, next, &wanted(next, took), shape));
+                pending = Some(Compiling::start(scope, engine, next, &wanted(next, rate), shape));
             }
             for (&(i, c), k) in batch.iter().zip(compiled) {
                 let Some((k, took)) = k else {
