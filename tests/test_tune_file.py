@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 
 import pytest
 
@@ -100,7 +101,13 @@ def test_json_files(tmp_path):
         load(f)
 
 
-def test_list_progress_is_one_display_that_only_moves_forward():
+@pytest.fixture
+def plain_display(monkeypatch):
+    """The display without tqdm, whether or not it is installed (these tests read its text)."""
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+
+
+def test_list_progress_is_one_display_that_only_moves_forward(plain_display):
     buf = io.StringIO()
     p = ListProgress(2, stream=buf, force=True)
     p.start(0, "a")
@@ -117,7 +124,7 @@ def test_list_progress_is_one_display_that_only_moves_forward():
     assert positions == sorted(positions) and 0.5 in positions
 
 
-def test_list_progress_write_prints_between_redraws(capsys):
+def test_list_progress_write_prints_between_redraws(plain_display, capsys):
     buf = io.StringIO()
     p = ListProgress(1, stream=buf, force=True)
     p.start(0, "a")
@@ -129,7 +136,7 @@ def test_list_progress_write_prints_between_redraws(capsys):
     assert drawn.count("[0.0/1 shapes] a") == 2 and drawn.endswith("\r")
 
 
-def test_cli_tunes_a_file_under_one_progress_display(tuning_env, tmp_path, monkeypatch, capsys):
+def test_cli_tunes_a_file_under_one_progress_display(plain_display, tuning_env, tmp_path, monkeypatch, capsys):
     f = tmp_path / "shapes.txt"
     f.write_text("\n".join(TINY) + "\n")
     displays = []
