@@ -600,9 +600,11 @@ impl<'scope> Compiling<'scope> {
     }
 }
 
-/// The size of a candidate's WGSL: what its compile time grows with.
+/// The size of a candidate's WGSL: what its compile time grows with. 0 where it cannot be
+/// generated (or the generator panics): compiling it then records why.
 fn source_bytes(c: &Candidate, shape: &ConvShape) -> usize {
-    c.variant.generate(shape).map_or(0, |k| k.source.len())
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.variant.generate(shape).map_or(0, |k| k.source.len())))
+        .unwrap_or(0)
 }
 
 /// Whether a batch compiles while the one before is measured: `CONVTUNE_TUNE_OVERLAP` (`1` or
