@@ -897,6 +897,35 @@ mod tests {
     }
 
     #[test]
+    fn each_family_is_tried_with_its_likeliest_winner_right_after_the_default() {
+        let caps = Caps::from_limits(wgpu::Limits {
+            max_compute_workgroup_storage_size: 49152,
+            max_compute_invocations_per_workgroup: 1024,
+            ..wgpu::Limits::default()
+        });
+        let s = shape([8, 64, 56, 56], [64, 64, 3, 3], 1, 1);
+        let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), false).unwrap();
+        let ranked: Vec<Variant> = ranked_candidates(&s, &caps)
+            .into_iter()
+            .filter(|v| *v != order[0].variant && v.serves(Precision::Highest))
+            .collect();
+        let mut families: Vec<&str> = ranked.iter().map(|v| v.family()).collect();
+        families.dedup();
+        families.sort_unstable();
+        families.dedup();
+        assert!(families.len() >= 3, "{families:?}");
+        let leaders = &order[1..1 + families.len()];
+        for f in &families {
+            let first = ranked.iter().find(|v| v.family() == *f).unwrap();
+            assert!(leaders.iter().any(|c| c.variant == *first), "{f}: {first} is not among the leaders");
+        }
+        // Then the rest, in rank order.
+        let rest: Vec<Variant> = order[1 + families.len()..].iter().map(|c| c.variant).filter(|v| ranked.contains(v)).collect();
+        let expected: Vec<Variant> = ranked.iter().copied().filter(|v| !leaders.iter().any(|c| c.variant == *v)).collect();
+        assert_eq!(rest, expected);
+    }
+
+    #[test]
     fn candidates_fit_and_suit() {
         let caps = Caps::from_limits(wgpu::Limits::downlevel_defaults());
         let s = shape([1, 3, 32, 32], [8, 3, 3, 3], 0, 1);

@@ -58,3 +58,19 @@ pub fn register_occupancy(registers: f64) -> f64 {
 pub fn multiprocessor_fill(workgroups: u64) -> f64 {
     (workgroups as f64 / LONG_GRID as f64).clamp(1e-3, 1.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn occupancy_falls_with_registers_and_fill_with_short_grids() {
+        // 32 registers per invocation fill all 2048 slots; 64 fill half; more, less.
+        assert_eq!(register_occupancy(32.0), 1.0);
+        assert_eq!(register_occupancy(64.0), 0.5);
+        assert!(register_occupancy(128.0) < register_occupancy(96.0));
+        assert_eq!(multiprocessor_fill(LONG_GRID), 1.0);
+        assert_eq!(multiprocessor_fill(10 * LONG_GRID), 1.0);
+        assert!((multiprocessor_fill(LONG_GRID / 2) - 0.5).abs() < 0.01);
+    }
+}
