@@ -810,6 +810,17 @@ mod tests {
     use crate::device::engine;
     use crate::params::Padding;
 
+    /// An H100's limits as its Vulkan driver reports them (no cooperative matrices here).
+    fn h100_caps() -> Caps {
+        Caps::from_limits(wgpu::Limits {
+            max_compute_workgroup_storage_size: 49152,
+            max_compute_invocations_per_workgroup: 1024,
+            max_compute_workgroup_size_x: 1024,
+            max_compute_workgroup_size_y: 1024,
+            ..wgpu::Limits::default()
+        })
+    }
+
     fn shape(x: [usize; 4], w: [usize; 4], pad: i64, groups: i64) -> ConvShape {
         ConvShape::new(x, w, (1, 1), Padding::Explicit(pad, pad), (1, 1), groups, None).unwrap()
     }
@@ -868,14 +879,7 @@ mod tests {
     #[test]
     #[ignore]
     fn ranking_report() {
-        // An H100's limits as its Vulkan driver reports them (no cooperative matrices here).
-        let caps = Caps::from_limits(wgpu::Limits {
-            max_compute_workgroup_storage_size: 49152,
-            max_compute_invocations_per_workgroup: 1024,
-            max_compute_workgroup_size_x: 1024,
-            max_compute_workgroup_size_y: 1024,
-            ..wgpu::Limits::default()
-        });
+        let caps = h100_caps();
         let suite: [([usize; 4], [usize; 4], i64, i64); 10] = [
             ([32, 3, 224, 224], [64, 3, 7, 7], 2, 3),
             ([32, 3, 224, 224], [64, 3, 3, 3], 1, 1),
@@ -898,11 +902,7 @@ mod tests {
 
     #[test]
     fn each_family_is_tried_with_its_likeliest_winner_right_after_the_default() {
-        let caps = Caps::from_limits(wgpu::Limits {
-            max_compute_workgroup_storage_size: 49152,
-            max_compute_invocations_per_workgroup: 1024,
-            ..wgpu::Limits::default()
-        });
+        let caps = h100_caps();
         let s = shape([8, 64, 56, 56], [64, 64, 3, 3], 1, 1);
         let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), false).unwrap();
         let ranked: Vec<Variant> = ranked_candidates(&s, &caps)
