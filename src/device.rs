@@ -55,6 +55,8 @@ pub struct Compiled {
     pub finish: Option<(wgpu::ComputePipeline, u64)>,
     /// The element type of the output it writes (its poison pattern depends on it).
     pub dtype: DType,
+    /// Bytes of its WGSL (the tuner predicts compile times from them).
+    pub source_bytes: usize,
 }
 
 const TENSOR_CORE_FEATURES: wgpu::Features =
@@ -502,6 +504,7 @@ impl Engine {
             workspace: kernel.workspace,
             finish,
             dtype: shape.dtype,
+            source_bytes: kernel.source.len(),
         })
     }
 }

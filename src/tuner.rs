@@ -729,9 +729,9 @@ pub fn tune(
             }
             let compiled = batch_compile.join();
             compiling += t0.elapsed();
-            for (&(_, c), k) in batch.iter().zip(&compiled) {
-                if let Some((Ok(_), took)) = k {
-                    let r = took.as_secs_f64() / source_bytes(c, shape).max(1) as f64;
+            for (k, took) in compiled.iter().flatten() {
+                if let Ok(k) = k {
+                    let r = took.as_secs_f64() / k.source_bytes.max(1) as f64;
                     rate = Some(rate.map_or(r, |old: f64| old.max(r)));
                 }
             }
@@ -910,7 +910,6 @@ mod tests {
             .filter(|v| *v != order[0].variant && v.serves(Precision::Highest))
             .collect();
         let mut families: Vec<&str> = ranked.iter().map(|v| v.family()).collect();
-        families.dedup();
         families.sort_unstable();
         families.dedup();
         assert!(families.len() >= 3, "{families:?}");
