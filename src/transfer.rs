@@ -209,6 +209,19 @@ struct Dest<'a, T> {
     out: &'a mut [T],
 }
 
+impl<T> Dest<'_, T> {
+    /// The bytes of its chunk's mapped `view` that it receives.
+    fn source<'v>(&self, view: &'v [u8]) -> &'v [u8] {
+        let size = std::mem::size_of::<T>();
+        &view[self.within * size..(self.within + self.out.len()) * size]
+    }
+}
+
+/// The mapped bytes of a read-back chunk.
+fn view_of(staging: &PooledBuffer, bytes: u64) -> Result<wgpu::BufferView> {
+    staging.get_mapped_range(..bytes).map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))
+}
+
 /// Carves `out` into the pieces the chunks fill, each a separate `&mut` (chunk parts
 /// cover disjoint host ranges, in increasing order when the runs are).
 fn carve<'a, T>(plan: &[Chunk], out: &'a mut [T]) -> Result<Vec<Vec<Dest<'a, T>>>> {
@@ -298,13 +311,10 @@ impl<T: Elem> Download<T> {
             let waited = self.pending.iter().zip(dests).zip(&views).try_for_each(|((p, d), slot)| -> Result<()> {
                 wait(engine, Some(p.idx.clone()))?;
                 mapped(p)?;
-                let view = p
-                    .staging
-                    .get_mapped_range(..p.bytes)
-                    .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
+                let view = view_of(&p.staging, p.bytes)?;
                 let src: &[u8] = slot.get_or_init(|| view);
                 for dest in d {
-                    let from = &src[dest.within * size..(dest.within + dest.out.len()) * size];
+                    let from = dest.source(src);
                     for (to, from) in dest.out.chunks_mut(piece).zip(from.chunks(piece * size)) {
                         tx.send((from, to)).map_err(|_| Error::Gpu("the read-back copy threads stopped".into()))?;
                     }
@@ -363,13 +373,10 @@ fn mapped(p: &Pending) -> Result<()> {
 
 /// Copies a mapped chunk into its pieces of the output and unmaps it.
 fn copy_out<T: Elem>(staging: &PooledBuffer, bytes: u64, dests: &mut [Dest<'_, T>]) -> Result<()> {
-    let size = std::mem::size_of::<T>();
     {
-        let view = staging
-            .get_mapped_range(..bytes)
-            .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
+        let view = view_of(staging, bytes)?;
         for d in dests.iter_mut() {
-            let from = &view[d.within * size..(d.within + d.out.len()) * size];
+            let from = d.source(&view);
             bytemuck::cast_slice_mut::<T, u8>(d.out).copy_from_slice(from);
         }
     }
