@@ -40,12 +40,15 @@ alias DT = {{DT}};
 @group(0) @binding(0) var<storage, read> x: array<{{X_ELEM}}>;
 @group(0) @binding(1) var<storage, read> w: array<{{W_ELEM}}>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<DT>;
+// y as vec4s where each store's four values are neighbours in y (see the epilogue).
+@group(0) @binding(3) var<storage, read_write> y: array<{{Y_ELEM}}>;
 // [0], [1]: bits of max |x| and max |w| over finite elements.
 @group(0) @binding(4) var<storage, read_write> scales: array<atomic<u32>, 4>;
 // Layout 1: x as (N, H, W, C) (for NCHW x) and w as (K, R, S, CG), written by `prologue`.
-@group(0) @binding(5) var<storage, read_write> xt: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> wt: array<vec4<f32>>;
+// The copies hold CT: f32 for float32 data (scaled when staged), f16 for float16 data.
+@group(0) @binding(5) var<storage, read_write> xt: array<vec4<CT>>;
+@group(0) @binding(6) var<storage, read_write> wt: array<vec4<CT>>;
+alias CT = {{CT}};
 
 {{EPILOGUE}}
 alias MatA = coop_mat16x16<f16, A>;
@@ -216,7 +219,7 @@ fn prologue(
             let src = (k * CG + c) * R * S + rs;
             let v = vec4<f32>(w_or_zero(src, c), w_or_zero(src + R * S, c + 1),
                               w_or_zero(src + 2 * R * S, c + 2), w_or_zero(src + 3 * R * S, c + 3));
-            wt[i] = v;
+            wt[i] = vec4<CT>(v);
             let b = bitcast<vec4<u32>>(v) & vec4<u32>(0x7FFFFFFFu);
             let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
             atomicMax(&tile_max[1], max(max(f.x, f.y), max(f.z, f.w)));

@@ -135,6 +135,13 @@ mod tests {
             ConvShape::new([2, 6, 9, 7], [10, 3, 3, 3], (1, 1), Padding::Explicit(2, 0), (1, 1), 2, Some(10))
                 .unwrap()
                 .with_epilogue(crate::epilogue::Epilogue::new(0.5, 2.0, true, crate::epilogue::Activation::Relu).unwrap()),
+            // Outputs stored four at a time: whole quads of pixels (NCHW) or of channels (NHWC).
+            ConvShape::new([2, 8, 8, 8], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(8))
+                .unwrap()
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            ConvShape::new([2, 8, 9, 7], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(8))
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc),
             // float16 data, both layouts.
             ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
                 .unwrap()

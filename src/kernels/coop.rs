@@ -31,10 +31,13 @@ pub struct Coop {
     pub layout: u32,
 }
 
-/// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
-const TILES: [(u32, u32, u32, u32); 8] = [
+/// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 2 to 8 subgroups.
+/// The 4x4 grids on 64-channel tiles serve layers with K = 64, whose tiles cannot widen.
+const TILES: [(u32, u32, u32, u32); 10] = [
     (64, 64, 2, 2),
     (128, 64, 2, 2),
+    (128, 64, 2, 1),
+    (256, 64, 4, 1),
     (64, 128, 2, 2),
     (128, 128, 2, 2),
     (128, 128, 2, 4),
@@ -243,6 +246,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let in_place = reads_x_in_place(shape);
     let dt = shape.dtype.wgsl();
     let scaled = shape.dtype == DType::F32;
+    // float16 data is copied as float16 (half the bytes to gather); registers stay f32 (f16
+    // registers measured no faster on the H100).
+    let ct = if scaled { "f32" } else { "f16" };
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -387,9 +393,20 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     // Epilogue: each accumulator tile goes through the subgroup's scratch, laid out so that
     // neighbouring lanes write neighbouring elements of y: pixel fastest for NCHW
-    // (column-major), channel fastest for NHWC (row-major).
+    // (column-major), channel fastest for NHWC (row-major). Where four neighbours along that
+    // axis are always in range together and 16-byte aligned (whole quads of pixels in every
+    // image, or of channels in every group), each lane stores them as one vec4.
     let pixel_fastest = shape.layout == Layout::Nchw;
-    let (store_fn, e_m, e_n) = if pixel_fastest { ("coopStore", "e % 16u", "e / 16u") } else { ("coopStoreT", "e / 16u", "e % 16u") };
+    let vec_y = if pixel_fastest { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 };
+    let store_fn = if pixel_fastest { "coopStore" } else { "coopStoreT" };
+    let split_at = v.sgm * v.sgn * 256;
+    let sum = |at: &str| {
+        if split {
+            format!("scratch[{at}] + scratch[{split_at} + {at}] / LO")
+        } else {
+            format!("scratch[{at}]")
+        }
+    };
     let mut store = String::new();
     for i in 0..tm {
         for j in 0..tn {
@@ -397,24 +414,41 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             writeln!(s, "    workgroupBarrier();").unwrap();
             writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if split {
-                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{} + sbase], 16u);", v.sgm * v.sgn * 256).unwrap();
+                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
             writeln!(s, "    workgroupBarrier();").unwrap();
-            for e in 0..8 {
+            // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
+            // quad q holds elements 4q .. 4q + 3 of the same layout.
+            let (e_m, e_n) = match (pixel_fastest, vec_y) {
+                (true, false) => ("e % 16u", "e / 16u"),
+                (false, false) => ("e / 16u", "e % 16u"),
+                (true, true) => ("4u * (e % 4u)", "e / 4u"),
+                (false, true) => ("e / 4u", "4u * (e % 4u)"),
+            };
+            let rounds = if vec_y { 2 } else { 8 };
+            for r in 0..rounds {
                 writeln!(s, "    {{").unwrap();
-                writeln!(s, "        let e = {}u + lane;", e * 32).unwrap();
+                writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
                 writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
                 writeln!(s, "            let k = g * KG + n;").unwrap();
-                let sum = if split {
-                    format!("scratch[sbase + e] + scratch[{} + sbase + e] / LO", v.sgm * v.sgn * 256)
-                } else {
-                    "scratch[sbase + e]".to_string()
-                };
-                // The smaller factor first: an intermediate overflows only if the result does.
                 writeln!(s, "            let yi = (m / OHW) * YSN + k * YSK + (m % OHW) * YSP;").unwrap();
-                writeln!(s, "            y[yi] = DT(epilogue(({sum}) * min(ux, uw) * max(ux, uw), k, yi));").unwrap();
+                // The smaller factor first: an intermediate overflows only if the result does.
+                let one = |at: &str, k: &str, yi: &str| {
+                    format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), {k}, {yi}))", sum(at))
+                };
+                if vec_y {
+                    let parts: Vec<String> = (0..4)
+                        .map(|t| {
+                            let k = if pixel_fastest || t == 0 { "k".to_string() } else { format!("k + {t}") };
+                            one(&format!("sbase + 4u * e + {t}u"), &k, &format!("yi + {t}"))
+                        })
+                        .collect();
+                    writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
+                } else {
+                    writeln!(s, "            y[yi] = {};", one("sbase + e", "k", "yi")).unwrap();
+                }
                 writeln!(s, "        }}").unwrap();
                 writeln!(s, "    }}").unwrap();
             }
@@ -424,7 +458,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place);
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled);
     vars.extend(prologue_vars);
     let kl = if v.layout == 1 { padded.krp } else { view.red as u64 };
     vars.extend([
@@ -445,6 +479,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("CHP", padded.chp.to_string()),
         ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
+        ("CT", ct.to_string()),
+        ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("X_ELEM", if in_place { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
@@ -464,7 +500,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     kernel.scaled = scaled;
     if v.layout == 1 {
         kernel.prologue = Some(prologue_blocks);
-        kernel.workspace = [if in_place { 0 } else { padded.x_len(shape) * 4 }, padded.w_len(shape) * 4];
+        let bytes = shape.dtype.size();
+        kernel.workspace = [if in_place { 0 } else { padded.x_len(shape) * bytes }, padded.w_len(shape) * bytes];
     }
     Ok(kernel)
 }
@@ -547,12 +584,14 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool) -> (Vec<(&'static str, String)>, u64) {
+fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
     let padded_vec4s = padded.x_len(shape) / 4;
     let (x_blocks, prologue_x) = match (shape.layout, in_place) {
+        // x read in place needs no pass of its own unless its scale is wanted.
+        (Layout::Nhwc, true) if !scaled => (0, PROLOGUE_X_MAX),
         (Layout::Nhwc, true) => (x_vec4s.div_ceil(256), PROLOGUE_X_MAX),
         (Layout::Nhwc, false) => (padded_vec4s.div_ceil(256), PROLOGUE_X_PAD),
         (Layout::Nchw, _) => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY),
@@ -593,9 +632,9 @@ const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
         let py = lid / 8;
         let c4 = 4 * (lid % 8);
         if (p0 + py < HW && c0 + c4 < CHP) {
-            xt[((n * HW + p0 + py) * CHP + c0 + c4) / 4] = vec4<f32>(
+            xt[((n * HW + p0 + py) * CHP + c0 + c4) / 4] = vec4<CT>(vec4<f32>(
                 tile[c4 * 33 + py], tile[(c4 + 1) * 33 + py],
-                tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]);
+                tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]));
         }"#;
 
 /// The prologue's x part for NHWC x whose groups' channels are not whole vec4s: copy it with
@@ -614,7 +653,7 @@ const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + lid;
                 v[j] = select(0.0, f32(x[select(0, pix * CH + cg * CG + cc, ok)]), ok);
                 mx = max(mx, finite_abs_bits(v[j]));
             }
-            xt[i] = v;
+            xt[i] = vec4<CT>(v);
         }
         atomicMax(&tile_max[0], mx);"#;
 
