@@ -180,6 +180,10 @@ fn finite_abs_bits(v: f32) -> u32 {
     return select(0u, b, b < 0x7F800000u);
 }
 
+fn x_at(i: i32) -> f32 {
+{{X_AT}}
+}
+
 fn w_at(i: i32) -> f32 {
 {{W_AT}}
 }

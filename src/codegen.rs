@@ -142,6 +142,8 @@ mod tests {
             ConvShape::new([2, 8, 9, 7], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(8))
                 .unwrap()
                 .with_layout(crate::params::Layout::Nhwc),
+            // 1x1 at stride 1 with whole quads of pixels: gathered four pixels at a time.
+            ConvShape::new([2, 8, 4, 6], [6, 4, 1, 1], (1, 1), Padding::Explicit(0, 0), (1, 1), 2, Some(6)).unwrap(),
             // float16 data, both layouts.
             ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
                 .unwrap()

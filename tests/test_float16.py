@@ -30,6 +30,7 @@ CASES = [
     ((1, 6, 9, 10), (10, 3, 3, 2), dict(stride=(2, 1), padding=(1, 0), groups=2, dilation=(1, 2))),
     ((3, 16, 7, 7), (20, 16, 1, 1), {}),
     ((1, 4, 8, 7), (4, 1, 3, 3), dict(padding="same", groups=4)),  # odd output length
+    ((2, 8, 6, 6), (12, 8, 1, 1), {}),  # 1x1 over whole quads of pixels and of channels
 ]
 
 

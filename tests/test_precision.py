@@ -115,6 +115,8 @@ SHAPES = [
     # Channels per group not a multiple of 4: layout 1 zero-pads each group's channels.
     ((2, 12, 11, 10), (8, 6, 3, 3), 1, 1, 1, 2, True),
     ((1, 62, 10, 10), (36, 62, 3, 3), 1, 1, 1, 1, False),
+    # 1x1 at stride 1 over whole quads of pixels: layout 0 loads four pixels at once.
+    ((2, 16, 12, 10), (24, 8, 1, 1), 1, 0, 1, 2, True),
 ]
 
 

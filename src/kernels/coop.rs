@@ -190,6 +190,8 @@ impl KernelVariant for Coop {
             let x_copied = if reads_x_in_place(shape) { 0 } else { p.x_len(shape) };
             let copied = (x_copied + p.w_len(shape)) as f64;
             (GATHER_LOAD / 4.0, PROLOGUE * copied, p.krp as f64 / view.red as f64)
+        } else if pixel_quads(shape) {
+            (GATHER_LOAD / 4.0, 0.0, 1.0)
         } else {
             (GATHER_LOAD, 0.0, 1.0)
         };
@@ -231,6 +233,16 @@ impl Padded {
     }
 }
 
+/// NCHW x whose output pixels are its own pixels (1x1, stride 1, unpadded), whole quads of
+/// them in every image: layout 0 gathers four neighbouring pixels with one 16-byte load.
+fn pixel_quads(shape: &ConvShape) -> bool {
+    shape.layout == Layout::Nchw
+        && (shape.r, shape.s, shape.stride) == (1, 1, (1, 1))
+        && shape.pad == (0, 0)
+        && shape.pad_end == (0, 0)
+        && (shape.h * shape.w) % 4 == 0
+}
+
 /// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.
 fn reads_x_in_place(shape: &ConvShape) -> bool {
     shape.layout == Layout::Nhwc && shape.cg() % 4 == 0
@@ -244,6 +256,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         )));
     }
     let in_place = reads_x_in_place(shape);
+    let quads = pixel_quads(shape);
     let dt = shape.dtype.wgsl();
     let scaled = shape.dtype == DType::F32;
     // float16 data is copied as float16 (half the bytes to gather); registers stay f32 (f16
@@ -296,7 +309,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     if v.layout == 1 {
         fetch_channels_last(&mut fetch, a_slots, shape, if in_place { "x" } else { "xt" });
     } else {
-        fetch_in_place(&mut fetch, a_slots, shape);
+        fetch_in_place(&mut fetch, a_slots, shape, quads);
     }
     for i in 0..b_slots {
         let s = &mut fetch;
@@ -482,7 +495,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("CT", ct.to_string()),
         ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_ELEM", if in_place { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_ELEM", if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if in_place || quads { "    return f32(x[i / 4][i % 4]);" } else { "    return f32(x[i]);" }.to_string()),
         ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
         ("EW", if scaled { "scale_exp(atomicLoad(&scales[1]))" } else { "0" }.to_string()),
         ("SMEM", smem),
@@ -541,9 +555,17 @@ fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
 }
 
 /// Layout 0's gathers: each slot's four pixels at its reduction index, one element each.
-fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape) {
+fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, quads: bool) {
     let lanes = ["x", "y", "z", "w"];
     for i in 0..a_slots {
+        if quads {
+            // A 1x1 window at stride 1: the slot's term is channel kc of the four pixels.
+            writeln!(s, "    {{").unwrap();
+            writeln!(s, "        let ok = aok0 && kc{i} < CG;").unwrap();
+            writeln!(s, "        pa{i} = select(vec4<f32>(0.0), vec4<f32>(x[select(0, (abase0 + kc{i} * H * W) / 4, ok)]), ok);").unwrap();
+            writeln!(s, "    }}").unwrap();
+            continue;
+        }
         writeln!(s, "    {{").unwrap();
         writeln!(s, "        let khd = kh{i} * DH;").unwrap();
         writeln!(s, "        let kwd = kw{i} * DW;").unwrap();
@@ -623,7 +645,7 @@ const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
             let cg = (c0 + cy) / CP;
             let cc = (c0 + cy) % CP;
             let ok = c0 + cy < CHP && cc < CG && p < HW;
-            let v = select(0.0, f32(x[select(0, (n * CH + cg * CG + cc) * HW + p, ok)]), ok);
+            let v = select(0.0, x_at(select(0, (n * CH + cg * CG + cc) * HW + p, ok)), ok);
             mx = max(mx, finite_abs_bits(v));
             tile[cy * 33 + lid % 32] = v;
         }
@@ -650,7 +672,7 @@ const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + lid;
                 let cg = (c0 + j) / CP;
                 let cc = (c0 + j) % CP;
                 let ok = cc < CG;
-                v[j] = select(0.0, f32(x[select(0, pix * CH + cg * CG + cc, ok)]), ok);
+                v[j] = select(0.0, x_at(select(0, pix * CH + cg * CG + cc, ok)), ok);
                 mx = max(mx, finite_abs_bits(v[j]));
             }
             xt[i] = vec4<CT>(v);
