@@ -46,7 +46,7 @@ alias DT = {{DT}};
 @group(0) @binding(4) var<storage, read_write> scales: array<atomic<u32>, 4>;
 // Layout 1: x as (N, H, W, C) (for NCHW x) and w as (K, R, S, CG), written by `prologue`.
 // The copies hold CT: f32 for float32 data (scaled when staged), f16 for float16 data.
-@group(0) @binding(5) var<storage, read_write> xt: array<vec4<CT>>;
+@group(0) @binding(5) var<storage, read_write> xt: array<{{XT_ELEM}}>;
 @group(0) @binding(6) var<storage, read_write> wt: array<vec4<CT>>;
 alias CT = {{CT}};
 
@@ -90,6 +90,10 @@ const M_BLOCKS: u32 = {{M_BLOCKS}}u;
 const N_BLOCKS: u32 = {{N_BLOCKS}}u;
 const BLOCKS: u32 = {{BLOCKS}}u;
 const LO: f32 = 2048.0;            // 2^11: the lo part's scale
+const SPLITS: u32 = {{SPLITS}}u;   // split-K: workgroups per output tile, each KS terms
+const KS: i32 = {{KS}};
+const YLEN: i32 = {{YLEN}};
+const PART0: i32 = {{PART0}};      // the partials' first vec4 in xt (after any x copy)
 
 {{SMEM}}
 var<workgroup> scratch: array<f32, {{SCRATCH}}>;
@@ -108,10 +112,14 @@ fn main(
 ) {
     // The grid is folded into 2D to stay under the per-dimension workgroup limit; the test
     // is uniform across the workgroup, so barriers and matrix operations stay in uniform flow.
-    let block = wid.y * nwg.x + wid.x;
-    if (block >= BLOCKS) {
+    let flat = wid.y * nwg.x + wid.x;
+    if (flat >= BLOCKS * SPLITS) {
         return;
     }
+    let sp = i32(flat / BLOCKS);
+    let k_begin = sp * KS;
+    let k_end = min(k_begin + KS, KL);
+    let block = flat % BLOCKS;
     let m_block = block % M_BLOCKS;
     let rest = block / M_BLOCKS;
     let n_block = rest % N_BLOCKS;
@@ -137,7 +145,7 @@ fn main(
 {{ACC_DECL}}
 
 {{FETCH}}
-    for (var k0: i32 = 0; k0 < KL; k0 = k0 + BK) {
+    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {
         // Everyone is done reading the staged tiles of the previous step.
         workgroupBarrier();
 {{STAGE_STORE}}
@@ -152,6 +160,25 @@ fn main(
     let uw = ldexp(1.0, -ew);
     let sbase = sg * 256u;
 {{STORE}}
+}
+
+// Split-K's finishing pass: four neighbouring outputs per invocation, their parts added in
+// split order (the same sum every run), then the epilogue.
+@compute @workgroup_size(256, 1, 1)
+fn finish(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let i = i32((wid.y * nwg.x + wid.x) * 256u + lidx);
+    if (i >= (YLEN + 3) / 4) {
+        return;
+    }
+    var sum = vec4<f32>(xt[PART0 + i]);
+    for (var p = 1; p < i32(SPLITS); p = p + 1) {
+        sum = sum + vec4<f32>(xt[PART0 + p * (YLEN / 4) + i]);
+    }
+{{FINISH_STORE}}
 }
 
 // ---------------------------------------------------------------------------------------

@@ -142,6 +142,14 @@ mod tests {
             ConvShape::new([2, 8, 9, 7], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(8))
                 .unwrap()
                 .with_layout(crate::params::Layout::Nhwc),
+            // Short grids with a long reduction: the tensor-core split-K variants.
+            ConvShape::new([2, 64, 8, 8], [32, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(32))
+                .unwrap()
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            ConvShape::new([2, 64, 8, 8], [32, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16),
             // 1x1 at stride 1 with whole quads of pixels: gathered four pixels at a time.
             ConvShape::new([2, 8, 4, 6], [6, 4, 1, 1], (1, 1), Padding::Explicit(0, 0), (1, 1), 2, Some(6)).unwrap(),
             // float16 data, both layouts.

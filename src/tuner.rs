@@ -879,7 +879,15 @@ mod tests {
     #[test]
     #[ignore]
     fn ranking_report() {
-        let caps = h100_caps();
+        // RANK_PRECISION=high|highest|float16 ranks with the H100's tensor cores; unset, the
+        // FMA families for "highest" as on an adapter without them.
+        let mode = std::env::var("RANK_PRECISION").ok();
+        let mut caps = h100_caps();
+        caps.tensor_cores = mode.is_some();
+        let precision = match mode.as_deref() {
+            Some("high") | Some("float16") => Precision::High,
+            _ => Precision::Highest,
+        };
         let suite: [([usize; 4], [usize; 4], i64, i64); 10] = [
             ([32, 3, 224, 224], [64, 3, 7, 7], 2, 3),
             ([32, 3, 224, 224], [64, 3, 3, 3], 1, 1),
@@ -893,8 +901,11 @@ mod tests {
             ([1, 3, 225, 225], [32, 3, 3, 3], 1, 0),
         ];
         for (x, w, stride, p) in suite {
-            let s = ConvShape::new(x, w, (stride, stride), Padding::Explicit(p, p), (1, 1), 1, None).unwrap();
-            let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), false).unwrap();
+            let mut s = ConvShape::new(x, w, (stride, stride), Padding::Explicit(p, p), (1, 1), 1, None).unwrap();
+            if mode.as_deref() == Some("float16") {
+                s = s.with_layout(crate::params::Layout::Nhwc).with_dtype(crate::dtype::DType::F16);
+            }
+            let order = timing_order(&s, precision.for_data(s.dtype), &caps, &TuneOptions::default(), false).unwrap();
             let names: Vec<String> = order.iter().map(|c| format!("{}:{:.4e}", c.variant, c.variant.cost(&s))).collect();
             println!("RANK {}\t{}", s.label(), names.join(" "));
         }

@@ -77,12 +77,12 @@ def test_tensor_cores_take_nhwc_in_their_channels_last_variants():
     # channel-fastest.
     src = convtune.wgsl("coop_b64x64x32_s2x2_p1_l1", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
     assert "array<vec4<f32>>" in src.split("@binding(0)")[1].split("\n")[0]
-    assert "coopStoreT(acc" in src and "xt[" not in src.split("fn main")[1].split("fn prologue")[0]
+    assert "coopStoreT(acc" in src and "xt[" not in src.split("fn main")[1].split("fn finish")[0]
     with pytest.raises(ValueError, match="channels-last variants"):
         convtune.wgsl("coop_b64x64x32_s2x2_p1", (1, 8, 8, 4), (4, 4, 3, 3), layout="NHWC")
     # C/groups not a multiple of 4: the prologue copies x with each group's channels padded.
     padded = convtune.wgsl("coop_b64x64x32_s2x2_p1_l1", (1, 8, 8, 6), (4, 6, 3, 3), layout="NHWC")
-    assert "xt[i] = v;" in padded and "xt[" in padded.split("fn main")[1].split("fn prologue")[0]
+    assert "xt[i] = vec4<CT>(v);" in padded and "xt[" in padded.split("fn main")[1].split("fn finish")[0]
 
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
@@ -103,6 +103,7 @@ def test_tensor_core_variants_read_and_write_nhwc(variant):
         ((2, 3, 15, 14), (16, 3, 7, 7), dict(stride=2, padding=3)),
         ((1, 12, 11, 10), (8, 6, 3, 3), dict(padding=1, groups=2)),
     ]
+    ran = 0
     for xs, ws, kw in cases:
         x = rng.standard_normal(xs).astype(np.float32)
         w = rng.standard_normal(ws).astype(np.float32)
@@ -116,9 +117,13 @@ def test_tensor_core_variants_read_and_write_nhwc(variant):
         except ValueError as e:
             if "the adapter allows" in str(e):
                 pytest.skip(f"{variant} exceeds this adapter's workgroup memory: {e}")
+            if "cannot run on this shape" in str(e) and convtune.variant_knobs(variant)["splits"] > 1:
+                continue  # split-K runs on short grids only; the first case is one
             raise
         err = np.abs(got - nhwc(want)).max() / np.abs(want).max()
         assert err <= bound, (variant, xs, ws, err)
+        ran += 1
+    assert ran >= 1, variant
 
 
 def test_tuning_keys_on_the_layout(tuning_env):

@@ -117,6 +117,8 @@ SHAPES = [
     ((1, 62, 10, 10), (36, 62, 3, 3), 1, 1, 1, 1, False),
     # 1x1 at stride 1 over whole quads of pixels: layout 0 loads four pixels at once.
     ((2, 16, 12, 10), (24, 8, 1, 1), 1, 0, 1, 2, True),
+    # A short grid with a long reduction: where the split-K variants run.
+    ((2, 64, 8, 8), (32, 64, 3, 3), 1, 1, 1, 1, True),
 ]
 
 
@@ -134,6 +136,7 @@ def _variant(split, layout):
 @pytest.mark.parametrize("variant", COOP)
 def test_tensor_core_variant_computes_the_reference(variant):
     rng = np.random.default_rng(abs(hash(variant)) % 2**32)
+    ran = 0
     for xs, ws, st, pad, dil, g, has_b in SHAPES:
         x = rng.standard_normal(xs).astype(np.float32)
         w = rng.standard_normal(ws).astype(np.float32)
@@ -144,9 +147,13 @@ def test_tensor_core_variant_computes_the_reference(variant):
         except ValueError as e:
             if "the adapter allows" in str(e):
                 pytest.skip(f"{variant} exceeds this adapter's workgroup memory: {e}")
+            if "cannot run on this shape" in str(e) and convtune.variant_knobs(variant)["splits"] > 1:
+                continue  # split-K runs on short grids only; the last shape is one
             raise
         err = _rel_err(got, reference_conv2d(x, w, **kw))
         assert err <= _bound(variant), (variant, xs, ws, err)
+        ran += 1
+    assert ran >= 1, variant
 
 
 @needs_tc

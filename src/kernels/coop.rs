@@ -4,7 +4,7 @@
 //! float32-class accuracy. Runs only where the adapter has 16x16x16 f16->f32 cooperative
 //! matrices on 32-wide subgroups.
 
-use super::cost::{parallel_efficiency, residency, BARRIER, GATHER_LOAD};
+use super::cost::{multiprocessor_fill, parallel_efficiency, residency, BARRIER, GATHER_LOAD, LONG_GRID};
 use super::implicit::{self, View};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
@@ -29,6 +29,10 @@ pub struct Coop {
     /// makes (16-byte loads, each group's channels zero-padded to a multiple of 4; workspace
     /// of x's size).
     pub layout: u32,
+    /// Split-K: workgroups sharing one output tile's reduction, each writing its partial
+    /// tile; a finishing pass adds them in a fixed order (results do not change from run
+    /// to run). 1: no split.
+    pub splits: u32,
 }
 
 /// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
@@ -47,6 +51,14 @@ const TILES: [(u32, u32, u32, u32); 8] = [
 const BK: [u32; 3] = [16, 32, 64];
 const SPLIT: [u32; 2] = [1, 3];
 const LAYOUT: [u32; 2] = [0, 1];
+const SPLITS: [u32; 3] = [1, 2, 4];
+/// The tiles split-K is offered for: those that win on deep layers with few output pixels,
+/// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128).
+const SPLIT_TILES: [(u32, u32, u32, u32); 2] = [(128, 64, 2, 2), (128, 128, 2, 4)];
+/// Partial outputs are kept only while this small: split-K is for short grids.
+const SPLIT_WORKSPACE: u64 = 32 << 20;
+/// Per partial output written and read back by the finishing pass.
+const PARTIAL: f64 = 16.0;
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
 /// Subgroup width the kernel's tile partition assumes.
@@ -86,6 +98,32 @@ impl Coop {
     }
 }
 
+impl Coop {
+    /// A split only where the grid leaves multiprocessors idle, each part keeps at least two
+    /// steps, the partials stay small and are written four at a time, and binding 5 can
+    /// hold them as f32 (x read in place, or the f32 copy of float32 data before them).
+    fn splits_suit(&self, shape: &ConvShape) -> bool {
+        if self.splits == 1 {
+            return true;
+        }
+        let view = View::of(shape);
+        let kl = Padded::of(shape).krp;
+        view.grid(self.bm, self.bn).2 < LONG_GRID
+            && kl >= 2 * (self.splits * self.bk) as u64
+            && shape.y_len() * self.splits as u64 * 4 <= SPLIT_WORKSPACE
+            && split_possible(self, shape)
+    }
+}
+
+/// A split's partials are written four at a time as f32 into binding 5, after the x copy
+/// (f32 for float32 data) or alone (x read in place); beyond 4x the workspace they kept,
+/// they would not fit one binding on every adapter (lavapipe: 128 MiB).
+fn split_possible(v: &Coop, shape: &ConvShape) -> bool {
+    stores_quads(shape)
+        && (shape.dtype == DType::F32 || reads_x_in_place(shape))
+        && shape.y_len() * v.splits as u64 * 4 <= 4 * SPLIT_WORKSPACE
+}
+
 impl Family for Coop {
     const NAME: &'static str = "coop";
     const TEMPLATE: &'static str = include_str!("../../shaders/coop.wgsl");
@@ -96,9 +134,11 @@ impl Family for Coop {
             for &split in &SPLIT {
                 for &(bm, bn, sgm, sgn) in &TILES {
                     for &bk in &BK {
-                        let v = Coop { bm, bn, bk, sgm, sgn, split, layout };
-                        if v.well_formed() {
-                            out.push(v);
+                        for &splits in &SPLITS {
+                            let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits };
+                            if v.well_formed() {
+                                out.push(v);
+                            }
                         }
                     }
                 }
@@ -109,8 +149,9 @@ impl Family for Coop {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0 }),
-            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout }),
+            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0, splits: 1 }),
+            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1 }),
+            [bm, bn, bk, sgm, sgn, split, layout, splits] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits }),
             _ => None,
         }
     }
@@ -123,14 +164,17 @@ impl KernelVariant for Coop {
 
     fn name(&self) -> String {
         let name = format!("coop_b{}x{}x{}_s{}x{}_p{}", self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split);
-        // Layout 0 keeps the names it had before layouts existed, so caches stay valid.
-        if self.layout == 0 { name } else { format!("{name}_l{}", self.layout) }
+        // Layout 0 and unsplit variants keep the names they had before layouts and splits
+        // existed, so caches stay valid.
+        let name = if self.layout == 0 { name } else { format!("{name}_l{}", self.layout) };
+        if self.splits == 1 { name } else { format!("{name}_k{}", self.splits) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
         vec![
             ("bm", self.bm), ("bn", self.bn), ("bk", self.bk),
             ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split), ("layout", self.layout),
+            ("splits", self.splits),
         ]
     }
 
@@ -148,6 +192,10 @@ impl KernelVariant for Coop {
             && (self.bn * self.bk / 4) % t == 0
             // The large-k-step variants only where the tile stays small enough to pay off.
             && (self.bk == 32 || self.bm * self.bn <= 128 * 128)
+            // Split-K on channels-last tiles that win deep layers, with 16- and 64-term steps.
+            && SPLITS.contains(&self.splits)
+            && (self.splits == 1
+                || (self.layout == 1 && self.bk != 32 && SPLIT_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
     }
 
     fn invocations(&self) -> u32 {
@@ -176,7 +224,7 @@ impl KernelVariant for Coop {
         let layout_ok = shape.layout == Layout::Nchw || self.layout == 1;
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
-        layout_ok && split_ok && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+        layout_ok && split_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -197,10 +245,20 @@ impl KernelVariant for Coop {
         let per_fma = MMA * self.split as f64
             + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
             + BARRIER * 2.0 / (self.bk as f64 * 16.0);
-        view.padded_fmas(self.bm, self.bn, self.bk) * padded * per_fma
+        // A split is credited with the multiprocessors it fills beyond its unsplit tile's
+        // grid (the unsplit ranking is fitted without a fill term) and pays for its partials.
+        let (fill, partials) = if self.splits > 1 {
+            let gain = multiprocessor_fill(tiles * self.splits as u64) / multiprocessor_fill(tiles);
+            (gain, PARTIAL * (self.splits as u64 * shape.y_len()) as f64)
+        } else {
+            (1.0, 0.0)
+        };
+        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
             / residency(self.workgroup_bytes(), self.threads(), tiles)
+            / fill
             + prologue
+            + partials
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -240,6 +298,12 @@ fn pixel_quads(shape: &ConvShape) -> bool {
         && shape.pad == (0, 0)
         && shape.pad_end == (0, 0)
         && (shape.h * shape.w) % 4 == 0
+}
+
+/// Whether the store step writes y four neighbours at a time: whole quads of pixels in
+/// every image (NCHW) or of channels in every group (NHWC), 16-byte aligned either way.
+fn stores_quads(shape: &ConvShape) -> bool {
+    if shape.layout == Layout::Nchw { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 }
 }
 
 /// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.
@@ -297,7 +361,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             }
         }
     }
-    acc.push_str("    var k_next: i32 = 0;\n");
+    acc.push_str("    var k_next: i32 = k_begin;\n");
 
     let lanes = ["x", "y", "z", "w"];
     // Weight rows of a multiple of four values are bound as vec4s; layout 1 reads its
@@ -316,14 +380,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
         if vec_w || v.layout == 1 {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
-            writeln!(s, "        let ok = bok{i} && kr < KL;").unwrap();
+            writeln!(s, "        let ok = bok{i} && kr < k_end;").unwrap();
             writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
             writeln!(s, "    }}").unwrap();
             continue;
         }
         for (q, lane) in lanes.iter().enumerate() {
             writeln!(s, "        {{").unwrap();
-            writeln!(s, "            let ok = bok{i} && kr + {q} < KL;").unwrap();
+            writeln!(s, "            let ok = bok{i} && kr + {q} < k_end;").unwrap();
             writeln!(s, "            pb{i}.{lane} = select(0.0, f32(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
@@ -409,7 +473,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // axis are always in range together and 16-byte aligned (whole quads of pixels in every
     // image, or of channels in every group), each lane stores them as one vec4.
     let pixel_fastest = shape.layout == Layout::Nchw;
-    let vec_y = if pixel_fastest { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 };
+    let vec_y = stores_quads(shape);
     let store_fn = if pixel_fastest { "coopStore" } else { "coopStoreT" };
     let split_at = v.sgm * v.sgn * 256;
     let sum = |at: &str| {
@@ -450,7 +514,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 let one = |at: &str, k: &str, yi: &str| {
                     format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), {k}, {yi}))", sum(at))
                 };
-                if vec_y {
+                if v.splits > 1 {
+                    // A partial sum, unscaled: the finishing pass adds the parts and applies
+                    // the epilogue.
+                    let parts: Vec<String> = (0..4)
+                        .map(|t| format!("({}) * min(ux, uw) * max(ux, uw)", sum(&format!("sbase + 4u * e + {t}u"))))
+                        .collect();
+                    writeln!(s, "            xt[PART0 + (sp * YLEN + yi) / 4] = vec4<f32>(\n                {});", parts.join(",\n                ")).unwrap();
+                } else if vec_y {
                     let parts: Vec<String> = (0..4)
                         .map(|t| {
                             let k = if pixel_fastest || t == 0 { "k".to_string() } else { format!("k + {t}") };
@@ -467,12 +538,33 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         }
     }
 
+    // The finishing pass (split-K): the parts of four neighbouring outputs, summed in order.
+    let k_of = |e: &str| format!("({e} / YSK) % K");
+    let finish_store = if vec_y {
+        let parts: Vec<String> = (0..4)
+            .map(|t| format!("DT(epilogue(sum[{t}], {}, 4 * i + {t}))", k_of(&format!("(4 * i + {t})"))))
+            .collect();
+        format!("    y[i] = vec4<DT>(\n        {});\n", parts.join(",\n        "))
+    } else {
+        // Never run (splits need quads), but every module carries the entry point.
+        let mut f = String::new();
+        for t in 0..4 {
+            writeln!(f, "    if (4 * i + {t} < YLEN) {{ y[4 * i + {t}] = DT(epilogue(sum[{t}], {}, 4 * i + {t})); }}", k_of(&format!("(4 * i + {t})"))).unwrap();
+        }
+        f
+    };
+
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
     let padded = Padded::of(shape);
     let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled);
     vars.extend(prologue_vars);
     let kl = if v.layout == 1 { padded.krp } else { view.red as u64 };
+    // Each split's share of the reduction, whole steps, so only the last one has a tail.
+    let ks = kl.div_ceil(v.splits as u64).div_ceil(v.bk as u64) * v.bk as u64;
+    let x_copy = if in_place { 0 } else { padded.x_len(shape) };
+    // The partials' first vec4 in binding 5: after the x copy (f32 whenever a split runs).
+    let part0 = x_copy / 4;
     vars.extend([
         ("BM", v.bm.to_string()),
         ("BN", v.bn.to_string()),
@@ -492,6 +584,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
         ("CT", ct.to_string()),
+        // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
+        // leaves it to the partials alone.
+        ("XT_ELEM", if in_place { "vec4<f32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("SPLITS", v.splits.to_string()),
+        ("KS", ks.to_string()),
+        ("YLEN", shape.y_len().to_string()),
+        ("PART0", part0.to_string()),
+        ("FINISH_STORE", finish_store),
         ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("X_ELEM", if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
@@ -509,12 +609,23 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("INNER", inner),
         ("STORE", store),
     ]);
-    let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks);
+    // What a split cannot do without (where it would merely be slow, `suits` says so).
+    if v.splits > 1 && !split_possible(v, shape) {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: split-K needs outputs stored four at a time and f32 room for its partials",
+            v.name()
+        )));
+    }
+    let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks * v.splits as u64);
     kernel.scaled = scaled;
     if v.layout == 1 {
         kernel.prologue = Some(prologue_blocks);
         let bytes = shape.dtype.size();
-        kernel.workspace = [if in_place { 0 } else { padded.x_len(shape) * bytes }, padded.w_len(shape) * bytes];
+        let partials = if v.splits > 1 { v.splits as u64 * shape.y_len() * 4 } else { 0 };
+        kernel.workspace = [x_copy * bytes + partials, padded.w_len(shape) * bytes];
+    }
+    if v.splits > 1 {
+        kernel.finish = Some((shape.y_len() / 4).div_ceil(256));
     }
     Ok(kernel)
 }
@@ -591,7 +702,7 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &
     writeln!(s, "        let khd = (krs / S) * DH;").unwrap();
     writeln!(s, "        let kwd = (krs % S) * DW;").unwrap();
     writeln!(s, "        let koff = (khd * W + kwd) * CHP + kr % CP;").unwrap();
-    writeln!(s, "        let kok = kr < KL;").unwrap();
+    writeln!(s, "        let kok = kr < k_end;").unwrap();
     for i in 0..a_slots {
         writeln!(s, "        {{").unwrap();
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
@@ -769,7 +880,7 @@ mod tests {
     #[test]
     fn long_grids_rank_small_staging_first() {
         use crate::params::Padding;
-        let tile = |bk| Coop { bm: 128, bn: 64, bk, sgm: 2, sgn: 2, split: 1, layout: 1 };
+        let tile = |bk| Coop { bm: 128, bn: 64, bk, sgm: 2, sgn: 2, split: 1, layout: 1, splits: 1 };
         let mut edsr = ConvShape::new([1, 64, 720, 1280], [64, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         edsr.layout = Layout::Nhwc;
         assert!(tile(16).cost(&edsr) < tile(32).cost(&edsr));

@@ -28,7 +28,7 @@ const SM_INVOCATIONS: f64 = 2048.0;
 /// A multiprocessor's 32-bit registers, as on every NVIDIA GPU since Kepler.
 const SM_REGISTERS: f64 = 65536.0;
 /// Workgroups beyond which residency sets the pace (one per multiprocessor of an H100).
-const LONG_GRID: u64 = 132;
+pub const LONG_GRID: u64 = 132;
 
 /// The share of a multiprocessor's invocation slots a kernel's workgroups can fill, as far
 /// as workgroup memory decides it, when the grid has more workgroups than multiprocessors.
