@@ -135,9 +135,8 @@ fn main(
     // float16 data is not scaled: its values are f16 already, and their products are exact.
     let ex = {{EX}};
     let ew = {{EW}};
-    // Staging scales: 1 where the prologue stored the copy scaled already.
-    let sx = {{STAGE_SX}};
-    let sw = {{STAGE_SW}};
+    let sx = ldexp(1.0, ex);
+    let sw = ldexp(1.0, ew);
 
     // This invocation's A slots: pixels decoded once, and where their terms come from.
 {{A_SETUP}}
@@ -198,7 +197,6 @@ const X_VEC4S: i32 = {{X_VEC4S}};    // vec4s of x (read in place: NHWC, CG a mu
 const XP_VEC4S: i32 = {{XP_VEC4S}};  // vec4s of layout 1's padded copy of x
 const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KRP / 4 / 256)
 const KR4: i32 = KRP / 4;             // vec4s per wt row
-const PRESCALED: bool = {{PRESCALED}};  // the scales come from a pass before this one
 
 var<workgroup> tile: array<f32, 1056>;  // 32 x 33: the odd row length avoids bank conflicts
 var<workgroup> tile_max: array<atomic<u32>, 2>;
@@ -238,9 +236,6 @@ fn prologue(
     }
     workgroupBarrier();
     let lid = i32(lidx);
-    // Copies stored scaled (and as f16) use the scales a pass before this one computed.
-    let psx = {{PSX}};
-    let psw = {{PSW}};
     if (block < X_BLOCKS) {
 {{PROLOGUE_X}}
     } else {
@@ -255,14 +250,14 @@ fn prologue(
             let src = (k * CG + c) * R * S + rs;
             let v = vec4<f32>(w_or_zero(src, c), w_or_zero(src + R * S, c + 1),
                               w_or_zero(src + 2 * R * S, c + 2), w_or_zero(src + 3 * R * S, c + 3));
-            wt[i] = vec4<CT>(v * psw);
+            wt[i] = vec4<CT>(v);
             let b = bitcast<vec4<u32>>(v) & vec4<u32>(0x7FFFFFFFu);
             let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
             atomicMax(&tile_max[1], max(max(f.x, f.y), max(f.z, f.w)));
         }
     }
     workgroupBarrier();
-    if (lidx == 0u && !PRESCALED) {
+    if (lidx == 0u) {
         atomicMax(&scales[0], atomicLoad(&tile_max[0]));
         atomicMax(&scales[1], atomicLoad(&tile_max[1]));
     }

@@ -17,12 +17,8 @@ pub struct Kernel {
     /// computes.
     pub scaled: bool,
     /// Workgroups of the module's `prologue` entry point, run before `main`. It fills the
-    /// workspace buffers and, for a scaled kernel, computes the scales itself unless
-    /// `scales_first`.
+    /// workspace buffers and, for a scaled kernel, computes the scales itself.
     pub prologue: Option<u64>,
-    /// A scaled kernel whose prologue reads the scales (to store its copies scaled): the
-    /// max-|x|, max-|w| pass runs before the prologue.
-    pub scales_first: bool,
     /// Bytes of the two workspace buffers (bindings 5 and 6) the prologue fills.
     pub workspace: [u64; 2],
     /// Workgroups of the module's `finish` entry point, run after `main` (split-K sums).
@@ -32,7 +28,7 @@ pub struct Kernel {
 impl Kernel {
     /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
     pub fn plain(source: String, workgroups: u64) -> Kernel {
-        Kernel { source, workgroups, scaled: false, prologue: None, scales_first: false, workspace: [0, 0], finish: None }
+        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0], finish: None }
     }
 }
 

@@ -190,17 +190,10 @@ fn encode(
 ) -> Result<()> {
     let mut began = false;
     if let Some((pipeline, groups)) = &kernel.prologue {
-        let mut first = true;
         if let Some(scales) = &b.scales {
-            if kernel.scales_first {
-                let checker = engine.checker()?;
-                checker.maxabs(&engine.device, encoder, b.x, b.w, scales, timestamps);
-                first = false;
-            } else {
-                encoder.clear_buffer(scales, 0, Some(16));
-            }
+            encoder.clear_buffer(scales, 0, Some(16));
         }
-        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, first, false)?;
+        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, true, false)?;
         began = true;
     } else if let Some(scales) = &b.scales {
         let checker = engine.checker()?;

@@ -322,12 +322,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let quads = pixel_quads(shape);
     let dt = shape.dtype.wgsl();
     let scaled = shape.dtype == DType::F32;
-    // The copies hold f16 (half the bytes to write and gather) for float16 data, and for the
-    // single pass on float32 data, scaled by the prologue with the scales of a pass before
-    // it. The split (hi and lo) and split-K (f32 partials after the x copy) keep f32 copies.
-    // Registers stay f32 (f16 registers measured no faster on the H100).
-    let prescaled = scaled && v.layout == 1 && v.split == 1 && v.splits == 1;
-    let ct = if scaled && !prescaled { "f32" } else { "f16" };
+    // float16 data is copied as float16 (half the bytes to gather); registers stay f32 (f16
+    // registers measured no faster on the H100).
+    let ct = if scaled { "f32" } else { "f16" };
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -560,7 +557,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled && !prescaled);
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled);
     vars.extend(prologue_vars);
     let kl = if v.layout == 1 { padded.krp } else { view.red as u64 };
     // Each split's share of the reduction, whole steps, so only the last one has a tail.
@@ -587,11 +584,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
         ("CT", ct.to_string()),
-        ("PRESCALED", prescaled.to_string()),
-        ("STAGE_SX", if prescaled && !in_place { "1.0" } else { "ldexp(1.0, ex)" }.to_string()),
-        ("STAGE_SW", if prescaled { "1.0" } else { "ldexp(1.0, ew)" }.to_string()),
-        ("PSX", if prescaled { "ldexp(1.0, scale_exp(atomicLoad(&scales[0])))" } else { "1.0" }.to_string()),
-        ("PSW", if prescaled { "ldexp(1.0, scale_exp(atomicLoad(&scales[1])))" } else { "1.0" }.to_string()),
         // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
         // leaves it to the partials alone.
         ("XT_ELEM", if in_place { "vec4<f32>".to_string() } else { format!("vec4<{ct}>") }),
@@ -626,10 +618,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
     let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks * v.splits as u64);
     kernel.scaled = scaled;
-    kernel.scales_first = prescaled;
     if v.layout == 1 {
         kernel.prologue = Some(prologue_blocks);
-        let bytes = if ct == "f16" { 2 } else { 4 };
+        let bytes = shape.dtype.size();
         let partials = if v.splits > 1 { v.splits as u64 * shape.y_len() * 4 } else { 0 };
         kernel.workspace = [x_copy * bytes + partials, padded.w_len(shape) * bytes];
     }
@@ -725,14 +716,14 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, folds_scales: bool) -> (Vec<(&'static str, String)>, u64) {
+fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
     let padded_vec4s = padded.x_len(shape) / 4;
     let (x_blocks, prologue_x) = match (shape.layout, in_place) {
-        // x read in place needs no pass of its own unless the prologue folds its scale.
-        (Layout::Nhwc, true) if !folds_scales => (0, PROLOGUE_X_MAX),
+        // x read in place needs no pass of its own unless its scale is wanted.
+        (Layout::Nhwc, true) if !scaled => (0, PROLOGUE_X_MAX),
         (Layout::Nhwc, true) => (x_vec4s.div_ceil(256), PROLOGUE_X_MAX),
         (Layout::Nhwc, false) => (padded_vec4s.div_ceil(256), PROLOGUE_X_PAD),
         (Layout::Nchw, _) => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY),
@@ -775,7 +766,7 @@ const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
         if (p0 + py < HW && c0 + c4 < CHP) {
             xt[((n * HW + p0 + py) * CHP + c0 + c4) / 4] = vec4<CT>(vec4<f32>(
                 tile[c4 * 33 + py], tile[(c4 + 1) * 33 + py],
-                tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]) * psx);
+                tile[(c4 + 2) * 33 + py], tile[(c4 + 3) * 33 + py]));
         }"#;
 
 /// The prologue's x part for NHWC x whose groups' channels are not whole vec4s: copy it with
@@ -794,7 +785,7 @@ const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + lid;
                 v[j] = select(0.0, x_at(select(0, pix * CH + cg * CG + cc, ok)), ok);
                 mx = max(mx, finite_abs_bits(v[j]));
             }
-            xt[i] = vec4<CT>(v * psx);
+            xt[i] = vec4<CT>(v);
         }
         atomicMax(&tile_max[0], mx);"#;
 
