@@ -93,6 +93,7 @@ const LO: f32 = 2048.0;            // 2^11: the lo part's scale
 const SPLITS: u32 = {{SPLITS}}u;   // split-K: workgroups per output tile, each KS terms
 const KS: i32 = {{KS}};
 const YLEN: i32 = {{YLEN}};
+const YLEN4: i32 = {{YLEN4}};      // YLEN rounded up to whole vec4s: one split's partials
 const PART0: i32 = {{PART0}};      // the partials' first vec4 in xt (after any x copy)
 
 {{SMEM}}
@@ -171,12 +172,12 @@ fn finish(
     @builtin(local_invocation_index) lidx: u32,
 ) {
     let i = i32((wid.y * nwg.x + wid.x) * 256u + lidx);
-    if (i >= (YLEN + 3) / 4) {
+    if (i >= YLEN4 / 4) {
         return;
     }
     var sum = vec4<f32>(xt[PART0 + i]);
     for (var p = 1; p < i32(SPLITS); p = p + 1) {
-        sum = sum + vec4<f32>(xt[PART0 + p * (YLEN / 4) + i]);
+        sum = sum + vec4<f32>(xt[PART0 + p * (YLEN4 / 4) + i]);
     }
 {{FINISH_STORE}}
 }
