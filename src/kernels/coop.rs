@@ -473,94 +473,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        }}").unwrap();
     }
 
-    // Epilogue: each accumulator tile goes through the subgroup's scratch, laid out so that
-    // neighbouring lanes write neighbouring elements of y: pixel fastest for NCHW
-    // (column-major), channel fastest for NHWC (row-major). Where four neighbours along that
-    // axis are always in range together and 16-byte aligned (whole quads of pixels in every
-    // image, or of channels in every group), each lane stores them as one vec4.
-    let pixel_fastest = shape.layout == Layout::Nchw;
     let vec_y = stores_quads(shape);
-    let store_fn = if pixel_fastest { "coopStore" } else { "coopStoreT" };
-    let split_at = v.sgm * v.sgn * 256;
-    let sum = |at: &str| {
-        if split {
-            format!("scratch[{at}] + scratch[{split_at} + {at}] / LO")
-        } else {
-            format!("scratch[{at}]")
-        }
-    };
-    let mut store = String::new();
-    for i in 0..tm {
-        for j in 0..tn {
-            let s = &mut store;
-            writeln!(s, "    workgroupBarrier();").unwrap();
-            writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
-            if split {
-                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
-            }
-            writeln!(s, "    workgroupBarrier();").unwrap();
-            // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
-            // quad q holds elements 4q .. 4q + 3 of the same layout.
-            let (e_m, e_n) = match (pixel_fastest, vec_y) {
-                (true, false) => ("e % 16u", "e / 16u"),
-                (false, false) => ("e / 16u", "e % 16u"),
-                (true, true) => ("4u * (e % 4u)", "e / 4u"),
-                (false, true) => ("e / 4u", "4u * (e % 4u)"),
-            };
-            let rounds = if vec_y { 2 } else { 8 };
-            for r in 0..rounds {
-                writeln!(s, "    {{").unwrap();
-                writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
-                writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
-                writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
-                writeln!(s, "        if (m < M && n < KG) {{").unwrap();
-                writeln!(s, "            let k = g * KG + n;").unwrap();
-                writeln!(s, "            let yi = (m / OHW) * YSN + k * YSK + (m % OHW) * YSP;").unwrap();
-                // The smaller factor first: an intermediate overflows only if the result does.
-                let one = |at: &str, k: &str, yi: &str| {
-                    format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), {k}, {yi}))", sum(at))
-                };
-                if v.splits > 1 && vec_y {
-                    // A partial sum, unscaled: the finishing pass adds the parts and applies
-                    // the epilogue.
-                    let parts: Vec<String> = (0..4)
-                        .map(|t| format!("({}) * min(ux, uw) * max(ux, uw)", sum(&format!("sbase + 4u * e + {t}u"))))
-                        .collect();
-                    writeln!(s, "            xt[PART0 + (sp * YLEN4 + yi) / 4] = vec4<f32>(\n                {});", parts.join(",\n                ")).unwrap();
-                } else if v.splits > 1 {
-                    writeln!(s, "            let pi = sp * YLEN4 + yi;").unwrap();
-                    writeln!(s, "            xt[PART0 + pi / 4][pi % 4] = ({}) * min(ux, uw) * max(ux, uw);", sum("sbase + e")).unwrap();
-                } else if vec_y {
-                    let parts: Vec<String> = (0..4)
-                        .map(|t| {
-                            let k = if pixel_fastest || t == 0 { "k".to_string() } else { format!("k + {t}") };
-                            one(&format!("sbase + 4u * e + {t}u"), &k, &format!("yi + {t}"))
-                        })
-                        .collect();
-                    writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
-                } else {
-                    writeln!(s, "            y[yi] = {};", one("sbase + e", "k", "yi")).unwrap();
-                }
-                writeln!(s, "        }}").unwrap();
-                writeln!(s, "    }}").unwrap();
-            }
-        }
-    }
-
-    // The finishing pass (split-K): the parts of four neighbouring outputs, summed in order.
-    let k_of = |e: &str| format!("({e} / YSK) % K");
-    let finish_store = if vec_y {
-        let parts: Vec<String> = (0..4)
-            .map(|t| format!("DT(epilogue(sum[{t}], {}, 4 * i + {t}))", k_of(&format!("(4 * i + {t})"))))
-            .collect();
-        format!("    y[i] = vec4<DT>(\n        {});\n", parts.join(",\n        "))
-    } else {
-        let mut f = String::new();
-        for t in 0..4 {
-            writeln!(f, "    if (4 * i + {t} < YLEN) {{ y[4 * i + {t}] = DT(epilogue(sum[{t}], {}, 4 * i + {t})); }}", k_of(&format!("(4 * i + {t})"))).unwrap();
-        }
-        f
-    };
+    let store = store_step(v, shape, vec_y);
+    let finish_store = finish_store(vec_y);
 
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
@@ -637,6 +552,103 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         kernel.finish = Some(shape.y_len().div_ceil(4).div_ceil(256));
     }
     Ok(kernel)
+}
+
+/// The store step: each accumulator tile goes through the subgroup's scratch, laid out so
+/// that neighbouring lanes write neighbouring elements of y: pixel fastest for NCHW
+/// (column-major), channel fastest for NHWC (row-major). Where four neighbours along that
+/// axis are always in range together and 16-byte aligned (`vec_y`: whole quads of pixels in
+/// every image, or of channels in every group), each lane stores them as one vec4. Split-K
+/// variants store unscaled partial sums instead, for the finishing pass.
+fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
+    let split = v.split == 3;
+    let (tm, tn) = (v.tm(), v.tn());
+    let pixel_fastest = shape.layout == Layout::Nchw;
+    let store_fn = if pixel_fastest { "coopStore" } else { "coopStoreT" };
+    let split_at = v.sgm * v.sgn * 256;
+    let sum = |at: &str| {
+        if split {
+            format!("scratch[{at}] + scratch[{split_at} + {at}] / LO")
+        } else {
+            format!("scratch[{at}]")
+        }
+    };
+    let mut store = String::new();
+    for i in 0..tm {
+        for j in 0..tn {
+            let s = &mut store;
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
+            if split {
+                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
+            }
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
+            // quad q holds elements 4q .. 4q + 3 of the same layout.
+            let (e_m, e_n) = match (pixel_fastest, vec_y) {
+                (true, false) => ("e % 16u", "e / 16u"),
+                (false, false) => ("e / 16u", "e % 16u"),
+                (true, true) => ("4u * (e % 4u)", "e / 4u"),
+                (false, true) => ("e / 4u", "4u * (e % 4u)"),
+            };
+            let rounds = if vec_y { 2 } else { 8 };
+            for r in 0..rounds {
+                writeln!(s, "    {{").unwrap();
+                writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
+                writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
+                writeln!(s, "        if (m < M && n < KG) {{").unwrap();
+                writeln!(s, "            let k = g * KG + n;").unwrap();
+                writeln!(s, "            let yi = (m / OHW) * YSN + k * YSK + (m % OHW) * YSP;").unwrap();
+                // The smaller factor first: an intermediate overflows only if the result does.
+                let one = |at: &str, k: &str, yi: &str| {
+                    format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), {k}, {yi}))", sum(at))
+                };
+                if v.splits > 1 && vec_y {
+                    // A partial sum, unscaled: the finishing pass adds the parts and applies
+                    // the epilogue.
+                    let parts: Vec<String> = (0..4)
+                        .map(|t| format!("({}) * min(ux, uw) * max(ux, uw)", sum(&format!("sbase + 4u * e + {t}u"))))
+                        .collect();
+                    writeln!(s, "            xt[PART0 + (sp * YLEN4 + yi) / 4] = vec4<f32>(\n                {});", parts.join(",\n                ")).unwrap();
+                } else if v.splits > 1 {
+                    writeln!(s, "            let pi = sp * YLEN4 + yi;").unwrap();
+                    writeln!(s, "            xt[PART0 + pi / 4][pi % 4] = ({}) * min(ux, uw) * max(ux, uw);", sum("sbase + e")).unwrap();
+                } else if vec_y {
+                    let parts: Vec<String> = (0..4)
+                        .map(|t| {
+                            let k = if pixel_fastest || t == 0 { "k".to_string() } else { format!("k + {t}") };
+                            one(&format!("sbase + 4u * e + {t}u"), &k, &format!("yi + {t}"))
+                        })
+                        .collect();
+                    writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
+                } else {
+                    writeln!(s, "            y[yi] = {};", one("sbase + e", "k", "yi")).unwrap();
+                }
+                writeln!(s, "        }}").unwrap();
+                writeln!(s, "    }}").unwrap();
+            }
+        }
+    }
+    store
+}
+
+/// The finishing pass's store (split-K): the summed parts of four neighbouring outputs, as
+/// one vec4 where y's rows are whole quads, else one element at a time within y.
+fn finish_store(vec_y: bool) -> String {
+    let k_of = |e: &str| format!("({e} / YSK) % K");
+    if vec_y {
+        let parts: Vec<String> = (0..4)
+            .map(|t| format!("DT(epilogue(sum[{t}], {}, 4 * i + {t}))", k_of(&format!("(4 * i + {t})"))))
+            .collect();
+        format!("    y[i] = vec4<DT>(\n        {});\n", parts.join(",\n        "))
+    } else {
+        let mut f = String::new();
+        for t in 0..4 {
+            writeln!(f, "    if (4 * i + {t} < YLEN) {{ y[4 * i + {t}] = DT(epilogue(sum[{t}], {}, 4 * i + {t})); }}", k_of(&format!("(4 * i + {t})"))).unwrap();
+        }
+        f
+    }
 }
 
 /// Layout 0's A slots: this invocation's four consecutive pixels 4*am .. 4*am+3 of the tile,
