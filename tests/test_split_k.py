@@ -56,3 +56,37 @@ def test_split_k_refuses_outputs_too_large_for_its_workspace():
     variant = next(v for v in SPLIT if convtune.variant_knobs(v)["splits"] == 16)
     with pytest.raises(ValueError, match="workspace"):
         convtune.wgsl(variant, (8, 8, 512, 512), (64, 8, 3, 3), padding=1)
+
+
+# ---- the tensor-core family's split-K (``coop_..._l1_k{splits}``): the GPU machine only ----
+
+TC = convtune.adapter_info()["features"]["tensor_cores"]
+COOP_SPLIT = [v for v in convtune.variant_space()
+              if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] > 1]
+
+
+def test_tensor_core_split_variants_are_in_the_space():
+    assert COOP_SPLIT and {convtune.variant_knobs(v)["splits"] for v in COOP_SPLIT} == {2, 4}
+    assert all(v.endswith(f"_l1_k{convtune.variant_knobs(v)['splits']}") for v in COOP_SPLIT)
+    # The finishing pass is part of every split module's WGSL.
+    assert "fn finish" in convtune.wgsl(COOP_SPLIT[0], (2, 64, 7, 7), (64, 64, 3, 3), padding=1)
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("split, bound", [(1, 4e-3), (3, 1e-5)])
+def test_tensor_core_split_k_is_deterministic_and_propagates_nan(split, bound):
+    # 7x7 outputs per image: not whole quads, so the partials are written one at a time.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    x[1, 5, 3, 3] = np.nan
+    variant = f"coop_b128x128x16_s2x4_p{split}_l1_k4"
+    first = convtune.conv2d(x, w, padding=1, variant=variant)
+    for _ in range(3):
+        again = convtune.conv2d(x, w, padding=1, variant=variant)
+        assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+    want = reference_conv2d(x, w, padding=1)
+    np.testing.assert_array_equal(np.isnan(first), np.isnan(want))
+    ok = np.isfinite(want)
+    err = np.abs(first[ok] - want[ok]).max() / np.abs(want[ok]).max()
+    assert err <= bound, (variant, err)
