@@ -154,6 +154,15 @@ def test_cli_tunes_a_file_under_one_progress_display(plain_display, tuning_env, 
     rows = [line for line in out.splitlines() if line.startswith(("1x4x6x6", "1x4x7x7"))]
     assert [r.split("  ")[0] for r in rows] == TINY
     assert all(" tuned " in r for r in rows) and "2 shapes" in out
+    # Each row's numpy-in, numpy-out time, next to the GPU-timed one.
+    header = next(line for line in out.splitlines() if line.startswith("shape"))
+
+    def column(name):  # cells are right-aligned under their header
+        end = header.index(name) + len(name)
+        return [float(r[:end].split()[-1]) for r in rows]
+
+    tuned, e2e = column("tuned ms"), column("e2e ms")
+    assert all(e > 0 for e in e2e) and all(e >= 0.5 * t for e, t in zip(e2e, tuned))
 
 
 def test_cli_reports_bad_lines_before_tuning_anything(tuning_env, tmp_path, capsys):

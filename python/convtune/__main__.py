@@ -127,6 +127,27 @@ def _timed(shape: Shape, variant: str, reps: int, precision: Optional[str]) -> T
     return statistics.median(times), cv
 
 
+def _e2e(shape: Shape, reps: int, precision: Optional[str]) -> float:
+    """Median wall seconds of ``reps`` calls of ``convtune.conv2d`` from numpy arrays to a
+    numpy result (upload, kernel, read-back and host work: what a caller waits for), after
+    one call that warms the pool and the pipeline."""
+    x_shape, w_shape, stride, padding, dilation, groups = shape.args()
+    dtype = np.float16 if shape.dtype == "float16" else np.float32
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    bias = rng.standard_normal(w_shape[0]).astype(np.float32) if shape.bias else None
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias,
+              layout=shape.layout, precision=precision)
+    convtune.conv2d(x, w, **kw)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        convtune.conv2d(x, w, **kw)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 # A labelled shape: suites keep their own labels, files and sweeps use spec strings.
 Item = Tuple[str, Shape]
 
@@ -139,8 +160,9 @@ def _speedup_rows(items: List[Item], reps: int, chosen, precision: Optional[str]
         default = convtune.default_variant(*shape.args(), **shape.kwargs(), precision=precision)
         d_med, _ = _timed(shape, default, reps, precision)
         t_med, t_cv = _timed(shape, variant, reps, precision)
+        e2e = _e2e(shape, reps, precision)
         rows.append([
-            label, variant, source, f"{d_med * 1e3:.3f}", f"{t_med * 1e3:.3f}",
+            label, variant, source, f"{d_med * 1e3:.3f}", f"{t_med * 1e3:.3f}", f"{e2e * 1e3:.3f}",
             f"{d_med / t_med:.2f}x", f"{shape.flops() / t_med / 1e9:.1f}", f"{t_cv * 100:.1f}%",
             "-" if tuning_s is None else f"{tuning_s:.1f}",
         ])
@@ -150,7 +172,9 @@ def _speedup_rows(items: List[Item], reps: int, chosen, precision: Optional[str]
 
 
 _SUITE_SHAPE = "shape (N,C,H,W -> K, RxS, stride, pad)"
-_SPEEDUP_HEADERS = ["winner", "from", "default ms", "tuned ms", "speed-up", "GFLOP/s", "CV", "tuning s"]
+_SPEEDUP_HEADERS = ["winner", "from", "default ms", "tuned ms", "e2e ms", "speed-up", "GFLOP/s", "CV", "tuning s"]
+_E2E_NOTE = "e2e: numpy in -> numpy out through convtune.conv2d, median of as many calls"
+
 
 
 def _print_adapter() -> None:
@@ -205,8 +229,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     rows = _speedup_rows(items, args.reps, chosen, args.precision)
     print(_table([header] + _SPEEDUP_HEADERS, rows))
-    print(f"{len(items)} shapes; ms: median of {args.reps} GPU-timed runs; CV: coefficient of variation "
-          f"of the winner's runs; cache: {convtune.cache_path()}")
+    print(f"{len(items)} shapes; ms: median of {args.reps} GPU-timed runs; {_E2E_NOTE}; CV: coefficient "
+          f"of variation of the winner's runs; cache: {convtune.cache_path()}")
     return 0
 
 
@@ -221,7 +245,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return e.variant, e.source, tuning
 
     print(_table([_SUITE_SHAPE] + _SPEEDUP_HEADERS, _speedup_rows(_suite_items(args.suite or "default"), args.reps, chosen)))
-    print(f"ms: median of {args.reps} GPU-timed runs; CV: coefficient of variation of the winner's runs; "
+    print(f"ms: median of {args.reps} GPU-timed runs; {_E2E_NOTE}; CV: coefficient of variation of the winner's runs; "
           f"from: where the variant came from (CONVTUNE_TUNE={os.environ.get('CONVTUNE_TUNE', 'auto')})")
     return 0
 
