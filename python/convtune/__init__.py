@@ -161,21 +161,23 @@ def _view(value: Any, name: str) -> np.ndarray:
     return arr
 
 
+_HALF = np.dtype(np.float16)
+_SINGLE = np.dtype(np.float32)
+
+
 def _data_dtype(x: Any, w: Optional[np.ndarray] = None, z: Any = None) -> str:
     """``"float16"`` when x is float16 data (an array or a Tensor), else ``"float32"``; a
     TypeError when float16 is mixed with another dtype among x, w and z (PyTorch's rule)."""
-    def dtype_of(a: Any) -> Optional[str]:
-        if a is None:
-            return None
-        return a.dtype if isinstance(a, Tensor) else str(a.dtype)
+    def is_half(a: Any) -> bool:
+        return a.dtype == "float16" if isinstance(a, Tensor) else a.dtype == _HALF
 
-    named = [("x", dtype_of(x)), ("w", dtype_of(w)), ("z", dtype_of(z))]
-    given = [(n, d) for n, d in named if d is not None]
-    if not any(d == "float16" for _, d in given):
+    given = [(n, a) for n, a in (("x", x), ("w", w), ("z", z)) if a is not None]
+    half = [is_half(a) for _, a in given]
+    if not any(half):
         return "float32"
-    if all(d == "float16" for _, d in given):
+    if all(half):
         return "float16"
-    listing = ", ".join(f"{n} {d}" for n, d in given)
+    listing = ", ".join(f"{n} {a.dtype}" for n, a in given)
     raise TypeError(f"float16 data cannot be mixed with other dtypes ({listing}); cast them all to "
                     f"float16 (float16 result) or all to float32")
 
@@ -195,6 +197,8 @@ def _float32(arr: np.ndarray) -> np.ndarray:
     # require() also copies misaligned data (e.g. a float view of a byte buffer at an odd
     # offset), which the GPU upload cannot take. astype copies only to change the dtype or
     # order, and its copies are aligned, so the two never both copy.
+    if arr.dtype == _SINGLE and arr.flags.c_contiguous and arr.flags.aligned:
+        return arr  # the common case, without require()'s own checks
     return np.require(arr.astype(np.float32, order="C", copy=False), requirements=["C", "A"])
 
 

@@ -17,13 +17,19 @@ ACTIVATIONS = ("relu", "leaky_relu", "silu", "gelu", "clamp")
 Normalised = Tuple[float, float, bool, Optional[str], float, float, float]
 
 
+_F32_TINY = float(np.finfo(np.float32).tiny)
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def _real(value: Any, name: str) -> float:
+    if type(value) is float and _F32_TINY <= abs(value) <= _F32_MAX:
+        return value  # the common case (the defaults): a plain, finite, in-range float
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     v = float(value)
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {v}")
-    if v != 0.0 and not (np.finfo(np.float32).tiny <= abs(v) <= np.finfo(np.float32).max):
+    if v != 0.0 and not (_F32_TINY <= abs(v) <= _F32_MAX):
         raise ValueError(f"{name} = {v} is outside float32's normal range")
     return v
 
