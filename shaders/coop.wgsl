@@ -28,6 +28,12 @@
 // to spread the 16x16 loads over banks. The epilogue goes through
 // a 16x16 f32 scratch per subgroup: output tiles need bounds checks, scaling and bias, and
 // their pixels may cross an image boundary, which a direct matrix store cannot express.
+// Where four neighbours along y's fastest axis always belong together (whole quads of
+// pixels per image in NCHW, of channels per group in NHWC), each lane stores four at once.
+//
+// Split-K ({{SPLITS}} splits): the workgroups of one output tile each take KS terms of the
+// reduction and store their partial tile, unscaled, as f32 in xt after any x copy; `finish`
+// adds the parts in split order (the same sum every run) and applies the epilogue.
 //
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}

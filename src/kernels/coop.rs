@@ -1,8 +1,9 @@
 //! The cooperative-matrix family: implicit GEMM like `gemm`, with the products on 16x16x16
 //! f16 tensor-core tiles and f32 accumulators. x and w are scaled by powers of two and
 //! converted to f16 while staging; `split = 3` adds the lo parts of a hi/lo split for
-//! float32-class accuracy. Runs only where the adapter has 16x16x16 f16->f32 cooperative
-//! matrices on 32-wide subgroups.
+//! float32-class accuracy; `splits > 1` splits the reduction of short grids (split-K).
+//! Runs only where the adapter has 16x16x16 f16->f32 cooperative matrices on 32-wide
+//! subgroups.
 
 use super::cost::{multiprocessor_fill, parallel_efficiency, residency, GATHER_LOAD, LONG_GRID};
 use super::implicit::{self, View};
@@ -104,9 +105,9 @@ impl Coop {
 }
 
 impl Coop {
-    /// A split only where the grid leaves most multiprocessors idle, each part keeps at least two
-    /// steps, the partials stay small, and binding 5 can hold them as f32 (x read in place,
-    /// or the f32 copy of float32 data before them).
+    /// A split only where the grid leaves at least half the multiprocessors idle, each part
+    /// keeps at least two steps, the partials stay small, and binding 5 can hold them as f32
+    /// (x read in place, or the f32 copy of float32 data before them).
     fn splits_suit(&self, shape: &ConvShape) -> bool {
         if self.splits == 1 {
             return true;
