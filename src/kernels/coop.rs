@@ -406,73 +406,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
     }
 
-    // Staging: scale, convert, and for the split also store the scaled remainder.
-    let mut stage = String::new();
-    let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
-        writeln!(s, "        {{").unwrap();
-        writeln!(s, "            let v = {reg} * {scale};").unwrap();
-        if split {
-            // hi keeps v's top 11 significant bits by masking, so v - hi is exact and no
-            // compiler can fold a float round trip away (converting through f16 and back did
-            // leave lo zero on the GPU). Inf and NaN go into hi whole (a mask could turn a
-            // NaN into Inf) with a zero lo (Inf - Inf would make a NaN of an Inf result).
-            writeln!(s, "            let bits = bitcast<vec4<u32>>(v);").unwrap();
-            writeln!(s, "            let fin = (bits & vec4<u32>(0x7F800000u)) != vec4<u32>(0x7F800000u);").unwrap();
-            writeln!(s, "            let h32 = select(v, bitcast<vec4<f32>>(bits & vec4<u32>(0xFFFFE000u)), fin);").unwrap();
-            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(h32);").unwrap();
-            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>(select(vec4<f32>(0.0), (v - h32) * LO, fin));").unwrap();
-        } else {
-            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(v);").unwrap();
-        }
-        writeln!(s, "        }}").unwrap();
-    };
-    for i in 0..a_slots {
-        let at = if v.layout == 1 {
-            format!("(u32(arow{i}) * LDA) / 4u + u32(acol)")
-        } else {
-            format!("(u32(ak{i}) * LDA) / 4u + u32(am)")
-        };
-        stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
-    }
-    for i in 0..b_slots {
-        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
-    }
-
-    let mut inner = String::new();
-    for kk in 0..v.bk / 16 {
-        let s = &mut inner;
-        writeln!(s, "        {{").unwrap();
-        for p in parts {
-            for i in 0..tm {
-                // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
-                let load = if v.layout == 1 {
-                    format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
-                } else {
-                    format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
-                };
-                writeln!(s, "            let a{p}{i} = {load};").unwrap();
-            }
-            for j in 0..tn {
-                writeln!(
-                    s,
-                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
-                    j * 16,
-                    kk * 16
-                )
-                .unwrap();
-            }
-        }
-        for i in 0..tm {
-            for j in 0..tn {
-                writeln!(s, "            acc{i}_{j} = coopMultiplyAdd(ahi{i}, bhi{j}, acc{i}_{j});").unwrap();
-                if split {
-                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(ahi{i}, blo{j}, cor{i}_{j});").unwrap();
-                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(alo{i}, bhi{j}, cor{i}_{j});").unwrap();
-                }
-            }
-        }
-        writeln!(s, "        }}").unwrap();
-    }
+    let stage = stage_step(v, a_slots, b_slots);
+    let inner = inner_product(v);
 
     let vec_y = stores_quads(shape);
     let store = store_step(v, shape, vec_y);
@@ -553,6 +488,88 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         kernel.finish = Some(shape.y_len().div_ceil(4).div_ceil(256));
     }
     Ok(kernel)
+}
+
+/// One k-step's staging: each slot's registers scaled, converted to f16 and stored in
+/// workgroup memory; for the split also the scaled remainder.
+fn stage_step(v: &Coop, a_slots: u32, b_slots: u32) -> String {
+    let split = v.split == 3;
+    let mut stage = String::new();
+    let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "            let v = {reg} * {scale};").unwrap();
+        if split {
+            // hi keeps v's top 11 significant bits by masking, so v - hi is exact and no
+            // compiler can fold a float round trip away (converting through f16 and back did
+            // leave lo zero on the GPU). Inf and NaN go into hi whole (a mask could turn a
+            // NaN into Inf) with a zero lo (Inf - Inf would make a NaN of an Inf result).
+            writeln!(s, "            let bits = bitcast<vec4<u32>>(v);").unwrap();
+            writeln!(s, "            let fin = (bits & vec4<u32>(0x7F800000u)) != vec4<u32>(0x7F800000u);").unwrap();
+            writeln!(s, "            let h32 = select(v, bitcast<vec4<f32>>(bits & vec4<u32>(0xFFFFE000u)), fin);").unwrap();
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(h32);").unwrap();
+            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>(select(vec4<f32>(0.0), (v - h32) * LO, fin));").unwrap();
+        } else {
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(v);").unwrap();
+        }
+        writeln!(s, "        }}").unwrap();
+    };
+    for i in 0..a_slots {
+        let at = if v.layout == 1 {
+            format!("(u32(arow{i}) * LDA) / 4u + u32(acol)")
+        } else {
+            format!("(u32(ak{i}) * LDA) / 4u + u32(am)")
+        };
+        stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
+    }
+    for i in 0..b_slots {
+        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
+    }
+    stage
+}
+
+/// One k-step's products: per 16-term slice, the subgroup's A and B tiles loaded from
+/// workgroup memory and multiplied into its accumulators (and, for the split, the
+/// correction terms into theirs).
+fn inner_product(v: &Coop) -> String {
+    let split = v.split == 3;
+    let (tm, tn) = (v.tm(), v.tn());
+    let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
+    let mut inner = String::new();
+    for kk in 0..v.bk / 16 {
+        let s = &mut inner;
+        writeln!(s, "        {{").unwrap();
+        for p in parts {
+            for i in 0..tm {
+                // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
+                let load = if v.layout == 1 {
+                    format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
+                } else {
+                    format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
+                };
+                writeln!(s, "            let a{p}{i} = {load};").unwrap();
+            }
+            for j in 0..tn {
+                writeln!(
+                    s,
+                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
+                    j * 16,
+                    kk * 16
+                )
+                .unwrap();
+            }
+        }
+        for i in 0..tm {
+            for j in 0..tn {
+                writeln!(s, "            acc{i}_{j} = coopMultiplyAdd(ahi{i}, bhi{j}, acc{i}_{j});").unwrap();
+                if split {
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(ahi{i}, blo{j}, cor{i}_{j});").unwrap();
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(alo{i}, bhi{j}, cor{i}_{j});").unwrap();
+                }
+            }
+        }
+        writeln!(s, "        }}").unwrap();
+    }
+    inner
 }
 
 /// The store step: each accumulator tile goes through the subgroup's scratch, laid out so
