@@ -6,7 +6,7 @@
 //! subgroups.
 
 use super::cost::{multiprocessor_fill, parallel_efficiency, residency, GATHER_LOAD, LONG_GRID};
-use super::implicit::{self, View};
+use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::{Error, Result};
@@ -56,10 +56,6 @@ const SPLITS: [u32; 3] = [1, 2, 4];
 /// The tiles split-K is offered for: those that win on deep layers with few output pixels,
 /// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128).
 const SPLIT_TILES: [(u32, u32, u32, u32); 2] = [(128, 64, 2, 2), (128, 128, 2, 4)];
-/// Partial outputs are kept only while this small: split-K is for short grids.
-const SPLIT_WORKSPACE: u64 = 32 << 20;
-/// Per partial output written and read back by the finishing pass.
-const PARTIAL: f64 = 16.0;
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 const PAD: u32 = 8;
 /// Subgroup width the kernel's tile partition assumes.
@@ -118,17 +114,16 @@ impl Coop {
         // (32,512,7,7, 0.146 -> 0.091 ms) and lost at 98 (32,256,14,14, 0.079 -> 0.087).
         view.grid(self.bm, self.bn).2 * 2 <= LONG_GRID
             && kl >= 2 * (self.splits * self.bk) as u64
-            && shape.y_len() * self.splits as u64 * 4 <= SPLIT_WORKSPACE
+            && implicit::partial_bytes(shape, self.splits) <= SPLIT_WORKSPACE
             && split_possible(self, shape)
     }
 }
 
 /// A split's partials are f32 in binding 5, after the x copy (f32 for float32 data) or
-/// alone (x read in place); beyond 4x the workspace they kept, they would not fit one
-/// binding on every adapter (lavapipe: 128 MiB).
+/// alone (x read in place), and within the split-K workspace's hard limit.
 fn split_possible(v: &Coop, shape: &ConvShape) -> bool {
     (shape.dtype == DType::F32 || reads_x_in_place(shape))
-        && shape.y_len() * v.splits as u64 * 4 <= 4 * SPLIT_WORKSPACE
+        && implicit::partial_bytes(shape, v.splits) <= 4 * SPLIT_WORKSPACE
 }
 
 impl Family for Coop {
@@ -419,8 +414,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled);
     vars.extend(prologue_vars);
     let kl = if v.layout == 1 { padded.krp } else { view.red as u64 };
-    // Each split's share of the reduction, whole steps, so only the last one has a tail.
-    let ks = kl.div_ceil(v.splits as u64).div_ceil(v.bk as u64) * v.bk as u64;
+    let ks = implicit::split_share(kl, v.splits, v.bk);
     let x_copy = if in_place { 0 } else { padded.x_len(shape) };
     // The partials' first vec4 in binding 5: after the x copy (f32 whenever a split runs).
     let part0 = x_copy / 4;

@@ -4,7 +4,7 @@
 use super::cost::{
     multiprocessor_fill, parallel_efficiency, register_occupancy, BUSY_INVOCATIONS, GATHER_LOAD, SHARED_LOAD,
 };
-use super::implicit::{self, View};
+use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::{Error, Result};
@@ -30,9 +30,6 @@ const TILES: [(u32, u32); 8] = [(32, 32), (64, 32), (32, 64), (64, 64), (128, 32
 const BK: [u32; 3] = [8, 16, 32];
 const THREAD: [(u32, u32); 4] = [(4, 4), (8, 4), (4, 8), (8, 8)];
 const SPLITS: [u32; 3] = [1, 4, 16];
-/// Split-K partial outputs are kept only for problems whose partials stay this small:
-/// split-K is for outputs too small to fill the GPU.
-const SPLIT_WORKSPACE: u64 = 32 << 20;
 
 /// A barrier, per multiply-add of the step it closes. Lower than the shared figure: the
 /// H100's fastest GEMM tiles take 8-deep steps, twice the barriers of 16-deep ones.
@@ -40,9 +37,6 @@ const GEMM_BARRIER: f64 = 5.0;
 /// Registers an invocation holds besides its accumulators, operands and staged loads
 /// (indices, addresses, loop state): a guess; only the order of costs matters.
 const BASE_REGISTERS: f64 = 16.0;
-
-/// Per partial output a split-K variant writes and sums again.
-const PARTIAL: f64 = 16.0;
 
 /// Per output of a GEMM tile: pixel coordinates, accumulator set-up and the store, paid
 /// once per output however short the reduction; it is what makes GEMM lose on tiny C.
@@ -133,7 +127,7 @@ impl KernelVariant for Gemm {
         // that the GPU would otherwise idle.
         let split_ok = self.splits == 1
             || (view.red >= 2 * (self.splits * self.bk) as u64
-                && shape.y_len() * self.splits as u64 * 4 <= SPLIT_WORKSPACE
+                && implicit::partial_bytes(shape, self.splits) <= SPLIT_WORKSPACE
                 && view.grid(self.bm, self.bn).2 * (self.invocations() as u64) < 4 * BUSY_INVOCATIONS as u64);
         split_ok && view.tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
     }
@@ -163,13 +157,12 @@ impl KernelVariant for Gemm {
 }
 
 fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
-    // Partials beyond this would not fit one binding on every adapter (lavapipe: 128 MiB).
-    if gm.splits > 1 && shape.y_len() * gm.splits as u64 * 4 > 4 * SPLIT_WORKSPACE {
+    if gm.splits > 1 && implicit::partial_bytes(shape, gm.splits) > 4 * SPLIT_WORKSPACE {
         return Err(Error::invalid(format!(
             "variant {} cannot run on this shape: its {} partial outputs would take {} bytes of workspace",
             gm.name(),
             gm.splits,
-            shape.y_len() * gm.splits as u64 * 4
+            implicit::partial_bytes(shape, gm.splits)
         )));
     }
     let threads = gm.invocations();
@@ -302,7 +295,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let mut vars = shape_vars(shape, &gm.name());
     vars.extend(view.grid_vars(gm.bm, gm.bn));
     // Each split's share of the reduction, whole steps, so only the last one has a tail.
-    let ks = (view.red.div_ceil(gm.splits as u64)).div_ceil(gm.bk as u64) * gm.bk as u64;
+    let ks = implicit::split_share(view.red, gm.splits, gm.bk);
     let finish_groups = shape.y_len().div_ceil(256);
     vars.extend([
         ("SPLITS", gm.splits.to_string()),

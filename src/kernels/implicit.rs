@@ -56,6 +56,24 @@ impl View {
     }
 }
 
+/// Split-K (the `gemm` and `coop` families): partial outputs are kept only for problems
+/// whose partials stay this small (split-K is for outputs too small to fill the GPU), and
+/// never beyond 4x it, which would not fit one binding on every adapter (lavapipe: 128 MiB).
+pub const SPLIT_WORKSPACE: u64 = 32 << 20;
+/// Per partial output a split-K variant writes and its finishing pass reads back.
+pub const PARTIAL: f64 = 16.0;
+
+/// Bytes of `splits` f32 partial outputs of `shape`.
+pub fn partial_bytes(shape: &ConvShape, splits: u32) -> u64 {
+    shape.y_len() * splits as u64 * 4
+}
+
+/// Each split's share of a reduction of `len` terms in whole `bk`-term steps, so only the
+/// last part has a tail.
+pub fn split_share(len: u64, splits: u32, bk: u32) -> u64 {
+    len.div_ceil(splits as u64).div_ceil(bk as u64) * bk as u64
+}
+
 /// The test that input row `ih` and column `iw` lie inside the image, as a WGSL `&&` term;
 /// empty without padding, where every window lies inside by construction of OH and OW.
 pub fn window_check(shape: &ConvShape) -> &'static str {
