@@ -6,7 +6,9 @@
 // are finite, the largest finite |want|, and how many elements are non-finite where the
 // reference holds something else. NaN tests use the bits: a compiler may assume no NaN.
 // `maxabs` writes max |x| and max |w| over finite elements into stats[0] and stats[1], for
-// kernels that scale their inputs (coop.wgsl). Buffers are read as words: float32 elements
+// kernels that scale their inputs (coop.wgsl); `maxabs4` does the same reading x 16 bytes at
+// a time (a scalar pass reached a fraction of the bandwidth on x of 100 MB), `maxabs_w` only
+// w's (for kernels whose prologue copies w pre-scaled). Buffers are read as words: float32 elements
 // are one each, float16 elements two (`fill16`, `compare16`; the core language unpacks them,
 // so this module needs no f16 extension).
 
@@ -39,11 +41,69 @@ fn fill16(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
 }
 
+// x seen as whole vec4s (its tail words through `got`), for `maxabs4`.
+@group(0) @binding(4) var<storage, read> got4: array<vec4<u32>>;
+
 var<workgroup> wg_max: array<atomic<u32>, 2>;
+
+// max over finite elements of `v`'s words, as bits.
+fn finite_max4(v: vec4<u32>) -> u32 {
+    let b = v & vec4<u32>(ABS_MASK);
+    let f = select(vec4<u32>(0u), b, b < vec4<u32>(EXP_MASK));
+    return max(max(f.x, f.y), max(f.z, f.w));
+}
+
+// Folds a workgroup's maxima into stats[slot]: a few thousand global atomics instead of one
+// per invocation.
+fn fold_max(lid: u32, slot: u32, mx: u32) {
+    atomicMax(&wg_max[slot], mx);
+    workgroupBarrier();
+    if (lid == 0u) {
+        atomicMax(&stats[slot], atomicLoad(&wg_max[slot]));
+    }
+}
+
+fn max_of_w(first: u32) -> u32 {
+    var mw: u32 = 0u;
+    for (var i = first; i < arrayLength(&want); i = i + THREADS) {
+        let b = want[i] & ABS_MASK;
+        if (b < EXP_MASK) { mw = max(mw, b); }
+    }
+    return mw;
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn maxabs4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) {
+        atomicStore(&wg_max[0], 0u);
+        atomicStore(&wg_max[1], 0u);
+    }
+    workgroupBarrier();
+    let n4 = arrayLength(&got4);
+    var mx: u32 = 0u;
+    for (var i = gid.x; i < n4; i = i + THREADS) {
+        mx = max(mx, finite_max4(got4[i]));
+    }
+    let tail = 4u * n4 + gid.x;
+    if (tail < arrayLength(&got)) {
+        let b = got[tail] & ABS_MASK;
+        if (b < EXP_MASK) { mx = max(mx, b); }
+    }
+    fold_max(lid, 0u, mx);
+    fold_max(lid, 1u, max_of_w(gid.x));
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn maxabs_w(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) {
+        atomicStore(&wg_max[1], 0u);
+    }
+    workgroupBarrier();
+    fold_max(lid, 1u, max_of_w(gid.x));
+}
 
 @compute @workgroup_size(256, 1, 1)
 fn maxabs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Folded per workgroup first: a few thousand global atomics instead of one per invocation.
     if (lid == 0u) {
         atomicStore(&wg_max[0], 0u);
         atomicStore(&wg_max[1], 0u);
@@ -54,18 +114,8 @@ fn maxabs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocati
         let b = got[i] & ABS_MASK;
         if (b < EXP_MASK) { mx = max(mx, b); }
     }
-    var mw: u32 = 0u;
-    for (var i = gid.x; i < arrayLength(&want); i = i + THREADS) {
-        let b = want[i] & ABS_MASK;
-        if (b < EXP_MASK) { mw = max(mw, b); }
-    }
-    atomicMax(&wg_max[0], mx);
-    atomicMax(&wg_max[1], mw);
-    workgroupBarrier();
-    if (lid == 0u) {
-        atomicMax(&stats[0], atomicLoad(&wg_max[0]));
-        atomicMax(&stats[1], atomicLoad(&wg_max[1]));
-    }
+    fold_max(lid, 0u, mx);
+    fold_max(lid, 1u, max_of_w(gid.x));
 }
 
 @compute @workgroup_size(256, 1, 1)

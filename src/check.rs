@@ -22,6 +22,8 @@ pub struct Checker {
     compare: wgpu::ComputePipeline,
     compare16: wgpu::ComputePipeline,
     maxabs: wgpu::ComputePipeline,
+    maxabs4: wgpu::ComputePipeline,
+    maxabs_w: wgpu::ComputePipeline,
 }
 
 /// What `compare` found: enough for the same verdict as the host-side check.
@@ -68,10 +70,11 @@ impl Checker {
         };
         let (fill, compare, maxabs) = (pipeline("fill"), pipeline("compare"), pipeline("maxabs"));
         let (fill16, compare16) = (pipeline("fill16"), pipeline("compare16"));
+        let (maxabs4, maxabs_w) = (pipeline("maxabs4"), pipeline("maxabs_w"));
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: "check".into(), message: e.to_string() });
         }
-        Ok(Checker { fill, fill16, compare, compare16, maxabs })
+        Ok(Checker { fill, fill16, compare, compare16, maxabs, maxabs4, maxabs_w })
     }
 
     /// Records one pass of `pipeline` over `buffers` (binding, buffer).
@@ -117,12 +120,28 @@ impl Checker {
         timestamps: Option<(&wgpu::QuerySet, u32)>,
     ) {
         enc.clear_buffer(scales, 0, Some(16));
-        let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
-            query_set: qs,
-            beginning_of_pass_write_index: Some(i),
-            end_of_pass_write_index: None,
-        });
-        Self::record(device, enc, &self.maxabs, "convtune maxabs", &[(0, x), (1, w), (2, scales)], timestamp_writes);
+        // x's vec4 view needs one whole vec4; the scalar pass takes the rare x smaller than that.
+        let (pipeline, buffers) = if x.size >= 16 {
+            (&self.maxabs4, vec![(0, x), (1, w), (2, scales), (4, x)])
+        } else {
+            (&self.maxabs, vec![(0, x), (1, w), (2, scales)])
+        };
+        Self::record(device, enc, pipeline, "convtune maxabs", &buffers, first_pass(timestamps));
+    }
+
+    /// Records writing max |w| over finite elements into `scales`' second word (all 16
+    /// bytes zeroed here), for kernels whose prologue copies w pre-scaled; the pass writes
+    /// `timestamps`' beginning.
+    pub fn maxabs_w(
+        &self,
+        device: &wgpu::Device,
+        enc: &mut wgpu::CommandEncoder,
+        w: &PooledBuffer,
+        scales: &PooledBuffer,
+        timestamps: Option<(&wgpu::QuerySet, u32)>,
+    ) {
+        enc.clear_buffer(scales, 0, Some(16));
+        Self::record(device, enc, &self.maxabs_w, "convtune maxabs w", &[(1, w), (2, scales)], first_pass(timestamps));
     }
 
     /// Records comparing `got` with `want`, both of `dtype`, into `stats` (16 bytes, zeroed here).
@@ -150,4 +169,13 @@ impl Comparison {
             bad: word(2),
         }
     }
+}
+
+/// Timestamp writes for a run's first pass: its beginning only.
+fn first_pass(timestamps: Option<(&wgpu::QuerySet, u32)>) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+    timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+        query_set: qs,
+        beginning_of_pass_write_index: Some(i),
+        end_of_pass_write_index: None,
+    })
 }

@@ -190,10 +190,15 @@ fn encode(
 ) -> Result<()> {
     let mut began = false;
     if let Some((pipeline, groups)) = &kernel.prologue {
-        if let Some(scales) = &b.scales {
-            encoder.clear_buffer(scales, 0, Some(16));
+        match &b.scales {
+            Some(scales) if kernel.w_prescaled => {
+                engine.checker()?.maxabs_w(&engine.device, encoder, b.w, scales, timestamps);
+                began = true;
+            }
+            Some(scales) => encoder.clear_buffer(scales, 0, Some(16)),
+            None => {}
         }
-        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, true, false)?;
+        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, !began, false)?;
         began = true;
     } else if let Some(scales) = &b.scales {
         let checker = engine.checker()?;
@@ -776,5 +781,41 @@ pub(crate) mod tests {
         t.poison(&e).unwrap();
         let c = t.compare_y(&e, &reference).unwrap();
         assert_eq!(c.bad as u64, s.y_len());
+    }
+
+    /// Runs `pass` over x and w and reads back the scales' words.
+    fn max_words(e: &Engine, x: &[f32], w: &[f32], pass: impl Fn(&mut wgpu::CommandEncoder, &PooledBuffer, &PooledBuffer, &PooledBuffer)) -> [u32; 4] {
+        let (xb, wb) = (upload_slice(e, OUTPUT, x).unwrap(), upload_slice(e, OUTPUT, w).unwrap());
+        let scales = upload_slice(e, OUTPUT, &[7.0f32; 4]).unwrap();
+        let mut enc = e.device.create_command_encoder(&Default::default());
+        pass(&mut enc, &xb, &wb, &scales);
+        e.queue.submit([enc.finish()]);
+        let mut got = [0f32; 4];
+        transfer::download_all(e, &scales, &mut got).unwrap();
+        got.map(f32::to_bits)
+    }
+
+    #[test]
+    fn max_passes_find_the_largest_finite_magnitude_anywhere() {
+        let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let checker = e.checker().unwrap();
+        // Lengths around the vec4 view's edge; the largest value at the first, a middle and
+        // the last (tail) element, beside Inf and NaN that must not count.
+        for len in [1usize, 3, 4, 5, 7, 8, 1021, 4099] {
+            for at in [0, len / 2, len - 1] {
+                let mut x = random_data(len, len as u64);
+                x[len / 3] = f32::INFINITY;
+                x[(2 * len) / 3] = f32::NAN;
+                x[at] = -1.5e20;
+                let mut w = random_data(len + 2, 9);
+                w.iter_mut().for_each(|v| *v *= 1e-3);
+                w[len + 1] = f32::NEG_INFINITY;
+                let want_w = w.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+                let both = max_words(&e, &x, &w, |enc, xb, wb, sc| checker.maxabs(&e.device, enc, xb, wb, sc, None));
+                assert_eq!(both[..2], [1.5e20f32.to_bits(), want_w.to_bits()], "len {len}, at {at}");
+                let w_only = max_words(&e, &x, &w, |enc, _, wb, sc| checker.maxabs_w(&e.device, enc, wb, sc, None));
+                assert_eq!(w_only[..2], [0, want_w.to_bits()], "len {len}, at {at}");
+            }
+        }
     }
 }
