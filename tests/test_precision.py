@@ -205,6 +205,25 @@ def test_tensor_cores_propagate_nan_and_inf(layout, split):
 
 
 @needs_tc
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("split", [1, 3])
+def test_tensor_cores_propagate_nan_and_inf_in_w(layout, split):
+    # Layout 1 with one product per term copies w pre-scaled: Inf and NaN must survive that too.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    w[2, 3, 1, 1] = np.nan
+    w[4, 5, 0, 0] = -np.inf
+    variant = _variant(split, layout)
+    got = convtune.conv2d(x, w, padding=1, variant=variant)
+    want = reference_conv2d(x, w, padding=1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    assert _rel_err(np.where(finite, got, 0), np.where(finite, want, 0)) <= _bound(variant)
+
+
+@needs_tc
 @pytest.mark.parametrize("precision", ["high", "highest"])
 def test_tuned_tensor_core_modes_meet_their_bounds(precision, tuning_env):
     rng = np.random.default_rng(10)
