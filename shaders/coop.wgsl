@@ -51,13 +51,10 @@ alias DT = {{DT}};
 // [0], [1]: bits of max |x| and max |w| over finite elements.
 @group(0) @binding(4) var<storage, read_write> scales: array<atomic<u32>, 4>;
 // Layout 1: x as (N, H, W, C) (for NCHW x) and w as (K, R, S, CG), written by `prologue`.
-// The x copy holds CT: f32 for float32 data (scaled when staged), f16 for float16 data. The
-// w copy holds WT: f16 also for float32 data with one product per term, which the prologue
-// scales (max |w| comes from a pass before it); f32 for the split, which stages hi and lo.
+// The copies hold CT: f32 for float32 data (scaled when staged), f16 for float16 data.
 @group(0) @binding(5) var<storage, read_write> xt: array<{{XT_ELEM}}>;
-@group(0) @binding(6) var<storage, read_write> wt: array<vec4<WT>>;
+@group(0) @binding(6) var<storage, read_write> wt: array<vec4<CT>>;
 alias CT = {{CT}};
-alias WT = {{WT}};
 
 {{EPILOGUE}}
 alias MatA = coop_mat16x16<f16, A>;
@@ -260,7 +257,10 @@ fn prologue(
             let src = (k * CG + c) * R * S + rs;
             let v = vec4<f32>(w_or_zero(src, c), w_or_zero(src + R * S, c + 1),
                               w_or_zero(src + 2 * R * S, c + 2), w_or_zero(src + 3 * R * S, c + 3));
-{{W_COPY}}
+            wt[i] = vec4<CT>(v);
+            let b = bitcast<vec4<u32>>(v) & vec4<u32>(0x7FFFFFFFu);
+            let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
+            atomicMax(&tile_max[1], max(max(f.x, f.y), max(f.z, f.w)));
         }
     }
     workgroupBarrier();

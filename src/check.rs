@@ -23,7 +23,6 @@ pub struct Checker {
     compare16: wgpu::ComputePipeline,
     maxabs: wgpu::ComputePipeline,
     maxabs4: wgpu::ComputePipeline,
-    maxabs_w: wgpu::ComputePipeline,
 }
 
 /// What `compare` found: enough for the same verdict as the host-side check.
@@ -70,11 +69,11 @@ impl Checker {
         };
         let (fill, compare, maxabs) = (pipeline("fill"), pipeline("compare"), pipeline("maxabs"));
         let (fill16, compare16) = (pipeline("fill16"), pipeline("compare16"));
-        let (maxabs4, maxabs_w) = (pipeline("maxabs4"), pipeline("maxabs_w"));
+        let maxabs4 = pipeline("maxabs4");
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: "check".into(), message: e.to_string() });
         }
-        Ok(Checker { fill, fill16, compare, compare16, maxabs, maxabs4, maxabs_w })
+        Ok(Checker { fill, fill16, compare, compare16, maxabs, maxabs4 })
     }
 
     /// Records one pass of `pipeline` over `buffers` (binding, buffer).
@@ -127,21 +126,6 @@ impl Checker {
             (&self.maxabs, vec![(0, x), (1, w), (2, scales)])
         };
         Self::record(device, enc, pipeline, "convtune maxabs", &buffers, first_pass(timestamps));
-    }
-
-    /// Records writing max |w| over finite elements into `scales`' second word (all 16
-    /// bytes zeroed here), for kernels whose prologue copies w pre-scaled; the pass writes
-    /// `timestamps`' beginning.
-    pub fn maxabs_w(
-        &self,
-        device: &wgpu::Device,
-        enc: &mut wgpu::CommandEncoder,
-        w: &PooledBuffer,
-        scales: &PooledBuffer,
-        timestamps: Option<(&wgpu::QuerySet, u32)>,
-    ) {
-        enc.clear_buffer(scales, 0, Some(16));
-        Self::record(device, enc, &self.maxabs_w, "convtune maxabs w", &[(1, w), (2, scales)], first_pass(timestamps));
     }
 
     /// Records comparing `got` with `want`, both of `dtype`, into `stats` (16 bytes, zeroed here).

@@ -49,8 +49,6 @@ pub struct Compiled {
     pub scaled: bool,
     /// The module's `prologue` entry point and its workgroups (`Kernel::prologue`).
     pub prologue: Option<(wgpu::ComputePipeline, u64)>,
-    /// Max |w| comes from a pass before the prologue (`Kernel::w_prescaled`).
-    pub w_prescaled: bool,
     /// Bytes of the workspace buffers (`Kernel::workspace`).
     pub workspace: [u64; 2],
     /// The module's `finish` entry point and its workgroups (`Kernel::finish`).
@@ -503,7 +501,6 @@ impl Engine {
             workgroups: kernel.workgroups,
             scaled: kernel.scaled,
             prologue,
-            w_prescaled: kernel.w_prescaled,
             workspace: kernel.workspace,
             finish,
             dtype: shape.dtype,

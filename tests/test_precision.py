@@ -208,7 +208,7 @@ def test_tensor_cores_propagate_nan_and_inf(layout, split):
 @pytest.mark.parametrize("layout", [0, 1])
 @pytest.mark.parametrize("split", [1, 3])
 def test_tensor_cores_propagate_nan_and_inf_in_w(layout, split):
-    # Layout 1 with one product per term copies w pre-scaled: Inf and NaN must survive that too.
+    # w is scaled (and, in layout 1, copied) like x: its Inf and NaN must survive that too.
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
     w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)

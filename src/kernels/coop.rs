@@ -327,10 +327,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // float16 data is copied as float16 (half the bytes to gather); registers stay f32 (f16
     // registers measured no faster on the H100).
     let ct = if scaled { "f32" } else { "f16" };
-    // One product per term: the prologue can copy w scaled and as f16 (half the bytes to
-    // gather, no conversion while staging). The split stages hi and lo from f32.
-    let w_prescaled = scaled && v.layout == 1 && v.split == 1;
-    let wt = if w_prescaled { "f16" } else { ct };
     let t = v.threads();
     let (tm, tn) = (v.tm(), v.tn());
     let (lda, ldb) = (v.lda(), v.ldb());
@@ -405,7 +401,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
     }
 
-    let stage = stage_step(v, a_slots, b_slots, w_prescaled);
+    let stage = stage_step(v, a_slots, b_slots);
     let inner = inner_product(v);
 
     let vec_y = stores_quads(shape);
@@ -441,8 +437,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("KL", kl.to_string()),
         ("THREADS", t.to_string()),
         ("CT", ct.to_string()),
-        ("WT", wt.to_string()),
-        ("W_COPY", if w_prescaled { W_COPY_PRESCALED } else { W_COPY }.to_string()),
         // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
         // leaves it to the partials alone.
         ("XT_ELEM", if in_place { "vec4<f32>".to_string() } else { format!("vec4<{ct}>") }),
@@ -480,11 +474,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     kernel.scaled = scaled;
     if v.layout == 1 {
         kernel.prologue = Some(prologue_blocks);
-        kernel.w_prescaled = w_prescaled;
         let bytes = shape.dtype.size();
-        let w_bytes = if w_prescaled { 2 } else { bytes };
         let partials = if v.splits > 1 { v.splits as u64 * shape.y_len().div_ceil(4) * 16 } else { 0 };
-        kernel.workspace = [x_copy * bytes + partials, padded.w_len(shape) * w_bytes];
+        kernel.workspace = [x_copy * bytes + partials, padded.w_len(shape) * bytes];
     }
     if v.splits > 1 {
         kernel.finish = Some(shape.y_len().div_ceil(4).div_ceil(256));
@@ -494,15 +486,12 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
 /// One k-step's staging: each slot's registers scaled, converted to f16 and stored in
 /// workgroup memory; for the split also the scaled remainder.
-fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, w_prescaled: bool) -> String {
+fn stage_step(v: &Coop, a_slots: u32, b_slots: u32) -> String {
     let split = v.split == 3;
     let mut stage = String::new();
-    let stage_one = |s: &mut String, tile: &str, reg: &str, scale: Option<&str>, at: String| {
+    let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
         writeln!(s, "        {{").unwrap();
-        match scale {
-            Some(scale) => writeln!(s, "            let v = {reg} * {scale};").unwrap(),
-            None => writeln!(s, "            let v = {reg};").unwrap(),
-        }
+        writeln!(s, "            let v = {reg} * {scale};").unwrap();
         if split {
             // hi keeps v's top 11 significant bits by masking, so v - hi is exact and no
             // compiler can fold a float round trip away (converting through f16 and back did
@@ -524,11 +513,10 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, w_prescaled: bool) -> String
         } else {
             format!("(u32(ak{i}) * LDA) / 4u + u32(am)")
         };
-        stage_one(&mut stage, "a", &format!("pa{i}"), Some("sx"), at);
+        stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
     }
-    let sw = (!w_prescaled).then_some("sw");
     for i in 0..b_slots {
-        stage_one(&mut stage, "b", &format!("pb{i}"), sw, format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
+        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
     }
     stage
 }
@@ -787,16 +775,6 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
     ];
     (vars, x_blocks + w_blocks)
 }
-
-/// The prologue's store of four channels of w's copy, folding max |w| as it goes.
-const W_COPY: &str = r#"            wt[i] = vec4<WT>(v);
-            let b = bitcast<vec4<u32>>(v) & vec4<u32>(0x7FFFFFFFu);
-            let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
-            atomicMax(&tile_max[1], max(max(f.x, f.y), max(f.z, f.w)));"#;
-
-/// The same where max |w| came from a pass before the prologue: the copy is scaled as the
-/// kernel would scale it while staging (the same f16 values).
-const W_COPY_PRESCALED: &str = r#"            wt[i] = vec4<WT>(v * ldexp(1.0, scale_exp(atomicLoad(&scales[1]))));"#;
 
 /// The prologue's x part for NCHW x: transpose a 32-channel x 32-pixel tile into `xt`.
 const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
