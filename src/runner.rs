@@ -794,9 +794,10 @@ pub(crate) mod tests {
     fn max_passes_find_the_largest_finite_magnitude_anywhere() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let checker = e.checker().unwrap();
-        // Lengths around the vec4 view's edge; the largest value at the first, a middle and
-        // the last (tail) element, beside Inf and NaN that must not count.
-        for len in [1usize, 3, 4, 5, 7, 8, 1021, 4099] {
+        // Lengths around the vec4 view's edge and past four vec4s per invocation of the
+        // pass (its unrolled rounds); the largest value at the first, a middle and the last
+        // (tail) element, beside Inf and NaN that must not count.
+        for len in [1usize, 3, 4, 5, 7, 8, 1021, 4099, (1 << 22) + 4 * 1000 + 3] {
             for at in [0, len / 2, len - 1] {
                 let mut x = random_data(len, len as u64);
                 x[len / 3] = f32::INFINITY;
