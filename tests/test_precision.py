@@ -188,32 +188,25 @@ def test_tensor_cores_mixed_channel_magnitudes_meet_their_bound(layout, split):
     assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= _bound(variant)
 
 
+def _plant_nan_and_inf(x, w, where):
+    if where == "x":
+        x[0, 3, 2, 2] = np.nan
+        x[0, 5, 6, 6] = np.inf
+    else:
+        w[2, 3, 1, 1] = np.nan
+        w[4, 5, 0, 0] = -np.inf
+
+
 @needs_tc
 @pytest.mark.parametrize("layout", [0, 1])
 @pytest.mark.parametrize("split", [1, 3])
-def test_tensor_cores_propagate_nan_and_inf(layout, split):
+@pytest.mark.parametrize("where", ["x", "w"])
+def test_tensor_cores_propagate_nan_and_inf(layout, split, where):
+    # Both inputs are scaled (and, in layout 1, copied): Inf and NaN must survive that.
     rng = np.random.default_rng(9)
     x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
     w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
-    x[0, 3, 2, 2] = np.nan
-    x[0, 5, 6, 6] = np.inf
-    got = convtune.conv2d(x, w, padding=1, variant=_variant(split, layout))
-    want = reference_conv2d(x, w, padding=1)
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    finite = np.isfinite(want)
-    assert _rel_err(np.where(finite, got, 0), np.where(finite, want, 0)) <= _bound(_variant(split, layout))
-
-
-@needs_tc
-@pytest.mark.parametrize("layout", [0, 1])
-@pytest.mark.parametrize("split", [1, 3])
-def test_tensor_cores_propagate_nan_and_inf_in_w(layout, split):
-    # w is scaled (and, in layout 1, copied) like x: its Inf and NaN must survive that too.
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
-    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
-    w[2, 3, 1, 1] = np.nan
-    w[4, 5, 0, 0] = -np.inf
+    _plant_nan_and_inf(x, w, where)
     variant = _variant(split, layout)
     got = convtune.conv2d(x, w, padding=1, variant=variant)
     want = reference_conv2d(x, w, padding=1)
