@@ -12,7 +12,8 @@ Sweeps (base N=8, C=K=64, H=W=56, 3x3, stride 1, padding 1 unless swept):
 Per point: convtune.tune afresh (force=True; default budget unless --budget; a point shared
 by several sweeps is tuned once) then convtune.time_variant of the winner (GPU timestamps,
 median of --reps); cuDNN through PyTorch (CUDA events, median of 50, cudnn.benchmark) in fp32 with TF32
-off, and with TF32 on as well under --precision high. Time per FLOP is GPU seconds / (2 *
+off, and with TF32 on as well under --precision high; under --precision float16, float16 data
+in NHWC against cuDNN fp16 channels-last. Time per FLOP is GPU seconds / (2 *
 multiply-adds).
 
 Writes cliffs.json and one cliffs_<sweep>.png per sweep (when matplotlib is installed) into
@@ -29,6 +30,7 @@ CPU only (lavapipe; no cuDNN), small shapes:  python benches/cliffs.py --small -
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -90,13 +92,16 @@ def cudnn_timers(precision: str) -> Dict[str, _sweep.Timer]:
 
     torch.backends.cudnn.benchmark = True
 
-    def timer(tf32: bool) -> _sweep.Timer:
+    def timer(tf32: bool, half: bool = False) -> _sweep.Timer:
         def run(shape: Shape) -> Optional[float]:
             torch.backends.cudnn.allow_tf32 = tf32
             torch.backends.cuda.matmul.allow_tf32 = tf32
             try:
                 x = torch.randn(shape.x, device="cuda")
                 w = torch.randn(shape.w, device="cuda")
+                if half:  # fp16 runs channels-last, cuDNN's fast layout for it
+                    x = x.half().to(memory_format=torch.channels_last)
+                    w = w.half().to(memory_format=torch.channels_last)
                 kw = dict(stride=shape.stride, padding=shape.padding, dilation=shape.dilation, groups=shape.groups)
                 return cuda_ms(lambda: F.conv2d(x, w, **kw)) / 1e3
             except RuntimeError as e:  # an unsupported shape or out of memory: no point
@@ -108,6 +113,8 @@ def cudnn_timers(precision: str) -> Dict[str, _sweep.Timer]:
 
         return run
 
+    if precision == "float16":
+        return {"cudnn_fp16": timer(False, half=True)}
     timers = {"cudnn_fp32": timer(False)}
     if precision == "high":
         timers["cudnn_tf32"] = timer(True)
@@ -146,7 +153,8 @@ def plot(sweep: Dict[str, Any], path: str, precision: str) -> str:
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    labels = {"convtune": f"convtune ({precision})", "cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32"}
+    labels = {"convtune": f"convtune ({precision})", "cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32",
+              "cudnn_fp16": "cuDNN fp16 (channels-last)"}
     for lib, label in labels.items():
         xs = [p["value"] for p in sweep["points"] if p.get(lib)]
         ys = [p[lib]["s_per_flop"] * 1e12 for p in sweep["points"] if p.get(lib)]
@@ -179,7 +187,8 @@ def replot(json_path: str) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--precision", choices=("highest", "high"), default="highest")
+    p.add_argument("--precision", choices=("highest", "high", "float16"), default="highest",
+                   help="float16: float16 data, NHWC, against cuDNN fp16 channels-last")
     p.add_argument("--families", metavar="LIST", help="set CONVTUNE_FAMILIES, e.g. direct,gemm")
     p.add_argument("--budget", type=float, default=None, help="tuning seconds per point (default: convtune's, 1)")
     p.add_argument("--reps", type=int, default=20, help="timed runs of each tuned winner")
@@ -210,6 +219,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             p.error(f"--only: unknown sweep(s) {', '.join(unknown)}; known: {', '.join(s['name'] for s in todo)}")
         todo = [s for s in todo if s["name"] in wanted]
     base = _shapes.parse_spec(SMALL_BASE if args.small else FULL_BASE)
+    if args.precision == "float16":
+        base = dataclasses.replace(base, dtype="float16", layout="NHWC")
 
     try:
         import matplotlib  # noqa: F401
@@ -218,7 +229,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         can_plot = False
         print("matplotlib is not installed: writing JSON only, no plots", file=sys.stderr)
 
-    tuned = _sweep.Tuned(budget=args.budget, precision=args.precision, reps=args.reps, force=True)
+    # float16 data sets its own precision.
+    mode = None if args.precision == "float16" else args.precision
+    tuned = _sweep.Tuned(budget=args.budget, precision=mode, reps=args.reps, force=True)
     others = cudnn_timers(args.precision)
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, f"{prefix}.json")

@@ -81,16 +81,7 @@ fn maxabs4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocat
     workgroupBarrier();
     let n4 = arrayLength(&got4);
     var mx: u32 = 0u;
-    // Four independent loads per round keep more bytes in flight per invocation.
-    var i = gid.x;
-    for (; i + 3u * THREADS < n4; i = i + 4u * THREADS) {
-        let a = finite_max4(got4[i]);
-        let b = finite_max4(got4[i + THREADS]);
-        let c = finite_max4(got4[i + 2u * THREADS]);
-        let d = finite_max4(got4[i + 3u * THREADS]);
-        mx = max(mx, max(max(a, b), max(c, d)));
-    }
-    for (; i < n4; i = i + THREADS) {
+    for (var i = gid.x; i < n4; i = i + THREADS) {
         mx = max(mx, finite_max4(got4[i]));
     }
     let tail = 4u * n4 + gid.x;

@@ -198,3 +198,16 @@ def test_layout_and_dtype_in_specs_and_json_match_the_tuner_s_labels(tuning_env)
     report = convtune.tune(*s.args(), **s.kwargs())
     assert parse_spec(report.shape) == s
     assert convtune.default_variant(*s.args(), **s.kwargs())
+
+
+def test_cli_tunes_the_layout_and_dtype_a_line_names(tuning_env, tmp_path):
+    spec = "1x8x9x7 k4 3x3 s1 p1 nhwc f16"
+    s = parse_spec(spec)
+    f = tmp_path / "shapes.txt"
+    f.write_text(spec + "\n")
+    assert cli.main(["tune", "--file", str(f), "--budget", "0", "--reps", "2"]) == 0
+    # The cache holds that problem (float16, NHWC), not its float32 NCHW namesake.
+    assert convtune.explain(*s.args(), **s.kwargs()).source == "cache"
+    nchw = parse_spec("1x8x9x7 k4 3x3 s1 p1")
+    assert convtune.explain(*nchw.args(), **nchw.kwargs()).source != "cache"
+

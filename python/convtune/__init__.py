@@ -688,7 +688,7 @@ def tune(
     """
     return _tune_with(
         None, (x_shape, w_shape, stride, padding, dilation, groups),
-        {"bias": bias, "epilogue": epilogue},
+        {"bias": bias, **epilogue},
         budget=budget, force=force, precision=precision,
     )
 
@@ -697,8 +697,10 @@ def _tune_with(progress: Any, args: tuple, kwargs: dict, *, budget: Optional[flo
                force: bool = False, precision: Optional[str] = None) -> TuneReport:
     """``tune(*args, **kwargs, ...)`` reporting to ``progress`` (a callable taking done, total,
     candidate, shape), or to a display of its own when ``None``: the command line draws one
-    display across many shapes."""
-    spec = _call_spec(*args, kwargs.get("bias"), kwargs.get("epilogue"))
+    display across many shapes. ``kwargs`` are ``tune``'s: bias, and the epilogue, layout and
+    dtype keywords (as ``Shape.kwargs()`` gives them)."""
+    keywords = dict(kwargs)
+    spec = _call_spec(*args, keywords.pop("bias", None), keywords)
     own = progress is None
     if own:
         progress = Progress()
