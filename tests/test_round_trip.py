@@ -70,6 +70,29 @@ def test_tiny_chunks_on_several_threads_match_the_reference(threads):
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
+PIECES = textwrap.dedent("""
+    import numpy as np, convtune
+    from convtune.reference import conv2d_reference, max_relative_error
+    rng = np.random.default_rng(3)
+    # 3.2 MB and 1.1 MB uploads: cut into one chunk per copy thread, one submission each.
+    x = rng.standard_normal((1, 8, 301, 331), dtype=np.float32)
+    w = rng.standard_normal((3, 8, 3, 3), dtype=np.float32)
+    y = convtune.conv2d(x, w, padding=1)
+    assert max_relative_error(y, conv2d_reference(x, w, padding=1)) <= 1e-5
+    t = rng.standard_normal((3, 7, 113, 117), dtype=np.float32)  # 1.1 MB, ragged pieces
+    assert np.array_equal(convtune.to_device(x).numpy(), x)
+    assert np.array_equal(convtune.to_device(t).numpy(), t)
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("threads", ["1", "3", "8"])
+def test_uploads_cut_across_copy_threads_land_where_they_belong(threads):
+    env = dict(os.environ, CONVTUNE_COPY_THREADS=threads)
+    r = subprocess.run([sys.executable, "-c", PIECES], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
 def test_timings_account_for_the_whole_call():
     x = np.random.default_rng(2).standard_normal((2, 4, 20, 20))  # float64: a float32 copy
     w = np.ones((3, 4, 3, 3), dtype=np.float32)
