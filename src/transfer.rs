@@ -13,7 +13,7 @@ use crate::device::Engine;
 use crate::error::{Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
 use std::cell::OnceCell;
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// KiB per chunk by default (4 MiB): large enough that a chunk's submission (tens of
@@ -95,31 +95,73 @@ fn chunks(runs: &[(usize, usize)], chunk: usize) -> Vec<Chunk> {
     out
 }
 
-/// Runs `work` on every chunk index, spread over up to `max_threads()` scoped threads
+/// The copy threads: `max_threads()` of them, started once per process and kept, since
+/// starting them for each call cost about 0.1 ms (eight threads) on a short call. A forked
+/// child, which has none of its parent's threads, starts its own. `None` where the system
+/// would not start them: copies then run on the calling thread.
+fn copy_pool() -> Option<Arc<rayon::ThreadPool>> {
+    static POOL: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    match slot.as_ref() {
+        Some((owner, pool)) if *owner == pid => return Some(pool.clone()),
+        // The parent's pool: its threads are not in this process, and dropping it would
+        // wait on them.
+        Some(_) => std::mem::forget(slot.take()),
+        None => {}
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(max_threads())
+        .thread_name(|i| format!("convtune-copy-{i}"))
+        .build()
+        .ok()
+        .map(Arc::new)?;
+    *slot = Some((pid, pool.clone()));
+    Some(pool)
+}
+
+/// `f`, with a panic on a copy thread turned into an error.
+fn unless_panicked<R>(f: impl FnOnce() -> R) -> Result<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| Error::Gpu("a copy thread panicked".into()))
+}
+
+/// Runs `work` on every chunk index, spread over up to `max_threads()` copy threads
 /// (thread t takes chunks t, t + T, ...: early chunks finish first, so the GPU's copies
 /// start early). The first error wins.
 fn spread<T: Send>(n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
-    let threads = max_threads().min(n);
-    if threads <= 1 {
+    spread_over(max_threads(), n, work)
+}
+
+/// `spread` over `threads` tasks (the pool runs them on its threads, however many).
+fn spread_over<T: Send>(threads: usize, n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let threads = threads.min(n);
+    let Some(pool) = (threads > 1).then(copy_pool).flatten() else {
         return (0..n).map(&work).collect();
-    }
-    let work = &work;
-    let per_thread: Vec<Result<Vec<(usize, T)>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| s.spawn(move || (t..n).step_by(threads).map(|i| Ok((i, work(i)?))).collect()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Gpu("a copy thread panicked".into()))))
-            .collect()
-    });
-    let mut slots: Vec<Option<T>> = (0..n).map(|_| None).collect();
-    for r in per_thread {
-        for (i, v) in r? {
-            slots[i] = Some(v);
-        }
-    }
-    Ok(slots.into_iter().flatten().collect())
+    };
+    let slots: Vec<Mutex<Option<Result<T>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let (work, slots_ref) = (&work, &slots);
+    unless_panicked(|| {
+        pool.scope(|s| {
+            for t in 0..threads {
+                s.spawn(move |_| {
+                    for i in (t..n).step_by(threads) {
+                        let r = work(i);
+                        let failed = r.is_err();
+                        *slots_ref[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                        // A thread stops at its first error; its later slots stay empty and
+                        // come after that error in index order.
+                        if failed {
+                            break;
+                        }
+                    }
+                });
+            }
+        })
+    })?;
+    slots
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err(Error::Gpu("a copy job never ran".into()))))
+        .collect()
 }
 
 /// Runs `f` inside out-of-memory and validation error scopes (per thread, so every copy
@@ -324,53 +366,33 @@ impl<T: Elem> Download<T> {
         let dests = carve(&self.plan, out)?;
         let bytes: u64 = self.pending.iter().map(|p| p.bytes).sum();
         let threads = max_threads().min(bytes.div_ceil(COPY_PIECE) as usize);
-        if threads <= 1 {
-            for (p, mut d) in self.pending.iter().zip(dests) {
-                wait(engine, Some(p.idx.clone()))?;
-                mapped(p)?;
-                copy_out(&p.staging, p.bytes, &mut d)?;
-            }
-            return Ok(());
-        }
+        let Some(pool) = (threads > 1).then(copy_pool).flatten() else {
+            return self.finish_here(engine, dests);
+        };
         let size = std::mem::size_of::<T>();
         let piece = (COPY_PIECE as usize / size).max(1);
-        // Mapped views, set as their chunks land and kept until the workers are done.
+        // Mapped views, set as their chunks land and kept until the copies are done.
         let views: Vec<OnceCell<wgpu::BufferView>> = self.pending.iter().map(|_| OnceCell::new()).collect();
-        let (tx, rx) = mpsc::channel::<(&[u8], &mut [T])>();
-        let rx = std::sync::Mutex::new(rx);
-        let result = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| -> Result<()> {
-                        loop {
-                            let job = rx.lock().map_err(|_| Error::Gpu("a copy thread panicked".into()))?.recv();
-                            let Ok((from, to)) = job else { return Ok(()) };
-                            bytemuck::cast_slice_mut::<T, u8>(to).copy_from_slice(from);
+        // This thread waits for the chunks in order and hands out their pieces; waiting stops
+        // at the first error, and the scope ends once the pieces handed out are copied.
+        let result = unless_panicked(|| {
+            pool.in_place_scope(|s| {
+                self.pending.iter().zip(dests).zip(&views).try_for_each(|((p, d), slot)| -> Result<()> {
+                    wait(engine, Some(p.idx.clone()))?;
+                    mapped(p)?;
+                    let view = view_of(&p.staging, p.bytes)?;
+                    let src: &[u8] = slot.get_or_init(|| view);
+                    for dest in d {
+                        let from = dest.source(src);
+                        for (to, from) in dest.out.chunks_mut(piece).zip(from.chunks(piece * size)) {
+                            s.spawn(move |_| bytemuck::cast_slice_mut::<T, u8>(to).copy_from_slice(from));
                         }
-                    })
-                })
-                .collect();
-            // Waiting stops at the first error; dropping `tx` then lets the workers finish.
-            let waited = self.pending.iter().zip(dests).zip(&views).try_for_each(|((p, d), slot)| -> Result<()> {
-                wait(engine, Some(p.idx.clone()))?;
-                mapped(p)?;
-                let view = view_of(&p.staging, p.bytes)?;
-                let src: &[u8] = slot.get_or_init(|| view);
-                for dest in d {
-                    let from = dest.source(src);
-                    for (to, from) in dest.out.chunks_mut(piece).zip(from.chunks(piece * size)) {
-                        tx.send((from, to)).map_err(|_| Error::Gpu("the read-back copy threads stopped".into()))?;
                     }
-                }
-                Ok(())
-            });
-            drop(tx);
-            let copied = workers.into_iter().try_for_each(|h| {
-                h.join().unwrap_or_else(|_| Err(Error::Gpu("a copy thread panicked".into())))
-            });
-            waited.and(copied)
-        });
-        drop(rx);
+                    Ok(())
+                })
+            })
+        })
+        .and_then(|r| r);
         // Only chunks that were mapped (an error stops the waiting early) are unmapped.
         for (p, view) in self.pending.iter().zip(views) {
             if let Some(view) = view.into_inner() {
@@ -379,6 +401,18 @@ impl<T: Elem> Download<T> {
             }
         }
         result
+    }
+}
+
+impl<T: Elem> Download<T> {
+    /// `finish` on the calling thread alone.
+    fn finish_here(self, engine: &Engine, dests: Vec<Vec<Dest<'_, T>>>) -> Result<()> {
+        for (p, mut d) in self.pending.iter().zip(dests) {
+            wait(engine, Some(p.idx.clone()))?;
+            mapped(p)?;
+            copy_out(&p.staging, p.bytes, &mut d)?;
+        }
+        Ok(())
     }
 }
 
@@ -473,8 +507,13 @@ mod tests {
 
     #[test]
     fn spread_keeps_order_and_reports_errors() {
-        let v = spread(37, |i| Ok(i * 2)).unwrap();
-        assert_eq!(v, (0..37).map(|i| i * 2).collect::<Vec<_>>());
-        assert!(spread(9, |i| if i == 5 { Err(Error::invalid("five")) } else { Ok(i) }).is_err());
+        for threads in [1, 3, 8] {
+            let v = spread_over(threads, 37, |i| Ok(i * 2)).unwrap();
+            assert_eq!(v, (0..37).map(|i| i * 2).collect::<Vec<_>>());
+            let failing = |i| if i % 7 == 5 { Err(Error::invalid(format!("job {i}"))) } else { Ok(i) };
+            // The first failing job in index order is the error reported.
+            let e = spread_over(threads, 30, failing).unwrap_err().to_string();
+            assert!(e.contains("job 5"), "{threads} threads: {e}");
+        }
     }
 }
