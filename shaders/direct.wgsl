@@ -1,9 +1,6 @@
 // convtune: direct convolution.
 //
 // Each invocation computes {{TK}} output channels x {{TW}} output columns of one output row.
-// A workgroup holds {{WG_X}} pixel tiles x {{WG_Y}} channel tiles. Neighbouring invocations take
-// neighbouring channel tiles for NHWC, whose y keeps a pixel's channels together (a subgroup's
-// stores are then contiguous), else neighbouring pixel tiles; here: {{LANES}}.
 // Accumulators are scalar variables and every register index is a constant: loops over
 // register arrays end up in local memory on NVIDIA's Vulkan compiler (30x slower).
 // The problem shape is baked in as constants so index arithmetic folds at compile time.
@@ -49,7 +46,7 @@ const KT: u32 = {{KT}}u;        // output-channel tiles per group
 const SP_BLOCKS: u32 = {{SP_BLOCKS}}u;  // workgroups along the spatial axis
 const K_BLOCKS: u32 = {{K_BLOCKS}}u;    // workgroups along the channel-tile axis
 
-@compute @workgroup_size({{WG_SIZE}}, 1)
+@compute @workgroup_size({{WG_X}}, {{WG_Y}}, 1)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -65,8 +62,8 @@ fn main(
     let rest = block / SP_BLOCKS;
     let k_block = rest % K_BLOCKS;
     let n = rest / K_BLOCKS;
-    let p = sp_block * {{WG_X}}u + {{LID_P}};
-    let kt_all = k_block * {{WG_Y}}u + {{LID_K}};
+    let p = sp_block * {{WG_X}}u + lid.x;
+    let kt_all = k_block * {{WG_Y}}u + lid.y;
     if (n >= N || p >= u32(OH) * OWT || kt_all >= {{GROUPS}}u * KT) {
         return;
     }

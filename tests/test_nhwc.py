@@ -11,8 +11,8 @@ from convtune.reference import apply_epilogue, conv2d_reference
 from reference import FMA_SAMPLE, check_close, nhwc
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
-# Direct variants with several channel tiles per workgroup: in NHWC their invocations run along
-# the channel tiles (tails of K and of the row inside one workgroup).
+# Direct variants with several channel tiles per workgroup (tails of K and of the row inside one
+# workgroup).
 VARIANTS = FMA_SAMPLE + ["direct_wg8x8_u1_k2w2", "direct_wg16x4_u0_k1w1", "direct_wg16x16_u2_k4w1"]
 
 CASES = [

@@ -5,7 +5,7 @@ use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::Result;
-use crate::params::{ConvShape, Layout};
+use crate::params::ConvShape;
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -246,20 +246,8 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         writeln!(store, "    }}").unwrap();
     }
 
-    // NHWC y keeps a pixel's channels together: there neighbouring invocations take
-    // neighbouring channel tiles (x's loads are then the same for all of them).
-    let channel_lanes = shape.layout == Layout::Nhwc;
-    let (wg_size, lid_p, lid_k, lanes) = if channel_lanes {
-        (format!("{}, {}", d.wg_y, d.wg_x), "lid.y", "lid.x", "channel tiles")
-    } else {
-        (format!("{}, {}", d.wg_x, d.wg_y), "lid.x", "lid.y", "pixel tiles")
-    };
     let mut vars = shape_vars(shape, &d.name());
     vars.extend([
-        ("WG_SIZE", wg_size),
-        ("LID_P", lid_p.to_string()),
-        ("LID_K", lid_k.to_string()),
-        ("LANES", lanes.to_string()),
         ("TK", tk.to_string()),
         ("TW", tw.to_string()),
         ("WG_X", d.wg_x.to_string()),
