@@ -905,6 +905,10 @@ mod tests {
             if mode.as_deref() == Some("float16") {
                 s = s.with_layout(crate::params::Layout::Nhwc).with_dtype(crate::dtype::DType::F16);
             }
+            // RANK_LAYOUT=NHWC ranks the channels-last problems.
+            if std::env::var("RANK_LAYOUT").as_deref() == Ok("NHWC") {
+                s = s.with_layout(crate::params::Layout::Nhwc);
+            }
             let order = timing_order(&s, precision.for_data(s.dtype), &caps, &TuneOptions::default(), false).unwrap();
             let names: Vec<String> = order.iter().map(|c| format!("{}:{:.4e}", c.variant, c.variant.cost(&s))).collect();
             println!("RANK {}\t{}", s.label(), names.join(" "));
