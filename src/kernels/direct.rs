@@ -5,7 +5,7 @@ use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::Result;
-use crate::params::{ConvShape, Layout};
+use crate::params::ConvShape;
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,11 +23,6 @@ pub struct Direct {
 /// public suite: BENCHMARKS.md, "Tuner: ranking and budget"), so the families rank against
 /// each other by time.
 const TIME_PER_COST: f64 = 1.5;
-/// A cache line, and what storing into one more of them costs in multiply-adds; the
-/// subgroup width the store pattern is counted over (NVIDIA's).
-const LINE_BYTES: u32 = 128;
-const STORE_LINE: f64 = 128.0;
-const SUBGROUP: u32 = 32;
 
 const WG: [(u32, u32); 8] = [(64, 1), (128, 1), (256, 1), (32, 2), (16, 4), (32, 4), (8, 8), (16, 16)];
 const UNROLL: [u32; 4] = [0, 1, 2, 4];
@@ -119,32 +114,12 @@ impl KernelVariant for Direct {
             _ => 0.95,
         };
         // No penalty for many live accumulators: up to the space's 8 x 4 they ran fastest.
-        let outputs = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk)) as f64;
-        (fmas * (1.0 + GLOBAL_LOAD * loads) * unroll + outputs * STORE_LINE * self.lines_per_store(shape))
-            * TIME_PER_COST
+        fmas * (1.0 + GLOBAL_LOAD * loads) * unroll * TIME_PER_COST
             / parallel_efficiency(ceil_to(threads, self.invocations() as u64))
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
         generate(self, shape)
-    }
-}
-
-impl Direct {
-    /// Cache lines one subgroup's store instruction touches, per element it stores. A
-    /// subgroup spans `px` pixel tiles (neighbouring invocations) by `32 / px` channel tiles;
-    /// NCHW y keeps a channel's pixels together, NHWC a pixel's channels. With few terms per
-    /// output the stores set the pace: on the H100, 1,3,225,225 -> 32 in NHWC took 0.036 ms
-    /// with 32 pixel tiles per subgroup (a line per element) and 0.016 with 8 (a line per four).
-    fn lines_per_store(&self, shape: &ConvShape) -> f64 {
-        let px = self.wg_x.min(SUBGROUP);
-        let kx = (SUBGROUP / px).min(self.wg_y).max(1);
-        let line = |bytes: u32| bytes.div_ceil(LINE_BYTES) as f64;
-        let lines = match shape.layout {
-            Layout::Nchw => kx as f64 * line(px * self.tw * 4),
-            Layout::Nhwc => px as f64 * line(kx * self.tk * 4),
-        };
-        lines / (px * kx) as f64
     }
 }
 
@@ -286,25 +261,4 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         ("STORE", store),
     ]);
     Ok(Kernel::plain(render(Direct::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::params::Padding;
-
-    #[test]
-    fn nhwc_stores_from_pixel_wide_subgroups_rank_below_channel_wide_ones() {
-        let nchw = ConvShape::new([1, 3, 225, 225], [32, 3, 3, 3], (1, 1), Padding::Explicit(0, 0), (1, 1), 1, None).unwrap();
-        let nhwc = nchw.with_layout(Layout::Nhwc);
-        let wide = |wg_x, wg_y, tk, tw| Direct { wg_x, wg_y, unroll: 1, tk, tw };
-        // 32 pixel tiles per subgroup: a line per element in NHWC, four elements' worth of
-        // lines per line in NCHW (tw = 4); 8 x 4 tiles of one channel each: a line per four.
-        assert_eq!(wide(128, 1, 8, 4).lines_per_store(&nhwc), 1.0);
-        assert_eq!(wide(128, 1, 8, 4).lines_per_store(&nchw), 0.125);
-        assert_eq!(wide(8, 8, 1, 4).lines_per_store(&nhwc), 0.25);
-        // On the H100 the second ran 2.2x faster than the first in NHWC (0.016 against 0.036 ms).
-        assert!(wide(8, 8, 1, 4).cost(&nhwc) < wide(128, 1, 8, 4).cost(&nhwc));
-        assert!(wide(128, 1, 8, 4).cost(&nchw) < wide(8, 8, 1, 4).cost(&nchw));
-    }
 }
