@@ -1,9 +1,10 @@
 //! Host <-> GPU copies of float32 tensors through mapped staging buffers from the pool.
 //!
-//! A transfer is cut into chunks, each with its own staging buffer and submission. Uploads
-//! fill chunks on several host threads while the GPU copies earlier ones; read-backs wait
-//! for them in order on the calling thread and empty them on several (see
-//! `Download::finish`). Small transfers are one chunk on the calling thread.
+//! A transfer is cut into chunks, each with its own staging buffer. Uploads fill chunks on
+//! the copy threads (a pool kept for the process) while the GPU copies earlier ones, or,
+//! under `PIECEWISE_MAX`, fill one chunk per thread and copy them with one submission;
+//! read-backs wait for their chunks in order on the calling thread and the copy threads
+//! empty them (see `Download::finish`). Small transfers run on the calling thread.
 //!
 //! On the host side a tensor is a list of runs `(offset, len)` in elements of a host array;
 //! on the GPU side the runs lie back to back from offset 0 (row bands of a split problem).
