@@ -53,6 +53,15 @@ fn finite_max4(v: vec4<u32>) -> u32 {
     return max(max(f.x, f.y), max(f.z, f.w));
 }
 
+// Zeroes the workgroup's maxima before its invocations fold into them.
+fn reset_max(lid: u32) {
+    if (lid == 0u) {
+        atomicStore(&wg_max[0], 0u);
+        atomicStore(&wg_max[1], 0u);
+    }
+    workgroupBarrier();
+}
+
 // Folds a workgroup's maxima into stats[slot]: a few thousand global atomics instead of one
 // per invocation.
 fn fold_max(lid: u32, slot: u32, mx: u32) {
@@ -74,11 +83,7 @@ fn max_of_w(first: u32) -> u32 {
 
 @compute @workgroup_size(256, 1, 1)
 fn maxabs4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    if (lid == 0u) {
-        atomicStore(&wg_max[0], 0u);
-        atomicStore(&wg_max[1], 0u);
-    }
-    workgroupBarrier();
+    reset_max(lid);
     let n4 = arrayLength(&got4);
     var mx: u32 = 0u;
     for (var i = gid.x; i < n4; i = i + THREADS) {
@@ -95,11 +100,7 @@ fn maxabs4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocat
 
 @compute @workgroup_size(256, 1, 1)
 fn maxabs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    if (lid == 0u) {
-        atomicStore(&wg_max[0], 0u);
-        atomicStore(&wg_max[1], 0u);
-    }
-    workgroupBarrier();
+    reset_max(lid);
     var mx: u32 = 0u;
     for (var i = gid.x; i < arrayLength(&got); i = i + THREADS) {
         let b = got[i] & ABS_MASK;

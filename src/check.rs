@@ -125,7 +125,12 @@ impl Checker {
         } else {
             (&self.maxabs, vec![(0, x), (1, w), (2, scales)])
         };
-        Self::record(device, enc, pipeline, "convtune maxabs", &buffers, first_pass(timestamps));
+        let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+            query_set: qs,
+            beginning_of_pass_write_index: Some(i),
+            end_of_pass_write_index: None,
+        });
+        Self::record(device, enc, pipeline, "convtune maxabs", &buffers, timestamp_writes);
     }
 
     /// Records comparing `got` with `want`, both of `dtype`, into `stats` (16 bytes, zeroed here).
@@ -153,13 +158,4 @@ impl Comparison {
             bad: word(2),
         }
     }
-}
-
-/// Timestamp writes for a run's first pass: its beginning only.
-fn first_pass(timestamps: Option<(&wgpu::QuerySet, u32)>) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
-    timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
-        query_set: qs,
-        beginning_of_pass_write_index: Some(i),
-        end_of_pass_write_index: None,
-    })
 }
