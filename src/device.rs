@@ -103,6 +103,9 @@ pub struct Engine {
     checker: Mutex<Option<Arc<crate::check::Checker>>>,
     /// The size of the adapter's largest device-local memory heap, where it can be read.
     pub device_heap: Option<u64>,
+    /// Inputs from host arrays are written straight into mapped device memory
+    /// (`pool::INPUT_MAPPED`) instead of through staging buffers and GPU copies.
+    pub direct_inputs: bool,
     /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
     /// The last Tensor call's submission, not waited for yet (see `runner::conv2d_device`).
@@ -293,6 +296,43 @@ fn device_heap_bytes(_adapter: &wgpu::Adapter) -> Option<u64> {
     None
 }
 
+/// Whether buffers the host maps for writing land in the adapter's main device memory:
+/// wgpu's Vulkan backend places them in the first memory type that is device-local,
+/// host-visible and host-coherent, and this says whether that type's heap is the largest
+/// device-local one (all of a GPU's memory mapped through a resizable BAR, or a CPU or
+/// unified-memory adapter) rather than a 256 MiB window or host memory.
+#[cfg(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple")))))]
+fn host_maps_device_memory(adapter: &wgpu::Adapter) -> bool {
+    // SAFETY: reads properties of the physical device only, as `device_heap_bytes`.
+    let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else { return false };
+    let instance = hal.shared_instance().raw_instance();
+    // SAFETY: the physical device belongs to this instance, which the adapter keeps alive.
+    let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    // VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | HOST_VISIBLE_BIT | HOST_COHERENT_BIT
+    const MAPPED_DEVICE: u32 = 0x1 | 0x2 | 0x4;
+    let heaps = props.memory_heaps_as_slice();
+    let largest = heaps.iter().filter(|h| h.flags.as_raw() & 0x1 != 0).map(|h| h.size).max();
+    let chosen = props.memory_types_as_slice().iter().find(|t| t.property_flags.as_raw() & MAPPED_DEVICE == MAPPED_DEVICE);
+    match (chosen, largest) {
+        (Some(t), Some(largest)) => heaps.get(t.heap_index as usize).is_some_and(|h| h.size == largest),
+        _ => false,
+    }
+}
+
+#[cfg(not(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple"))))))]
+fn host_maps_device_memory(_adapter: &wgpu::Adapter) -> bool {
+    false
+}
+
+/// Whether kernel inputs from host arrays are written in place (`CONVTUNE_DIRECT_UPLOAD=0`
+/// turns it off): where the host maps the device's memory, writing there directly saves
+/// a staging buffer and a GPU copy per input.
+fn direct_inputs(adapter: &wgpu::Adapter) -> bool {
+    !std::env::var("CONVTUNE_DIRECT_UPLOAD").is_ok_and(|v| v.trim() == "0")
+        && adapter.features().contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        && host_maps_device_memory(adapter)
+}
+
 impl Engine {
     fn create() -> Result<Engine> {
         let (_instance, list) = discover();
@@ -305,6 +345,10 @@ impl Engine {
             | wgpu::Features::SHADER_F16;
         if tensor_cores {
             wanted |= TENSOR_CORE_FEATURES;
+        }
+        let direct_inputs = direct_inputs(&adapter);
+        if direct_inputs {
+            wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
@@ -398,6 +442,7 @@ impl Engine {
             pool,
             checker: Mutex::new(None),
             device_heap,
+            direct_inputs,
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
             in_flight: Mutex::new(None),
         })

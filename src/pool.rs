@@ -27,6 +27,13 @@ pub fn default_cap(device_heap: Option<u64>, cpu: bool) -> u64 {
 /// allocates (and the driver pins) a fresh one of these per call; pooled ones are kept
 /// mapped while idle, so a call writes into them at once.
 pub const UPLOAD: wgpu::BufferUsages = wgpu::BufferUsages::MAP_WRITE.union(wgpu::BufferUsages::COPY_SRC);
+/// Kernel inputs the host writes in place: storage buffers in device memory that the host
+/// can map, where an adapter has it (see `Engine::direct_inputs`). Kept mapped while idle,
+/// like `UPLOAD` buffers.
+pub const INPUT_MAPPED: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST)
+    .union(wgpu::BufferUsages::MAP_WRITE);
 /// Host-visible buffers the GPU copies results into for the host to read.
 pub const DOWNLOAD: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 
@@ -50,7 +57,12 @@ pub struct Pool {
 }
 
 fn is_device_local(usage: wgpu::BufferUsages) -> bool {
-    !usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
+    usage.contains(wgpu::BufferUsages::STORAGE) || !usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
+}
+
+/// Buffers the host writes: they start mapped and are kept mapped while idle.
+fn host_written(usage: wgpu::BufferUsages) -> bool {
+    usage.contains(wgpu::BufferUsages::MAP_WRITE)
 }
 
 /// Sizes are rounded up to one of eight steps per power of two: at most 12.5% waste, and
@@ -135,8 +147,8 @@ impl Pool {
             label: Some("convtune"),
             size,
             usage,
-            // Upload buffers start mapped, as idle ones are kept.
-            mapped_at_creation: usage == UPLOAD,
+            // Buffers the host writes start mapped, as idle ones are kept.
+            mapped_at_creation: host_written(usage),
         });
         match pollster::block_on(scope.pop()) {
             None => {
@@ -147,7 +159,7 @@ impl Pool {
         }
     }
 
-    /// A buffer of at least `size` bytes with `usage`; an `UPLOAD` buffer comes mapped.
+    /// A buffer of at least `size` bytes with `usage`; one the host writes comes mapped.
     pub fn take(self: &Arc<Self>, usage: wgpu::BufferUsages, size: u64) -> Result<PooledBuffer> {
         let class = size_class(size);
         let key = (usage.bits(), class);
@@ -162,7 +174,7 @@ impl Pool {
                         self.create(usage, class)?
                     }
                 };
-                Idle { buf, mapped: (usage == UPLOAD).then(|| Arc::new(AtomicBool::new(true))) }
+                Idle { buf, mapped: host_written(usage).then(|| Arc::new(AtomicBool::new(true))) }
             }
         };
         let Idle { buf, mapped } = idle;

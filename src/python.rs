@@ -458,6 +458,7 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("features", features)?;
     d.set_item("loader_note", eng.loader_note.clone())?;
     d.set_item("device_heap_bytes", eng.device_heap)?;
+    d.set_item("direct_inputs", eng.direct_inputs)?;
     Ok(d)
 }
 

@@ -5,7 +5,7 @@ use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
-use crate::pool::PooledBuffer;
+use crate::pool::{PooledBuffer, INPUT_MAPPED};
 use crate::split;
 use crate::timing::Phases;
 use crate::transfer::{self, scoped, wait, GPU_WAIT};
@@ -83,19 +83,50 @@ struct Weights {
     staging: Vec<PooledBuffer>,
 }
 
-/// A pooled buffer with `data` in it, its upload queued (staging kept in `staging`).
-fn put<T: Elem>(engine: &Engine, data: &[T], staging: &mut Vec<PooledBuffer>) -> Result<Arc<PooledBuffer>> {
-    let buf = engine.pool.take(INPUT, buffer_size(T::DTYPE, data.len() as u64))?;
-    staging.extend(transfer::upload(engine, &buf, data, &[(0, data.len())])?);
-    Ok(Arc::new(buf))
+/// A pooled input buffer holding `runs` of `data` back to back (`elems` elements). With
+/// `direct` (see `Engine::direct_inputs`) it is written in place, and the caller calls
+/// `remap_upload` on it once the submissions reading it are queued; otherwise its upload
+/// is queued through staging buffers, kept in `staging`.
+fn input<T: Elem>(
+    engine: &Engine,
+    data: &[T],
+    runs: &[(usize, usize)],
+    elems: u64,
+    direct: bool,
+    staging: &mut Vec<PooledBuffer>,
+) -> Result<PooledBuffer> {
+    let size = buffer_size(T::DTYPE, elems);
+    if direct {
+        let buf = engine.pool.take(INPUT_MAPPED, size)?;
+        transfer::write_direct(&buf, data, runs)?;
+        return Ok(buf);
+    }
+    let buf = engine.pool.take(INPUT, size)?;
+    staging.extend(transfer::upload(engine, &buf, data, runs)?);
+    Ok(buf)
 }
 
-fn upload_weights<T: Elem>(engine: &Engine, shape: &ConvShape, w: &[T], bias: Option<&[f32]>) -> Result<Weights> {
+/// A pooled buffer with all of `data` in it (see `input`).
+fn put<T: Elem>(engine: &Engine, data: &[T], direct: bool, staging: &mut Vec<PooledBuffer>) -> Result<Arc<PooledBuffer>> {
+    input(engine, data, &[(0, data.len())], data.len() as u64, direct, staging).map(Arc::new)
+}
+
+fn upload_weights<T: Elem>(engine: &Engine, shape: &ConvShape, w: &[T], bias: Option<&[f32]>, direct: bool) -> Result<Weights> {
     check_binding(engine, "w", shape.w_len(), T::DTYPE)?;
     let mut staging = Vec::new();
-    let wb = put(engine, w, &mut staging)?;
-    let bb = bias.map(|b| put(engine, b, &mut staging)).transpose()?;
+    let wb = put(engine, w, direct, &mut staging)?;
+    let bb = bias.map(|b| put(engine, b, direct, &mut staging)).transpose()?;
     Ok(Weights { w: wb, bias: bb, staging })
+}
+
+impl Weights {
+    /// Asks for the mappings of weights written in place back (see `input`).
+    fn remap(&self) {
+        self.w.remap_upload();
+        if let Some(b) = &self.bias {
+            b.remap_upload();
+        }
+    }
 }
 
 /// Fills `buf` with the poison pattern on the GPU (no host copy of the output's size).
@@ -270,7 +301,7 @@ impl DeviceTensors {
     ) -> Result<Self> {
         expect_dtype::<T>(shape)?;
         check_binding(engine, "x", shape.x_len(), T::DTYPE)?;
-        let weights = upload_weights(engine, shape, w, bias)?;
+        let weights = upload_weights(engine, shape, w, bias, false)?;
         let ys = check_binding(engine, "the output", shape.y_len(), T::DTYPE)?;
         Ok(DeviceTensors {
             shape: *shape,
@@ -514,7 +545,8 @@ pub fn conv2d_timed<T: Elem>(
             pieces.len()
         )));
     }
-    let mut weights = upload_weights(engine, shape, w, bias)?;
+    let direct = engine.direct_inputs;
+    let mut weights = upload_weights(engine, shape, w, bias, direct)?;
     ph.mark("upload");
     for piece in &pieces {
         let y_runs = split::y_runs(shape, piece);
@@ -524,22 +556,19 @@ pub fn conv2d_timed<T: Elem>(
         };
         let kernel = engine.pipeline(variant, &sub)?;
         ph.mark("pipeline");
-        let xb = engine.pool.take(INPUT, buffer_size(shape.dtype, sub.x_len()))?;
         let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len(), shape.dtype)?)?;
         ph.mark("buffers");
-        let mut staging = transfer::upload(engine, &xb, x, &split::x_runs(shape, piece, &sub))?;
+        let mut staging = Vec::new();
+        let xb = input(engine, x, &split::x_runs(shape, piece, &sub), sub.x_len(), direct, &mut staging)?;
         // The residual is laid out like y, so it travels in y's runs.
-        let zb = match z {
-            Some(z) => {
-                let zb = engine.pool.take(INPUT, buffer_size(shape.dtype, sub.y_len()))?;
-                staging.extend(transfer::upload(engine, &zb, z, &y_runs)?);
-                Some(zb)
-            }
-            None => None,
-        };
+        let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging)).transpose()?;
         ph.mark("upload");
         let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y)?;
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
+        xb.remap_upload();
+        if let Some(zb) = &zb {
+            zb.remap_upload();
+        }
         ph.mark("submit");
         // Some drivers (lavapipe) block here until the kernel is done.
         let download = transfer::start_download::<T>(engine, &y, &y_runs)?;
@@ -552,6 +581,11 @@ pub fn conv2d_timed<T: Elem>(
         drop(staging);
         weights.staging.clear();
         ph.mark("release");
+    }
+    if direct {
+        // Every piece's kernel is done: the weights' mappings come back at this poll.
+        weights.remap();
+        wait(engine, None)?;
     }
     Ok(())
 }
@@ -600,7 +634,7 @@ pub fn conv2d_device<T: Elem>(
     }
     let ys = check_binding(engine, "the output", shape.y_len(), shape.dtype)?;
     let kernel = engine.pipeline(variant, shape)?;
-    let weights = upload_weights(engine, shape, w, bias)?;
+    let weights = upload_weights(engine, shape, w, bias, false)?;
     let z_host = match z {
         Some(Residual::Host(z)) => Some(upload_slice(engine, INPUT, z)?),
         _ => None,

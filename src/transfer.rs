@@ -253,19 +253,41 @@ fn write_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, start: usize, data: &
 
 /// A staging buffer holding chunk `c` of `src`, unmapped for its GPU copy.
 fn fill_chunk<T: Elem>(engine: &Engine, src: &[T], c: &Chunk) -> Result<PooledBuffer> {
-    let size = std::mem::size_of::<T>();
     let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(UPLOAD, bytes)?;
-    {
-        let mut view = staging
-            .get_mapped_range_mut(..bytes)
-            .map_err(|e| Error::Gpu(format!("writing an upload buffer failed: {e}")))?;
-        for &(host, within, n) in &c.parts {
-            view.slice(within * size..(within + n) * size).copy_from_slice(bytemuck::cast_slice(&src[host..host + n]));
-        }
-    }
+    write_parts(&staging, 0, src, c)?;
     staging.unmap_upload();
     Ok(staging)
+}
+
+/// Writes chunk `c` of `src` into the mapped bytes of `buf` from `offset` on.
+fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk) -> Result<()> {
+    let size = std::mem::size_of::<T>();
+    let mut view = buf
+        .slice(offset..offset + copy_bytes::<T>(c.len))
+        .get_mapped_range_mut()
+        .map_err(|e| Error::Gpu(format!("writing a mapped buffer failed: {e}")))?;
+    for &(host, within, n) in &c.parts {
+        view.slice(within * size..(within + n) * size).copy_from_slice(bytemuck::cast_slice(&src[host..host + n]));
+    }
+    Ok(())
+}
+
+/// Writes `runs` of `src` straight into `dst`, back to back from offset 0, spread over the
+/// copy threads, and unmaps it for the kernels: `dst` is a pooled buffer of device memory
+/// the host maps (`pool::INPUT_MAPPED`, see `Engine::direct_inputs`), so there is no staging
+/// buffer and no GPU copy. Call `remap_upload` on it once the submissions reading it are
+/// queued.
+pub fn write_direct<T: Elem>(dst: &PooledBuffer, src: &[T], runs: &[(usize, usize)]) -> Result<()> {
+    let total: usize = runs.iter().map(|r| r.1).sum();
+    // Pieces start on whole KiB multiples: mapped ranges must start 8-byte aligned.
+    let piece = (COPY_PIECE as usize / std::mem::size_of::<T>()).max(1024);
+    let per_thread = total.div_ceil(max_threads()).next_multiple_of(1024).max(piece);
+    let plan = chunks(runs, per_thread);
+    let size = std::mem::size_of::<T>() as u64;
+    spread(plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i]))?;
+    dst.unmap_upload();
+    Ok(())
 }
 
 fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chunk) -> Result<PooledBuffer> {

@@ -61,16 +61,20 @@ CHUNKED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("direct", ["0", "1"])
 @pytest.mark.parametrize("threads", ["1", "3"])
-def test_tiny_chunks_on_several_threads_match_the_reference(threads):
+def test_tiny_chunks_on_several_threads_match_the_reference(threads, direct):
     """1 KiB chunks: runs of row bands cross chunk boundaries, threads take every third
-    chunk; results must still match, whole problems and split ones alike."""
-    env = dict(os.environ, CONVTUNE_COPY_CHUNK_KB="1", CONVTUNE_COPY_THREADS=threads)
+    chunk; results must still match, whole problems and split ones alike, with inputs
+    written through staging or in place (CONVTUNE_DIRECT_UPLOAD)."""
+    env = dict(os.environ, CONVTUNE_COPY_CHUNK_KB="1", CONVTUNE_COPY_THREADS=threads,
+               CONVTUNE_DIRECT_UPLOAD=direct)
     r = subprocess.run([sys.executable, "-c", CHUNKED], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
 PIECES = textwrap.dedent("""
+    import os
     import numpy as np, convtune
     from convtune.reference import conv2d_reference, max_relative_error
     rng = np.random.default_rng(3)
@@ -82,13 +86,28 @@ PIECES = textwrap.dedent("""
     t = rng.standard_normal((3, 7, 113, 117), dtype=np.float32)  # 1.1 MB, ragged pieces
     assert np.array_equal(convtune.to_device(x).numpy(), x)
     assert np.array_equal(convtune.to_device(t).numpy(), t)
+    # float16 with an odd element count: the last piece ends on a half word.
+    xh = rng.standard_normal((1, 3, 301, 331)).astype(np.float16)
+    wh = rng.standard_normal((5, 3, 3, 3)).astype(np.float16)
+    yh = convtune.conv2d(xh, wh, padding=1)
+    assert max_relative_error(yh, conv2d_reference(xh, wh, padding=1)) <= 1e-2
+    # A stream of calls reuses its input buffers (they come back mapped) and allocates nothing.
+    before = convtune.memory_stats()["allocations"]
+    for _ in range(3):
+        x[0, 0, 0, 0] += 1.0
+        y = convtune.conv2d(x, w, padding=1)
+        assert max_relative_error(y, conv2d_reference(x, w, padding=1)) <= 1e-5
+    assert convtune.memory_stats()["allocations"] == before
+    if os.environ["CONVTUNE_DIRECT_UPLOAD"] == "0":
+        assert not convtune.adapter_info()["direct_inputs"]
     print("ok")
 """)
 
 
+@pytest.mark.parametrize("direct", ["0", "1"])
 @pytest.mark.parametrize("threads", ["1", "3", "8"])
-def test_uploads_cut_across_copy_threads_land_where_they_belong(threads):
-    env = dict(os.environ, CONVTUNE_COPY_THREADS=threads)
+def test_uploads_cut_across_copy_threads_land_where_they_belong(threads, direct):
+    env = dict(os.environ, CONVTUNE_COPY_THREADS=threads, CONVTUNE_DIRECT_UPLOAD=direct)
     r = subprocess.run([sys.executable, "-c", PIECES], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
@@ -130,3 +149,12 @@ def test_timings_are_per_thread_and_cover_tensor_calls():
     assert seen["before"] is None
     assert "native" in seen["after"]["phases"] and "gpu_wait" not in seen["after"]["phases"]
     assert convtune.last_call_timings() == mine
+
+
+def test_a_cpu_adapter_writes_inputs_in_place():
+    """A CPU adapter's device memory is host memory: conv2d writes inputs there directly, so
+    the in-place path is the one every CPU test run exercises."""
+    info = convtune.adapter_info()
+    if info["type"] != "Cpu" or os.environ.get("CONVTUNE_DIRECT_UPLOAD") == "0":
+        pytest.skip("only a CPU adapter is sure to map its device memory")
+    assert info["direct_inputs"]

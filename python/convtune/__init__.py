@@ -624,8 +624,11 @@ def devices() -> list:
 
 
 def adapter_info() -> dict:
-    """The adapter convtune uses, with its limits and features, and ``device_heap_bytes``:
-    the size of its largest device-local memory heap (``None`` where it cannot be read)."""
+    """The adapter convtune uses, with its limits and features, ``device_heap_bytes``: the
+    size of its largest device-local memory heap (``None`` where it cannot be read), and
+    ``direct_inputs``: whether ``conv2d`` writes numpy inputs straight into device memory the
+    host maps (a resizable BAR, or a CPU adapter) instead of through staging buffers and GPU
+    copies (``CONVTUNE_DIRECT_UPLOAD=0`` turns it off)."""
     return _convtune.adapter_info()
 
 
