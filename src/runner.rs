@@ -548,7 +548,8 @@ pub fn conv2d_timed<T: Elem>(
     let direct = engine.direct_inputs;
     let mut weights = upload_weights(engine, shape, w, bias, direct)?;
     ph.mark("upload");
-    for piece in &pieces {
+    for (i, piece) in pieces.iter().enumerate() {
+        let first = i == 0;
         let y_runs = split::y_runs(shape, piece);
         let Some(sub) = piece.shape else {
             fill_padding_only(shape, w, bias, z, &y_runs, out);
@@ -573,6 +574,10 @@ pub fn conv2d_timed<T: Elem>(
         // Some drivers (lavapipe) block here until the kernel is done.
         let download = transfer::start_download::<T>(engine, &y, &y_runs)?;
         ph.mark("readback_submit");
+        if first {
+            transfer::prefault(out);
+            ph.mark("prefault");
+        }
         wait(engine, Some(idx))?;
         ph.mark("gpu_wait");
         download.finish(engine, out)?;

@@ -311,6 +311,30 @@ pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T]) -> Re
     Ok(())
 }
 
+/// Writes one byte of every page of `out` on the copy threads, so that the read-back's
+/// copies land in pages already there: a fresh numpy array's pages are mapped (and zeroed
+/// by the kernel) at their first write, and doing that while the GPU runs takes it off the
+/// read-back's path. Outputs under two copy pieces are left to the read-back.
+pub fn prefault<T: Elem>(out: &mut [T]) {
+    const PAGE: usize = 4096;
+    let bytes = bytemuck::cast_slice_mut::<T, u8>(out);
+    let piece = COPY_PIECE as usize;
+    if bytes.len() < 2 * piece {
+        return;
+    }
+    let Some(pool) = copy_pool() else { return };
+    pool.install(|| {
+        use rayon::prelude::*;
+        bytes.par_chunks_mut(piece).for_each(|c| {
+            for i in (0..c.len()).step_by(PAGE) {
+                // Volatile: the write must happen now, though the read-back overwrites it.
+                // SAFETY: `i` is within `c`.
+                unsafe { std::ptr::write_volatile(c.as_mut_ptr().add(i), 0) };
+            }
+        });
+    });
+}
+
 /// A disjoint piece of the host output and where its elements sit in a chunk.
 struct Dest<'a, T> {
     within: usize,
