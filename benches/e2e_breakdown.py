@@ -9,9 +9,11 @@ Per shape: the median end-to-end time of ``conv2d`` over ``--reps`` calls after 
 median of each phase ``convtune.last_call_timings()`` measured in those calls, the GPU time
 of the same kernel (``time_variant``, timestamp queries where the adapter has them), and a
 bound: kernel + bytes up / upload bandwidth + bytes down / read-back bandwidth + 1 ms. With
-PyTorch and CUDA importable, the bandwidths are those of pinned-memory CUDA copies and a
-column gives PyTorch's own end to end on the same arrays (``torch.from_numpy(x).cuda()``,
-the same for ``w``, ``F.conv2d``, ``.cpu().numpy()``; TF32 off; median of ``--reps``);
+PyTorch and CUDA importable, the bandwidths are those of pinned-memory CUDA copies, a second
+("pageable") bound uses those of CUDA copies from and to pageable numpy arrays (memory like
+the arrays a call gets and returns), and a column gives PyTorch's own end to end on the same
+arrays (``torch.from_numpy(x).cuda()``, the same for ``w``, ``F.conv2d``,
+``.cpu().numpy()``; TF32 off; median of ``--reps``);
 otherwise (a CPU adapter, where the "device" is host memory) the bandwidth is that of a
 host memcpy into an existing array.
 
@@ -85,6 +87,29 @@ def cuda_copy_bandwidths(torch, nbytes: int = 256 << 20) -> tuple:
     return rate(lambda: dev.copy_(host)), rate(lambda: host.copy_(dev))
 
 
+def cuda_pageable_bandwidths(torch, nbytes: int = 256 << 20) -> tuple:
+    """(host->device, device->host) bytes per second of CUDA copies between pageable numpy
+    arrays (pages already touched) and the GPU: what the CUDA driver itself reaches from
+    memory like a numpy array's."""
+    host = np.ones(nbytes, dtype=np.uint8)
+    back = np.ones(nbytes, dtype=np.uint8)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    h, b = torch.from_numpy(host), torch.from_numpy(back)
+
+    def rate(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        return nbytes / min(times)
+
+    return rate(lambda: dev.copy_(h)), rate(lambda: b.copy_(dev))
+
+
 def host_copy_bandwidth(nbytes: int = 128 << 20) -> float:
     """Bytes per second of a memcpy between two existing host arrays."""
     a = np.ones(nbytes, dtype=np.uint8)
@@ -154,15 +179,20 @@ def main() -> int:
     info = convtune.adapter_info()
     suite = args.suite or ("cpu" if info["type"] == "Cpu" else "issue")
     torch = torch_cuda()
+    pageable = None
     if torch is not None:
         up_bw, down_bw = cuda_copy_bandwidths(torch)
         bw_source = "pinned CUDA copies"
+        pageable = cuda_pageable_bandwidths(torch)
     else:
         up_bw = down_bw = host_copy_bandwidth()
         bw_source = "host memcpy"
     print(f"adapter: {info['name']} ({info['type']}); copy bandwidth up {up_bw / 1e9:.1f} GB/s, "
           f"down {down_bw / 1e9:.1f} GB/s ({bw_source}); CONVTUNE_TUNE="
           f"{os.environ.get('CONVTUNE_TUNE', 'auto')}; median of {args.reps} calls")
+    if pageable:
+        print(f"CUDA copies from and to pageable numpy arrays: up {pageable[0] / 1e9:.1f} GB/s, "
+              f"down {pageable[1] / 1e9:.1f} GB/s (the pageable bound)")
     rng = np.random.default_rng(0)
     rows = []
     only = set(filter(None, args.only.split(",")))
@@ -185,13 +215,17 @@ def main() -> int:
             "bound_ms": bound * 1e3, "minor_faults": faults,
             "phases_ms": {k: v * 1e3 for k, v in phases.items()},
         }
+        if pageable:
+            row["pageable_bound_ms"] = 1e3 * (kernel + (x.nbytes + w.nbytes) / pageable[0]
+                                              + y_bytes / pageable[1] + 1e-3)
         if torch is not None:
             row["torch_e2e_ms"] = torch_e2e_ms(torch, x, w, stride, padding, args.reps)
         rows.append(row)
         report(row)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"adapter": info["name"], "bandwidth": [up_bw, down_bw], "rows": rows}, f, indent=1)
+            json.dump({"adapter": info["name"], "bandwidth": [up_bw, down_bw],
+                       "pageable_bandwidth": list(pageable) if pageable else None, "rows": rows}, f, indent=1)
     return 0
 
 
@@ -200,9 +234,13 @@ def report(r) -> None:
     if "torch_e2e_ms" in r:
         torch_part = f"  torch e2e {r['torch_e2e_ms']:8.2f} ms  ratio {r['e2e_ms'] / r['torch_e2e_ms']:.2f}"
     verdict = "within" if r["e2e_ms"] <= r["bound_ms"] else "OVER"
+    pageable_part = ""
+    if "pageable_bound_ms" in r:
+        v = "within" if r["e2e_ms"] <= r["pageable_bound_ms"] else "OVER"
+        pageable_part = f"  pageable bound {r['pageable_bound_ms']:8.2f} ms ({v})"
     print(f"\n{r['shape']}: x {r['x']} w {r['w']} stride {r['stride']} pad {r['padding']}  [{r['variant']}]")
     print(f"  e2e {r['e2e_ms']:8.2f} ms  kernel {r['kernel_ms']:8.2f} ms  bound {r['bound_ms']:8.2f} ms "
-          f"({verdict}){torch_part}  minor faults {r['minor_faults']}")
+          f"({verdict}){pageable_part}{torch_part}  minor faults {r['minor_faults']}")
     for name, ms in r["phases_ms"].items():
         print(f"    {name:18s} {ms:9.3f} ms")
 
