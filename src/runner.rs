@@ -560,7 +560,11 @@ pub fn conv2d_timed<T: Elem>(
         let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len(), shape.dtype)?)?;
         ph.mark("buffers");
         let mut staging = Vec::new();
-        let xb = input(engine, x, &split::x_runs(shape, piece, &sub), sub.x_len(), direct, &mut staging)?;
+        let x_runs = split::x_runs(shape, piece, &sub);
+        let mut x_in = || input(engine, x, &x_runs, sub.x_len(), direct, &mut staging);
+        // The host writes x at the rate the bus takes them (four copy threads reach it on an
+        // H100 machine), so the other copy threads touch the result's pages meanwhile.
+        let xb = if first { transfer::alongside(x_in, || transfer::prefault(out)) } else { x_in() }?;
         // The residual is laid out like y, so it travels in y's runs.
         let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging)).transpose()?;
         ph.mark("upload");
@@ -574,10 +578,6 @@ pub fn conv2d_timed<T: Elem>(
         // Some drivers (lavapipe) block here until the kernel is done.
         let download = transfer::start_download::<T>(engine, &y, &y_runs)?;
         ph.mark("readback_submit");
-        if first {
-            transfer::prefault(out);
-            ph.mark("prefault");
-        }
         wait(engine, Some(idx))?;
         ph.mark("gpu_wait");
         download.finish(engine, out)?;

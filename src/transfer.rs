@@ -319,8 +319,8 @@ pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T]) -> Re
 const PREFAULT_MIN: usize = 32 << 20;
 
 /// Writes one byte of every page of a large `out` on the copy threads, so that the
-/// read-back's copies land in pages already there: done while the GPU runs, the page
-/// faults of a fresh array are off the read-back's path.
+/// read-back's copies land in pages already there: done beside the upload, the page faults
+/// of a fresh array are off the read-back's path.
 pub fn prefault<T: Elem>(out: &mut [T]) {
     const PAGE: usize = 4096;
     let bytes = bytemuck::cast_slice_mut::<T, u8>(out);
@@ -339,6 +339,18 @@ pub fn prefault<T: Elem>(out: &mut [T]) {
             }
         });
     });
+}
+
+/// Runs `a` and `b` at once on the copy threads (one after the other here where there
+/// are none), and returns what `a` returns.
+pub fn alongside<A: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() + Send) -> A {
+    match copy_pool() {
+        Some(pool) => pool.join(a, b).0,
+        None => {
+            b();
+            a()
+        }
+    }
 }
 
 /// A disjoint piece of the host output and where its elements sit in a chunk.

@@ -162,11 +162,10 @@ def test_a_cpu_adapter_writes_inputs_in_place():
 
 def test_a_result_over_32_mib_is_read_back_whole():
     """Results over 32 MiB are fresh mappings whose pages are touched on the copy threads
-    while the kernel runs; every element must still come from the GPU."""
+    while x is written; every element must still come from the GPU."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 1, 1502, 1502), dtype=np.float32)
     w = rng.standard_normal((4, 1, 3, 3), dtype=np.float32)
     y = convtune.conv2d(x, w)
     assert y.nbytes > 32 << 20
-    assert "prefault" in convtune.last_call_timings()["phases"]
     assert max_relative_error(y, conv2d_reference(x, w)) <= 1e-5
