@@ -564,7 +564,11 @@ pub fn conv2d_timed<T: Elem>(
         let mut x_in = || input(engine, x, &x_runs, sub.x_len(), direct, &mut staging);
         // The host writes x at the rate the bus takes them (four copy threads reach it on an
         // H100 machine), so the other copy threads touch the result's pages meanwhile.
-        let xb = if first { transfer::alongside(x_in, || transfer::prefault(out)) } else { x_in() }?;
+        let xb = if first && transfer::worth_prefaulting(out) {
+            transfer::alongside(x_in, || transfer::prefault(out))
+        } else {
+            x_in()
+        }?;
         // The residual is laid out like y, so it travels in y's runs.
         let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging)).transpose()?;
         ph.mark("upload");

@@ -318,16 +318,21 @@ pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T]) -> Re
 /// and 1.5 ms into touched pages; touching cost 0.05-0.1 ms where pages were mapped already).
 const PREFAULT_MIN: usize = 32 << 20;
 
+/// Whether `prefault` does anything for `out`.
+pub fn worth_prefaulting<T>(out: &[T]) -> bool {
+    std::mem::size_of_val(out) > PREFAULT_MIN
+}
+
 /// Writes one byte of every page of a large `out` on the copy threads, so that the
 /// read-back's copies land in pages already there: done beside the upload, the page faults
 /// of a fresh array are off the read-back's path.
 pub fn prefault<T: Elem>(out: &mut [T]) {
     const PAGE: usize = 4096;
-    let bytes = bytemuck::cast_slice_mut::<T, u8>(out);
-    let piece = COPY_PIECE as usize;
-    if bytes.len() <= PREFAULT_MIN {
+    if !worth_prefaulting(out) {
         return;
     }
+    let bytes = bytemuck::cast_slice_mut::<T, u8>(out);
+    let piece = COPY_PIECE as usize;
     let Some(pool) = copy_pool() else { return };
     pool.install(|| {
         use rayon::prelude::*;
