@@ -5,7 +5,7 @@ use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::Result;
-use crate::params::ConvShape;
+use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,6 +23,17 @@ pub struct Direct {
 /// public suite: BENCHMARKS.md, "Tuner: ranking and budget"), so the families rank against
 /// each other by time.
 const TIME_PER_COST: f64 = 1.5;
+
+/// What one 32-byte sector a store instruction touches costs, in the multiply-add units of
+/// `cost` (about 14 ps on the H100 against 0.07 ps a unit). Charged in NHWC only: there,
+/// neighbouring invocations along x write different pixels, K elements apart, and the seed
+/// shape's direct variants took 33-38 us with 32 sectors a store instruction, 19-21 with 16
+/// and 15-18 with 8 (against 13.5-17 us in NCHW, whose own store pattern the rest of the
+/// estimate was calibrated on; BENCHMARKS.md, "NHWC against NCHW").
+const NHWC_STORE_SECTOR: f64 = 200.0;
+
+/// Invocations in a subgroup, as on NVIDIA GPUs; for ranking only.
+const SUBGROUP: u32 = 32;
 
 const WG: [(u32, u32); 8] = [(64, 1), (128, 1), (256, 1), (32, 2), (16, 4), (32, 4), (8, 8), (16, 16)];
 const UNROLL: [u32; 4] = [0, 1, 2, 4];
@@ -113,13 +124,34 @@ impl KernelVariant for Direct {
             1 => 1.0,
             _ => 0.95,
         };
+        let outputs = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk)) as f64;
+        let stores = match shape.layout {
+            Layout::Nhwc => outputs * NHWC_STORE_SECTOR * self.nhwc_store_sectors(shape) / SUBGROUP as f64,
+            Layout::Nchw => 0.0,
+        };
         // No penalty for many live accumulators: up to the space's 8 x 4 they ran fastest.
-        fmas * (1.0 + GLOBAL_LOAD * loads) * unroll * TIME_PER_COST
+        (fmas * (1.0 + GLOBAL_LOAD * loads) * unroll + stores) * TIME_PER_COST
             / parallel_efficiency(ceil_to(threads, self.invocations() as u64))
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
         generate(self, shape)
+    }
+}
+
+impl Direct {
+    /// The 32-byte sectors of an NHWC y one subgroup's store instruction touches: its lanes
+    /// along x hold pixels `tw` apart, its lanes along y channel tiles `tk` apart.
+    fn nhwc_store_sectors(&self, shape: &ConvShape) -> f64 {
+        let elem = shape.dtype.size() as u32;
+        let lanes_x = self.wg_x.min(SUBGROUP);
+        let lanes_y = (SUBGROUP / lanes_x).min(self.wg_y).max(1);
+        // Sectors the channel tiles of one pixel span (each lane's own channels are written
+        // by later instructions).
+        let per_pixel = lanes_y.min((lanes_y * self.tk * elem).div_ceil(32));
+        let pixel_bytes = (shape.k * self.tw * elem) as u32;
+        let sectors = if pixel_bytes >= 32 { lanes_x * per_pixel } else { (lanes_x * pixel_bytes).div_ceil(32) };
+        sectors as f64
     }
 }
 
@@ -261,4 +293,48 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         ("STORE", store),
     ]);
     Ok(Kernel::plain(render(Direct::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::KernelVariant;
+    use crate::params::Padding;
+
+    fn seed() -> ConvShape {
+        ConvShape::new([1, 3, 225, 225], [32, 3, 3, 3], (1, 1), Padding::Explicit(0, 0), (1, 1), 1, None).unwrap()
+    }
+
+    fn likeliest(shape: &ConvShape) -> Direct {
+        let mut all = Direct::space();
+        all.retain(|d| d.suits(shape));
+        all.sort_by(|a, b| a.cost(shape).total_cmp(&b.cost(shape)).then_with(|| a.name().cmp(&b.name())));
+        all[0]
+    }
+
+    #[test]
+    fn nhwc_stores_favour_channel_tiles_across_the_subgroup() {
+        // Measured on the H100 (seed shape, NHWC): 32 sectors a store took 33-38 us, 8 took
+        // 15-18; in NCHW the likeliest winner keeps its pixel-wide workgroup.
+        let nhwc = seed().with_layout(Layout::Nhwc);
+        let d = likeliest(&nhwc);
+        assert!(d.wg_x <= 8 && d.tk <= 2, "{}", d.name());
+        assert_eq!(d.nhwc_store_sectors(&nhwc), 8.0);
+        let wide = Direct { wg_x: 128, wg_y: 1, unroll: 1, tk: 8, tw: 4 };
+        assert_eq!(wide.nhwc_store_sectors(&nhwc), 32.0);
+        assert!(likeliest(&seed()).wg_x >= 32);
+        // The store term is what separates the layouts: without it NHWC and NCHW estimates
+        // are the same.
+        assert!(wide.cost(&nhwc) > wide.cost(&seed()));
+    }
+
+    #[test]
+    fn narrow_pixels_share_sectors() {
+        // K = 4 floats: a pixel is 16 bytes, so lanes along x share sectors.
+        let s = ConvShape::new([1, 3, 64, 64], [4, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc);
+        let d = Direct { wg_x: 64, wg_y: 1, unroll: 1, tk: 4, tw: 1 };
+        assert_eq!(d.nhwc_store_sectors(&s), 16.0);
+    }
 }
