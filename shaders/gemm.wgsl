@@ -100,8 +100,7 @@ fn main(
     let m0 = i32(m_block) * BM;
     let n0 = i32(n_block) * BN;
     let lid = i32(lidx);
-    let tx = lid % TX;
-    let ty = lid / TX;
+{{LANES}}
     let x_group = g * CG * XSC;
 
     // Per load slot: which pixel this invocation gathers for the A tile, decoded once.

@@ -20,6 +20,8 @@ CASES = [
     ((1, 6, 9, 10), (10, 3, 3, 2), dict(stride=(2, 1), padding=(1, 0), groups=2, dilation=(1, 2))),
     ((3, 16, 7, 7), (20, 16, 1, 1), {}),
     ((1, 4, 8, 8), (4, 1, 3, 3), dict(padding="same", groups=4)),
+    # 1x1 grouped and strided: GEMM tiles gather NHWC x a pixel's channels at a time.
+    ((2, 12, 5, 9), (9, 4, 1, 1), dict(stride=2, groups=3)),
 ]
 
 

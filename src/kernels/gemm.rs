@@ -8,7 +8,7 @@ use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel};
 use crate::error::{Error, Result};
-use crate::params::ConvShape;
+use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -172,14 +172,23 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let a_slots = gm.bm * gm.bk / threads;
     let b_slots = gm.bn * gm.bk / threads;
 
-    // A slots: consecutive invocations take consecutive pixels (coalesced gathers, and
-    // conflict-free scalar stores into the staged tile).
+    let nhwc = shape.layout == Layout::Nhwc;
+    // A slots: consecutive invocations take consecutive pixels (coalesced gathers from NCHW
+    // x, and conflict-free scalar stores into the staged tile); for a 1x1 NHWC problem,
+    // where a pixel's channels are contiguous and pixels C elements apart, consecutive
+    // reduction indices of one pixel instead.
+    let channel_lanes = nhwc && shape.r * shape.s == 1;
     let mut a_setup = String::new();
     for i in 0..a_slots {
         let off = i * threads;
         let s = &mut a_setup;
-        writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
-        writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
+        if channel_lanes {
+            writeln!(s, "    let am{i} = (lid + {off}) / BK;").unwrap();
+            writeln!(s, "    let ak{i} = (lid + {off}) % BK;").unwrap();
+        } else {
+            writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
+            writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
+        }
         implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), ("XSN", "XSH", " * XSW"));
         implicit::write_reduction_index(s, i, &format!("ak{i} + k_begin"));
         writeln!(s, "    var pa{i}: f32;").unwrap();
@@ -307,6 +316,13 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         ("TM", gm.tm.to_string()),
         ("TN", gm.tn.to_string()),
         ("THREADS", threads.to_string()),
+        // Neighbouring invocations hold neighbouring pixels of the output tile, or in NHWC,
+        // where a pixel's channels are contiguous in y, neighbouring channels.
+        (
+            "LANES",
+            if nhwc { "    let ty = lid % TY;\n    let tx = lid / TY;" } else { "    let tx = lid % TX;\n    let ty = lid / TX;" }
+                .to_string(),
+        ),
         ("TX", tx.to_string()),
         ("TY", ty.to_string()),
         ("A_TILE", (2 * gm.bk * gm.bm / 4).to_string()),
