@@ -68,46 +68,35 @@ def median_ms(samples) -> float:
     return statistics.median(samples) * 1e3
 
 
+def cuda_rate(torch, fn, nbytes: int) -> float:
+    """Bytes per second of the CUDA copy `fn` makes of `nbytes` (median of 5 after one)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return nbytes / statistics.median(times)
+
+
 def cuda_copy_bandwidths(torch, nbytes: int = 256 << 20) -> tuple:
     """(host->device, device->host) bytes per second of pinned-memory copies."""
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-
-    def rate(fn) -> float:
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-        return nbytes / statistics.median(times)
-
-    return rate(lambda: dev.copy_(host)), rate(lambda: host.copy_(dev))
+    return (cuda_rate(torch, lambda: dev.copy_(host), nbytes),
+            cuda_rate(torch, lambda: host.copy_(dev), nbytes))
 
 
 def cuda_pageable_bandwidths(torch, nbytes: int = 256 << 20) -> tuple:
     """(host->device, device->host) bytes per second of CUDA copies between pageable numpy
     arrays (pages already touched) and the GPU: what the CUDA driver itself reaches from
     memory like a numpy array's."""
-    host = np.ones(nbytes, dtype=np.uint8)
-    back = np.ones(nbytes, dtype=np.uint8)
+    h = torch.from_numpy(np.ones(nbytes, dtype=np.uint8))
+    b = torch.from_numpy(np.ones(nbytes, dtype=np.uint8))
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    h, b = torch.from_numpy(host), torch.from_numpy(back)
-
-    def rate(fn) -> float:
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-        return nbytes / min(times)
-
-    return rate(lambda: dev.copy_(h)), rate(lambda: b.copy_(dev))
+    return cuda_rate(torch, lambda: dev.copy_(h), nbytes), cuda_rate(torch, lambda: b.copy_(dev), nbytes)
 
 
 def host_copy_bandwidth(nbytes: int = 128 << 20) -> float:
