@@ -217,13 +217,20 @@ pub fn upload<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(
     spread(plan.len(), |i| upload_chunk(engine, dst, src, &plan[i]))
 }
 
+/// Elements per chunk when `runs` are cut into one chunk per copy thread: at least
+/// `COPY_PIECE` bytes, and a whole multiple of 1024 elements, so that every chunk starts
+/// where GPU copies (4 bytes) and mapped ranges (8 bytes) may start for any element size (a
+/// float16 chunk of odd length put the next one's copy at a misaligned offset).
+fn per_thread<T>(runs: &[(usize, usize)]) -> usize {
+    let total: usize = runs.iter().map(|r| r.1).sum();
+    let piece = COPY_PIECE as usize / std::mem::size_of::<T>();
+    total.div_ceil(max_threads()).next_multiple_of(1024).max(piece)
+}
+
 /// Writes the staging buffers of chunks small enough for every copy thread to get one
 /// (at least `COPY_PIECE` bytes each), then submits all their GPU copies together.
 fn upload_pieces<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)]) -> Result<Vec<PooledBuffer>> {
-    let total: usize = runs.iter().map(|r| r.1).sum();
-    let piece = COPY_PIECE as usize / std::mem::size_of::<T>();
-    let per_thread = total.div_ceil(max_threads()).max(piece).min(chunk_elems());
-    let plan = chunks(runs, per_thread);
+    let plan = chunks(runs, per_thread::<T>(runs).min(chunk_elems()));
     let staging = spread(plan.len(), |i| fill_chunk(engine, src, &plan[i]))?;
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
@@ -279,11 +286,7 @@ fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk) -
 /// buffer and no GPU copy. Call `remap_upload` on it once the submissions reading it are
 /// queued.
 pub fn write_direct<T: Elem>(dst: &PooledBuffer, src: &[T], runs: &[(usize, usize)]) -> Result<()> {
-    let total: usize = runs.iter().map(|r| r.1).sum();
-    // Pieces start on whole KiB multiples: mapped ranges must start 8-byte aligned.
-    let piece = (COPY_PIECE as usize / std::mem::size_of::<T>()).max(1024);
-    let per_thread = total.div_ceil(max_threads()).next_multiple_of(1024).max(piece);
-    let plan = chunks(runs, per_thread);
+    let plan = chunks(runs, per_thread::<T>(runs));
     let size = std::mem::size_of::<T>() as u64;
     spread(plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i]))?;
     dst.unmap_upload();

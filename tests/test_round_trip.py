@@ -86,6 +86,10 @@ PIECES = textwrap.dedent("""
     t = rng.standard_normal((3, 7, 113, 117), dtype=np.float32)  # 1.1 MB, ragged pieces
     assert np.array_equal(convtune.to_device(x).numpy(), x)
     assert np.array_equal(convtune.to_device(t).numpy(), t)
+    # float16, 900003 elements: cut over 3 threads, each piece would hold an odd count, which
+    # put the next piece's GPU copy at an offset copies cannot start at.
+    th = rng.standard_normal((1, 3, 300001, 1)).astype(np.float16)
+    assert np.array_equal(convtune.to_device(th).numpy(), th)
     # float16 with an odd element count: the last piece ends on a half word.
     xh = rng.standard_normal((1, 3, 301, 331)).astype(np.float16)
     wh = rng.standard_normal((5, 3, 3, 3)).astype(np.float16)
