@@ -273,64 +273,51 @@ fn pick(list: Vec<wgpu::Adapter>, selector: Option<String>) -> Result<(usize, wg
     chosen.ok_or_else(|| no_adapter_error(empty))
 }
 
-/// The largest device-local memory heap Vulkan reports. wgpu has no portable query for it
-/// (its limits only bound single buffers), so it is read through wgpu's Vulkan backend.
+/// What Vulkan reports of an adapter's memory that wgpu has no portable query for (its
+/// limits only bound single buffers), read through wgpu's Vulkan backend.
+#[derive(Clone, Copy, Debug, Default)]
+struct DeviceMemory {
+    /// The size of the largest device-local heap.
+    heap: Option<u64>,
+    /// Whether buffers the host maps for writing land in that heap: wgpu's Vulkan backend
+    /// places them in the first memory type that is device-local, host-visible and
+    /// host-coherent, and here that type's heap is the largest device-local one (all of a
+    /// GPU's memory mapped through a resizable BAR, or a CPU or unified-memory adapter)
+    /// rather than a 256 MiB window or host memory.
+    host_maps_heap: bool,
+}
+
 #[cfg(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple")))))]
-fn device_heap_bytes(adapter: &wgpu::Adapter) -> Option<u64> {
+fn device_memory(adapter: &wgpu::Adapter) -> DeviceMemory {
     // SAFETY: reads properties of the physical device only; nothing is created or destroyed.
-    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else { return DeviceMemory::default() };
     let instance = hal.shared_instance().raw_instance();
     // SAFETY: the physical device belongs to this instance, which the adapter keeps alive.
     let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
-    const DEVICE_LOCAL: u32 = 0x1; // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
-    props
-        .memory_heaps_as_slice()
-        .iter()
-        .filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0)
-        .map(|h| h.size)
-        .max()
-}
-
-#[cfg(not(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple"))))))]
-fn device_heap_bytes(_adapter: &wgpu::Adapter) -> Option<u64> {
-    None
-}
-
-/// Whether buffers the host maps for writing land in the adapter's main device memory:
-/// wgpu's Vulkan backend places them in the first memory type that is device-local,
-/// host-visible and host-coherent, and this says whether that type's heap is the largest
-/// device-local one (all of a GPU's memory mapped through a resizable BAR, or a CPU or
-/// unified-memory adapter) rather than a 256 MiB window or host memory.
-#[cfg(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple")))))]
-fn host_maps_device_memory(adapter: &wgpu::Adapter) -> bool {
-    // SAFETY: reads properties of the physical device only, as `device_heap_bytes`.
-    let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else { return false };
-    let instance = hal.shared_instance().raw_instance();
-    // SAFETY: the physical device belongs to this instance, which the adapter keeps alive.
-    let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
-    // VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | HOST_VISIBLE_BIT | HOST_COHERENT_BIT
-    const MAPPED_DEVICE: u32 = 0x1 | 0x2 | 0x4;
+    const DEVICE_LOCAL: u32 = 0x1; // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+    const MAPPED_DEVICE: u32 = DEVICE_LOCAL | 0x2 | 0x4; // | HOST_VISIBLE_BIT | HOST_COHERENT_BIT
     let heaps = props.memory_heaps_as_slice();
-    let largest = heaps.iter().filter(|h| h.flags.as_raw() & 0x1 != 0).map(|h| h.size).max();
-    let chosen = props.memory_types_as_slice().iter().find(|t| t.property_flags.as_raw() & MAPPED_DEVICE == MAPPED_DEVICE);
-    match (chosen, largest) {
+    let heap = heaps.iter().filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0).map(|h| h.size).max();
+    let mapped = props.memory_types_as_slice().iter().find(|t| t.property_flags.as_raw() & MAPPED_DEVICE == MAPPED_DEVICE);
+    let host_maps_heap = match (mapped, heap) {
         (Some(t), Some(largest)) => heaps.get(t.heap_index as usize).is_some_and(|h| h.size == largest),
         _ => false,
-    }
+    };
+    DeviceMemory { heap, host_maps_heap }
 }
 
 #[cfg(not(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple"))))))]
-fn host_maps_device_memory(_adapter: &wgpu::Adapter) -> bool {
-    false
+fn device_memory(_adapter: &wgpu::Adapter) -> DeviceMemory {
+    DeviceMemory::default()
 }
 
 /// Whether kernel inputs from host arrays are written in place (`CONVTUNE_DIRECT_UPLOAD=0`
 /// turns it off): where the host maps the device's memory, writing there directly saves
 /// a staging buffer and a GPU copy per input.
-fn direct_inputs(adapter: &wgpu::Adapter) -> bool {
+fn direct_inputs(adapter: &wgpu::Adapter, memory: DeviceMemory) -> bool {
     !std::env::var("CONVTUNE_DIRECT_UPLOAD").is_ok_and(|v| v.trim() == "0")
         && adapter.features().contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
-        && host_maps_device_memory(adapter)
+        && memory.host_maps_heap
 }
 
 impl Engine {
@@ -346,7 +333,8 @@ impl Engine {
         if tensor_cores {
             wanted |= TENSOR_CORE_FEATURES;
         }
-        let direct_inputs = direct_inputs(&adapter);
+        let memory = device_memory(&adapter);
+        let direct_inputs = direct_inputs(&adapter, memory);
         if direct_inputs {
             wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
@@ -423,7 +411,7 @@ impl Engine {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
-        let device_heap = device_heap_bytes(&adapter);
+        let device_heap = memory.heap;
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
         let pool = crate::pool::Pool::new(device.clone(), crate::pool::default_cap(device_heap, cpu));
         Ok(Engine {
