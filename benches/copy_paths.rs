@@ -213,13 +213,13 @@ fn host_memory_paths(g: &Gpu, src: &[u8], dst: &mut [u8], device: &wgpu::Buffer)
         println!("GPU copy {name} -> device: {}", gbps(len, best(|| { gpu_copy(&g.dev, &g.q, &buf, 0, device, 0, size); wait(&g.dev) })));
         println!("GPU copy device -> {name}: {}", gbps(len, best(|| { gpu_copy(&g.dev, &g.q, device, 0, &buf, 0, size); wait(&g.dev) })));
         if !local {
-            for t in [4, 8] {
+            for t in [4, 8, 16] {
                 println!("{name} -> host, {t} threads: {}", gbps(len, best(|| par_copy(dst, mapped, t))));
             }
         }
         // The host fills 4 MiB chunks on `t` threads; each is copied as soon as it is full.
         const CHUNK: usize = 4 << 20;
-        for t in [4, 8] {
+        for t in [4, 8, 16] {
             let s = best(|| {
                 let n = len.div_ceil(CHUNK);
                 let (tx, rx) = std::sync::mpsc::channel::<usize>();

@@ -45,6 +45,8 @@ const OWT: u32 = {{OWT}}u;      // output-column tiles per row
 const KT: u32 = {{KT}}u;        // output-channel tiles per group
 const SP_BLOCKS: u32 = {{SP_BLOCKS}}u;  // workgroups along the spatial axis
 const K_BLOCKS: u32 = {{K_BLOCKS}}u;    // workgroups along the channel-tile axis
+const TK: u32 = {{TK}}u;
+const WG_Y: u32 = {{WG_Y}}u;
 
 @compute @workgroup_size({{WG_X}}, {{WG_Y}}, 1)
 fn main(
@@ -70,7 +72,7 @@ fn main(
     let oh = i32(p / OWT);
     let ow0 = i32(p % OWT) * {{TW}};
     let g = i32(kt_all / KT);
-    let kk0 = i32(kt_all % KT) * {{TK}};
+{{CHANNELS}}
     let ih_top = oh * SH - PH;
 
 {{SETUP}}

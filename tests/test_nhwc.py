@@ -12,8 +12,15 @@ from reference import FMA_SAMPLE, check_close, nhwc
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 # Direct variants with several channel tiles per workgroup (tails of K and of the row inside one
-# workgroup).
-VARIANTS = FMA_SAMPLE + ["direct_wg8x8_u1_k2w2", "direct_wg16x4_u0_k1w1", "direct_wg16x16_u2_k4w1"]
+# workgroup). In NHWC their lanes along y own interleaved channels: blocks of WG_Y tiles, a
+# group's last block shorter (K = 40 below: 20 tiles of 2 in blocks of 8, 8 and 4).
+VARIANTS = FMA_SAMPLE + [
+    "direct_wg8x8_u1_k2w2",
+    "direct_wg16x4_u0_k1w1",
+    "direct_wg16x16_u2_k4w1",
+    "direct_wg8x8_u2_k8w4",
+    "direct_wg32x2_u1_k4w2",
+]
 
 CASES = [
     ((2, 8, 12, 11), (6, 8, 3, 3), dict(padding=1)),
@@ -22,6 +29,8 @@ CASES = [
     ((1, 4, 8, 8), (4, 1, 3, 3), dict(padding="same", groups=4)),
     # 1x1 grouped and strided: GEMM tiles gather NHWC x a pixel's channels at a time.
     ((2, 12, 5, 9), (9, 4, 1, 1), dict(stride=2, groups=3)),
+    ((1, 5, 6, 7), (40, 5, 3, 3), dict(padding=1)),
+    ((1, 4, 5, 6), (44, 2, 1, 3), dict(padding=(0, 1), groups=2)),
 ]
 
 

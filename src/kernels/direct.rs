@@ -140,18 +140,38 @@ impl KernelVariant for Direct {
 }
 
 impl Direct {
+    /// Whether an NHWC kernel spreads each lane's channels `WG_Y` apart (see `channels`).
+    fn interleaves(&self) -> bool {
+        self.wg_y > 1 && self.tk > 1
+    }
+
     /// The 32-byte sectors of an NHWC y one subgroup's store instruction touches: its lanes
-    /// along x hold pixels `tw` apart, its lanes along y channel tiles `tk` apart.
+    /// along x hold pixels `tw` apart, its lanes along y neighbouring channels (`channels`).
     fn nhwc_store_sectors(&self, shape: &ConvShape) -> f64 {
         let elem = shape.dtype.size() as u32;
         let lanes_x = self.wg_x.min(SUBGROUP);
         let lanes_y = (SUBGROUP / lanes_x).min(self.wg_y).max(1);
-        // Sectors the channel tiles of one pixel span (each lane's own channels are written
-        // by later instructions).
-        let per_pixel = lanes_y.min((lanes_y * self.tk * elem).div_ceil(32));
+        let per_pixel = (lanes_y * elem).div_ceil(32);
         let pixel_bytes = (shape.k * self.tw * elem) as u32;
         let sectors = if pixel_bytes >= 32 { lanes_x * per_pixel } else { (lanes_x * pixel_bytes).div_ceil(32) };
         sectors as f64
+    }
+}
+
+/// Which output channels an invocation owns. In NCHW its `tk` channels are neighbours; in
+/// NHWC the lanes along y own neighbouring channels and each lane's `tk` channels lie
+/// `KSTEP` apart, so one store instruction of a subgroup writes whole sectors of a pixel
+/// rather than one element every `tk` channels.
+fn channels(d: &Direct, shape: &ConvShape) -> &'static str {
+    if shape.layout == Layout::Nhwc && d.interleaves() {
+        "    // Tiles come in blocks of WG_Y (fewer in a group's last block) covering\n\
+         \x20   // WG_Y * TK channels; tile j of a block of nb owns channels j, j + nb, ...\n\
+         \x20   let t = kt_all % KT;\n\
+         \x20   let blk = t / WG_Y;\n\
+         \x20   let KSTEP = i32(min(WG_Y, KT - blk * WG_Y));\n\
+         \x20   let kk0 = i32(blk * WG_Y * TK + (t - blk * WG_Y));"
+    } else {
+        "    const KSTEP: i32 = 1;\n    let kk0 = i32(kt_all % KT * TK);"
     }
 }
 
@@ -165,7 +185,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     let mut setup = String::new();
     writeln!(setup, "    let xg = i32(n) * XSN + g * CG * XSC;").unwrap();
     for i in 0..tk {
-        writeln!(setup, "    let wb{i} = (g * KG + min(kk0 + {i}, KG - 1)) * CG * R * S;").unwrap();
+        writeln!(setup, "    let wb{i} = (g * KG + min(kk0 + {i} * KSTEP, KG - 1)) * CG * R * S;").unwrap();
     }
     for i in 0..tk {
         for j in 0..tw {
@@ -268,8 +288,8 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
 
     let mut store = String::new();
     for i in 0..tk {
-        writeln!(store, "    if (kk0 + {i} < KG) {{").unwrap();
-        writeln!(store, "        let k = g * KG + kk0 + {i};").unwrap();
+        writeln!(store, "    if (kk0 + {i} * KSTEP < KG) {{").unwrap();
+        writeln!(store, "        let k = g * KG + kk0 + {i} * KSTEP;").unwrap();
         writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
             writeln!(store, "        if (ow0 + {j} < OW) {{ let yi = yrow + (ow0 + {j}) * YSP; y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }}")
@@ -291,6 +311,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         ("SETUP", setup),
         ("MAIN_LOOP", main),
         ("STORE", store),
+        ("CHANNELS", channels(d, shape).to_string()),
     ]);
     Ok(Kernel::plain(render(Direct::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))
 }
