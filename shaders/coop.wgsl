@@ -192,14 +192,14 @@ fn finish(
 // Layout 1's prologue: the channels-last copies, and max |x|, max |w| in the same pass.
 // For NCHW x, the first X_BLOCKS workgroups each transpose a 32-channel x 32-pixel tile of
 // one image through workgroup memory (reads and writes both coalesced). NHWC x is read in
-// place by the kernel where C/groups is a multiple of 4, so they only fold its max; else they
-// copy it with each group's channels padded, one vec4 per invocation. The rest rearrange w,
-// four channels of one (k, r, s) per invocation.
+// place by the kernel where C/groups is a multiple of 4, so they only fold its max, striding
+// over it; else they copy it with each group's channels padded, one vec4 per invocation. The
+// rest rearrange w, four channels of one (k, r, s) per invocation.
 
 const HW: i32 = H * W;
 const P_TILES: u32 = {{P_TILES}}u;    // ceil(H * W / 32)
 const C_TILES: u32 = {{C_TILES}}u;    // ceil(CHP / 32)
-const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES (NCHW x), else one vec4 per invocation
+const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES (NCHW x), else vec4s / 256 (at most 1024 striding over x read in place)
 const X_VEC4S: i32 = {{X_VEC4S}};    // vec4s of x (read in place: NHWC, CG a multiple of 4)
 const XP_VEC4S: i32 = {{XP_VEC4S}};  // vec4s of layout 1's padded copy of x
 const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KRP / 4 / 256)

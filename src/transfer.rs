@@ -43,14 +43,33 @@ fn env_usize(name: &str) -> Option<usize> {
 }
 
 /// Host threads for chunked copies (`CONVTUNE_COPY_THREADS`, read once): half the cores, at
-/// most 8. Memory bandwidth stops growing well before that, and on a CPU adapter the other
-/// half runs the device's own copies.
+/// most 8. Memory bandwidth stops growing well before that on most transfers, and on a CPU
+/// adapter the other half runs the device's own copies.
 fn max_threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        env_usize("CONVTUNE_COPY_THREADS").unwrap_or((cores / 2).clamp(1, 8))
-    })
+    *N.get_or_init(|| env_usize("CONVTUNE_COPY_THREADS").unwrap_or((cores() / 2).clamp(1, 8)))
+}
+
+/// Threads for transfers of `WIDE_BYTES` or more (`CONVTUNE_COPY_THREADS` sets both): every
+/// core, at most 16.
+fn wide_threads() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| env_usize("CONVTUNE_COPY_THREADS").unwrap_or(cores().clamp(1, 16)).max(max_threads()))
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Bytes from which one transfer runs on `wide_threads()`: on the H100 machine (16 cores)
+/// the EDSR tail's 236 MB upload, with its result's pages touched alongside, took 7.5 ms on
+/// 16 threads against 8.3 on 8; a 103 MB upload gained nothing, and calls moving a few MB
+/// lost 0.2-0.4 ms to the busier cores.
+const WIDE_BYTES: u64 = 128 << 20;
+
+/// The copy threads a transfer of `bytes` runs on (one of the two pool sizes).
+fn crew(bytes: u64) -> usize {
+    if bytes >= WIDE_BYTES { wide_threads() } else { max_threads() }
 }
 
 /// Elements per chunk (`CONVTUNE_COPY_CHUNK_KB`, read once; tests make it tiny).
@@ -96,28 +115,31 @@ fn chunks(runs: &[(usize, usize)], chunk: usize) -> Vec<Chunk> {
     out
 }
 
-/// The copy threads: `max_threads()` of them, started once per process and kept, since
-/// starting them for each call cost about 0.1 ms (eight threads) on a short call. A forked
-/// child, which has none of its parent's threads, starts its own. `None` where the system
-/// would not start them: copies then run on the calling thread.
-fn copy_pool() -> Option<Arc<rayon::ThreadPool>> {
-    static POOL: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+/// A pool of `threads` copy threads (`crew`'s sizes), started once per process and kept,
+/// since starting them for each call cost about 0.1 ms (eight threads) on a short call. A
+/// forked child, which has none of its parent's threads, starts its own. `None` where the
+/// system would not start them: copies then run on the calling thread.
+fn copy_pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
+    type Pools = Vec<(usize, Arc<rayon::ThreadPool>)>;
+    static POOLS: Mutex<Option<(u32, Pools)>> = Mutex::new(None);
     let pid = std::process::id();
-    let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    match slot.as_ref() {
-        Some((owner, pool)) if *owner == pid => return Some(pool.clone()),
-        // The parent's pool: its threads are not in this process, and dropping it would
-        // wait on them.
-        Some(_) => std::mem::forget(slot.take()),
-        None => {}
+    let mut slot = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.as_ref().is_some_and(|(owner, _)| *owner != pid) {
+        // The parent's pools: their threads are not in this process, and dropping them
+        // would wait on them.
+        std::mem::forget(slot.take());
+    }
+    let (_, pools) = slot.get_or_insert_with(|| (pid, Vec::new()));
+    if let Some((_, pool)) = pools.iter().find(|(n, _)| *n == threads) {
+        return Some(pool.clone());
     }
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(max_threads())
+        .num_threads(threads)
         .thread_name(|i| format!("convtune-copy-{i}"))
         .build()
         .ok()
         .map(Arc::new)?;
-    *slot = Some((pid, pool.clone()));
+    pools.push((threads, pool.clone()));
     Some(pool)
 }
 
@@ -133,10 +155,11 @@ fn spread<T: Send>(n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result
     spread_over(max_threads(), n, work)
 }
 
-/// `spread` over `threads` tasks (the pool runs them on its threads, however many).
+/// `spread` over a pool of `threads` copy threads.
 fn spread_over<T: Send>(threads: usize, n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let pool_size = threads;
     let threads = threads.min(n);
-    let Some(pool) = (threads > 1).then(copy_pool).flatten() else {
+    let Some(pool) = (threads > 1).then(|| copy_pool(pool_size)).flatten() else {
         return (0..n).map(&work).collect();
     };
     let slots: Vec<Mutex<Option<Result<T>>>> = (0..n).map(|_| Mutex::new(None)).collect();
@@ -214,23 +237,23 @@ pub fn upload<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(
     if bytes <= PIECEWISE_MAX {
         return upload_pieces(engine, dst, src, runs);
     }
-    spread(plan.len(), |i| upload_chunk(engine, dst, src, &plan[i]))
+    spread_over(crew(bytes), plan.len(), |i| upload_chunk(engine, dst, src, &plan[i]))
 }
 
 /// Elements per chunk when `runs` are cut into one chunk per copy thread: at least
 /// `COPY_PIECE` bytes, and a whole multiple of 1024 elements, so that every chunk starts
 /// where GPU copies (4 bytes) and mapped ranges (8 bytes) may start for any element size (a
 /// float16 chunk of odd length put the next one's copy at a misaligned offset).
-fn per_thread<T>(runs: &[(usize, usize)]) -> usize {
+fn per_thread<T>(runs: &[(usize, usize)], threads: usize) -> usize {
     let total: usize = runs.iter().map(|r| r.1).sum();
     let piece = COPY_PIECE as usize / std::mem::size_of::<T>();
-    total.div_ceil(max_threads()).next_multiple_of(1024).max(piece)
+    total.div_ceil(threads).next_multiple_of(1024).max(piece)
 }
 
 /// Writes the staging buffers of chunks small enough for every copy thread to get one
 /// (at least `COPY_PIECE` bytes each), then submits all their GPU copies together.
 fn upload_pieces<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)]) -> Result<Vec<PooledBuffer>> {
-    let plan = chunks(runs, per_thread::<T>(runs).min(chunk_elems()));
+    let plan = chunks(runs, per_thread::<T>(runs, max_threads()).min(chunk_elems()));
     let staging = spread(plan.len(), |i| fill_chunk(engine, src, &plan[i]))?;
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
@@ -286,9 +309,10 @@ fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk) -
 /// buffer and no GPU copy. Call `remap_upload` on it once the submissions reading it are
 /// queued.
 pub fn write_direct<T: Elem>(dst: &PooledBuffer, src: &[T], runs: &[(usize, usize)]) -> Result<()> {
-    let plan = chunks(runs, per_thread::<T>(runs));
+    let threads = crew(copy_bytes::<T>(runs.iter().map(|r| r.1).sum()));
+    let plan = chunks(runs, per_thread::<T>(runs, threads));
     let size = std::mem::size_of::<T>() as u64;
-    spread(plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i]))?;
+    spread_over(threads, plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i]))?;
     dst.unmap_upload();
     Ok(())
 }
@@ -330,29 +354,36 @@ pub fn worth_prefaulting<T>(out: &[T]) -> bool {
 /// read-back's copies land in pages already there: done beside the upload, the page faults
 /// of a fresh array are off the read-back's path.
 pub fn prefault<T: Elem>(out: &mut [T]) {
-    const PAGE: usize = 4096;
     if !worth_prefaulting(out) {
         return;
     }
     let bytes = bytemuck::cast_slice_mut::<T, u8>(out);
-    let piece = COPY_PIECE as usize;
-    let Some(pool) = copy_pool() else { return };
-    pool.install(|| {
-        use rayon::prelude::*;
-        bytes.par_chunks_mut(piece).for_each(|c| {
-            for i in (0..c.len()).step_by(PAGE) {
-                // Volatile: the write must happen now, though the read-back overwrites it.
-                // SAFETY: `i` is within `c`.
-                unsafe { std::ptr::write_volatile(c.as_mut_ptr().add(i), 0) };
-            }
-        });
+    // Beside an upload (`alongside`) it shares the upload's pool, whatever its size.
+    if rayon::current_thread_index().is_some() {
+        return touch_pages(bytes);
+    }
+    if let Some(pool) = copy_pool(max_threads()) {
+        pool.install(|| touch_pages(bytes));
+    }
+}
+
+/// Writes one byte of every page of `bytes`, in parallel on the current pool.
+fn touch_pages(bytes: &mut [u8]) {
+    use rayon::prelude::*;
+    const PAGE: usize = 4096;
+    bytes.par_chunks_mut(COPY_PIECE as usize).for_each(|c| {
+        for i in (0..c.len()).step_by(PAGE) {
+            // Volatile: the write must happen now, though the read-back overwrites it.
+            // SAFETY: `i` is within `c`.
+            unsafe { std::ptr::write_volatile(c.as_mut_ptr().add(i), 0) };
+        }
     });
 }
 
-/// Runs `a` and `b` at once on the copy threads (one after the other here where there
-/// are none), and returns what `a` returns.
-pub fn alongside<A: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() + Send) -> A {
-    match copy_pool() {
+/// Runs `a` and `b` at once on the copy threads of a transfer of `bytes` (one after the
+/// other here where there are none), and returns what `a` returns.
+pub fn alongside<A: Send>(bytes: u64, a: impl FnOnce() -> A + Send, b: impl FnOnce() + Send) -> A {
+    match copy_pool(crew(bytes)) {
         Some(pool) => pool.join(a, b).0,
         None => {
             b();
@@ -438,8 +469,9 @@ impl<T: Elem> Download<T> {
     pub fn finish(self, engine: &Engine, out: &mut [T]) -> Result<()> {
         let dests = carve(&self.plan, out)?;
         let bytes: u64 = self.pending.iter().map(|p| p.bytes).sum();
-        let threads = max_threads().min(bytes.div_ceil(COPY_PIECE) as usize);
-        let Some(pool) = (threads > 1).then(copy_pool).flatten() else {
+        let crew = crew(bytes);
+        let threads = crew.min(bytes.div_ceil(COPY_PIECE) as usize);
+        let Some(pool) = (threads > 1).then(|| copy_pool(crew)).flatten() else {
             return self.finish_here(engine, dests);
         };
         let size = std::mem::size_of::<T>();
@@ -588,5 +620,22 @@ mod tests {
             let e = spread_over(threads, 30, failing).unwrap_err().to_string();
             assert!(e.contains("job 5"), "{threads} threads: {e}");
         }
+    }
+
+    #[test]
+    fn pools_are_kept_per_size_and_share_work_with_what_runs_beside() {
+        let (a, b) = (copy_pool(2).unwrap(), copy_pool(3).unwrap());
+        assert!(Arc::ptr_eq(&a, &copy_pool(2).unwrap()) && !Arc::ptr_eq(&a, &b));
+        assert_eq!((a.current_num_threads(), b.current_num_threads()), (2, 3));
+        assert_eq!(crew(WIDE_BYTES - 1), max_threads());
+        assert_eq!(crew(WIDE_BYTES), wide_threads());
+        assert!(wide_threads() >= max_threads());
+        // The page touching beside an upload runs on the upload's pool and reaches every page.
+        let mut out = vec![f32::from_bits(0x3F80_0001); PREFAULT_MIN / 2];
+        let got = alongside(WIDE_BYTES, || spread_over(wide_threads(), 5, Ok).unwrap(), || prefault(&mut out));
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+        // Each page's first byte (an element's low byte) was zeroed.
+        assert!(out.iter().step_by(1024).all(|v| v.to_bits() == 0x3F80_0000));
+        assert_eq!(out[1].to_bits(), 0x3F80_0001);
     }
 }

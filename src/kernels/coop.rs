@@ -757,7 +757,9 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
     let (x_blocks, prologue_x) = match (shape.layout, in_place) {
         // x read in place needs no pass of its own unless its scale is wanted.
         (Layout::Nhwc, true) if !scaled => (0, PROLOGUE_X_MAX),
-        (Layout::Nhwc, true) => (x_vec4s.div_ceil(256), PROLOGUE_X_MAX),
+        // A few workgroups striding over x: one vec4 per invocation made a 100 MB x pay a
+        // workgroup's atomics and barriers 25,000 times.
+        (Layout::Nhwc, true) => (x_vec4s.div_ceil(256).min(MAX_BLOCKS), PROLOGUE_X_MAX),
         (Layout::Nhwc, false) => (padded_vec4s.div_ceil(256), PROLOGUE_X_PAD),
         (Layout::Nchw, _) => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY),
     };
@@ -775,6 +777,9 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
     ];
     (vars, x_blocks + w_blocks)
 }
+
+/// Workgroups of the prologue's max pass over x read in place, as in `check`'s.
+const MAX_BLOCKS: u64 = 1024;
 
 /// The prologue's x part for NCHW x: transpose a 32-channel x 32-pixel tile into `xt`.
 const PROLOGUE_X_COPY: &str = r#"        let p0 = i32(block % P_TILES) * 32;
@@ -823,12 +828,11 @@ const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + lid;
         atomicMax(&tile_max[0], mx);"#;
 
 /// The prologue's x part for NHWC x, which the kernel reads in place: its max only.
-const PROLOGUE_X_MAX: &str = r#"        let i = i32(block) * 256 + lid;
-        var mx = 0u;
-        if (i < X_VEC4S) {
+const PROLOGUE_X_MAX: &str = r#"        var mx = 0u;
+        for (var i = i32(block) * 256 + lid; i < X_VEC4S; i = i + i32(X_BLOCKS) * 256) {
             let b = bitcast<vec4<u32>>(vec4<f32>(x[i])) & vec4<u32>(0x7FFFFFFFu);
             let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
-            mx = max(max(f.x, f.y), max(f.z, f.w));
+            mx = max(mx, max(max(f.x, f.y), max(f.z, f.w)));
         }
         atomicMax(&tile_max[0], mx);"#;
 
