@@ -139,6 +139,23 @@ def test_tensor_core_variants_read_and_write_nhwc(variant):
     assert ran >= 1, variant
 
 
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", ["coop_b64x64x16_s2x2_p1_l1", "coop_b64x64x16_s2x2_p3_l1"])
+def test_tensor_core_scale_covers_all_of_a_large_nhwc_x(variant):
+    # x read in place has its max |x| taken by 1024 workgroups striding over it: 270,400
+    # vec4s here, so the last ones are a second stride's. The largest value sits there; a
+    # scale that missed it would overflow float16 and leave infinities in y.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 64, 130, 130)).astype(np.float32)
+    x[0, :, -1, -1] = 3e4
+    w = rng.standard_normal((16, 64, 1, 1)).astype(np.float32)
+    want = conv2d_reference(x, w)
+    got = convtune.conv2d(nhwc(x), w, layout="NHWC", variant=variant)
+    assert np.isfinite(got).all()
+    bound = 1e-5 if convtune.variant_knobs(variant)["split"] == 3 else 4e-3
+    assert np.abs(got - nhwc(want)).max() / np.abs(want).max() <= bound
+
+
 def test_tuning_keys_on_the_layout(tuning_env):
     a = convtune.tune((1, 4, 10, 10), (8, 4, 3, 3), padding=1)
     b = convtune.tune((1, 10, 10, 4), (8, 4, 3, 3), padding=1, layout="NHWC")
