@@ -117,8 +117,8 @@ impl KernelVariant for Gemm {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        // Two stages of the A and B tiles (double buffering).
-        2 * 4 * self.bk * (self.bm + self.bn)
+        // Two stages of the A and B tiles (double buffering), A's rows padded by one vec4.
+        2 * 4 * self.bk * (self.bm + 4 + self.bn)
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -236,7 +236,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     for i in 0..a_slots {
         writeln!(
             stage_store,
-            "    a_tile[stage * A_STAGE + ak{i} * (BM / 4) + am{i} / 4][am{i} % 4] = pa{i};"
+            "    a_tile[stage * A_STAGE + ak{i} * A_ROW + am{i} / 4][am{i} % 4] = pa{i};"
         )
         .unwrap();
     }
@@ -254,7 +254,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut inner;
         writeln!(s, "        {{").unwrap();
         for q in 0..gm.tm / 4 {
-            writeln!(s, "            let a{q} = a_tile[a_base + {} + tx];", kk * gm.bm / 4 + q * tx).unwrap();
+            writeln!(s, "            let a{q} = a_tile[a_base + {} + tx];", kk * (gm.bm / 4 + 1) + q * tx).unwrap();
         }
         for q in 0..gm.tn / 4 {
             writeln!(s, "            let b{q} = b_tile[b_base + {} + ty];", kk * gm.bn / 4 + q * ty).unwrap();
@@ -325,7 +325,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         ),
         ("TX", tx.to_string()),
         ("TY", ty.to_string()),
-        ("A_TILE", (2 * gm.bk * gm.bm / 4).to_string()),
+        ("A_TILE", (2 * gm.bk * (gm.bm / 4 + 1)).to_string()),
         ("B_TILE", (2 * gm.bk * gm.bn / 4).to_string()),
         ("A_SETUP", a_setup),
         ("B_SETUP", b_setup),
