@@ -61,9 +61,9 @@ const BN: i32 = {{BN}};
 const BK: i32 = {{BK}};
 const TX: i32 = {{TX}};            // invocations along M (BM / TM)
 const TY: i32 = {{TY}};            // invocations along N (BN / TN)
-// A staged A row holds BM / 4 vec4s and one of padding: invocations staging neighbouring
-// reduction terms of one pixel (1x1 NHWC) then write to different banks.
-const A_ROW: i32 = BM / 4 + 1;
+// A staged A row: BM / 4 vec4s, and on 1x1 NHWC problems one of padding, so invocations
+// staging neighbouring reduction terms of one pixel write to different banks.
+const A_ROW: i32 = {{A_ROW}};
 const A_STAGE: i32 = BK * A_ROW;   // vec4s in one staged A tile
 const B_STAGE: i32 = BK * BN / 4;
 const M_BLOCKS: u32 = {{M_BLOCKS}}u;
