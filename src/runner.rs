@@ -563,10 +563,11 @@ pub fn conv2d_timed<T: Elem>(
         let x_runs = split::x_runs(shape, piece, &sub);
         let mut x_in = || input(engine, x, &x_runs, sub.x_len(), direct, &mut staging);
         // The host writes x at the rate the bus takes them (four copy threads reach it on an
-        // H100 machine), so the other copy threads of x's pool touch the result's pages
-        // meanwhile.
+        // H100 machine), so other copy threads touch the result's pages meanwhile, on the
+        // pool for the larger of the two.
         let xb = if first && transfer::worth_prefaulting(out) {
-            transfer::alongside(T::DTYPE.buffer_bytes(sub.x_len()), x_in, || transfer::prefault(out))
+            let bytes = T::DTYPE.buffer_bytes(sub.x_len()).max(std::mem::size_of_val(out) as u64);
+            transfer::alongside(bytes, x_in, || transfer::prefault(out))
         } else {
             x_in()
         }?;

@@ -63,8 +63,9 @@ fn cores() -> usize {
 
 /// Bytes from which one transfer runs on `wide_threads()`: on the H100 machine (16 cores)
 /// the EDSR tail's 236 MB upload, with its result's pages touched alongside, took 7.5 ms on
-/// 16 threads against 8.3 on 8; a 103 MB upload gained nothing, and calls moving a few MB
-/// lost 0.2-0.4 ms to the busier cores.
+/// 16 threads against 8.3 on 8, and touching a 411 MB result beside a 19 MB upload 14 ms
+/// against 19-20; a 103 MB upload gained nothing, and calls moving a few MB lost 0.2-0.4 ms
+/// to the busier cores.
 const WIDE_BYTES: u64 = 128 << 20;
 
 /// The copy threads a transfer of `bytes` runs on (one of the two pool sizes).
