@@ -197,7 +197,13 @@ def main() -> int:
         kernel = statistics.median(ktimes)
         oh, ow = ((xs[i + 2] + 2 * padding - ws[i + 2]) // stride + 1 for i in (0, 1))
         y_bytes = 4 * xs[0] * ws[0] * oh * ow
-        bound = kernel + (x.nbytes + w.nbytes) / up_bw + y_bytes / down_bw + 1e-3
+        up_bytes = x.nbytes + w.nbytes
+
+        def bound_at(up: float, down: float) -> float:
+            """Kernel + the bytes at bandwidths `up` and `down` + 1 ms, in seconds."""
+            return kernel + up_bytes / up + y_bytes / down + 1e-3
+
+        bound = bound_at(up_bw, down_bw)
         row = {
             "shape": label, "x": xs, "w": ws, "stride": stride, "padding": padding,
             "variant": variant, "e2e_ms": e2e * 1e3, "kernel_ms": kernel * 1e3,
@@ -205,8 +211,7 @@ def main() -> int:
             "phases_ms": {k: v * 1e3 for k, v in phases.items()},
         }
         if pageable:
-            row["pageable_bound_ms"] = 1e3 * (kernel + (x.nbytes + w.nbytes) / pageable[0]
-                                              + y_bytes / pageable[1] + 1e-3)
+            row["pageable_bound_ms"] = 1e3 * bound_at(*pageable)
         if torch is not None:
             row["torch_e2e_ms"] = torch_e2e_ms(torch, x, w, stride, padding, args.reps)
         rows.append(row)

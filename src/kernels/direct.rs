@@ -114,8 +114,11 @@ impl KernelVariant for Direct {
         let (kg, groups) = (shape.kg() as u64, shape.groups as u64);
         let red = shape.cg() as u64 * shape.r as u64 * shape.s as u64;
         let (tk, tw) = (self.tk as u64, self.tw as u64);
-        let threads = n * oh * ow.div_ceil(tw) * groups * kg.div_ceil(tk);
-        let fmas = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk) * red) as f64;
+        let tiles = groups * kg.div_ceil(tk);
+        let threads = n * oh * ow.div_ceil(tw) * tiles;
+        // Outputs computed, tile padding included.
+        let outputs = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk)) as f64;
+        let fmas = outputs * red as f64;
         // Each step loads tw inputs and tk weights for tk * tw multiply-adds.
         let loads = (tk + tw) as f64 / (tk * tw) as f64;
         // Looped windows redo the padding checks and index math per tap.
@@ -124,14 +127,12 @@ impl KernelVariant for Direct {
             1 => 1.0,
             _ => 0.95,
         };
-        let outputs = (n * oh * ceil_to(ow, tw) * groups * ceil_to(kg, tk)) as f64;
         let stores = match shape.layout {
             Layout::Nhwc => outputs * NHWC_STORE_SECTOR * self.nhwc_store_sectors(shape) / SUBGROUP as f64,
             Layout::Nchw => 0.0,
         };
         // Lanes along y past the last channel tile hold their slots and do nothing (the seed
         // shape's 4 tiles of 8 channels on 8 lanes ran 1.5x slower in NHWC than 8 tiles of 4).
-        let tiles = groups * kg.div_ceil(tk);
         let idle = ceil_to(tiles, self.wg_y as u64) as f64 / tiles as f64;
         // No penalty for many live accumulators: up to the space's 8 x 4 they ran fastest.
         (fmas * (1.0 + GLOBAL_LOAD * loads) * unroll + stores) * idle * TIME_PER_COST
@@ -156,7 +157,7 @@ impl Direct {
         let lanes_x = self.wg_x.min(SUBGROUP);
         let lanes_y = (SUBGROUP / lanes_x).min(self.wg_y).max(1);
         let per_pixel = (lanes_y * elem).div_ceil(32);
-        let pixel_bytes = (shape.k * self.tw * elem) as u32;
+        let pixel_bytes = shape.k * self.tw * elem;
         let sectors = if pixel_bytes >= 32 { lanes_x * per_pixel } else { (lanes_x * pixel_bytes).div_ceil(32) };
         sectors as f64
     }
