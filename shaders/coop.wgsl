@@ -53,7 +53,7 @@ alias DT = {{DT}};
 // Layout 1: x as (N, H, W, C) (for NCHW x) and w as (K, R, S, CG), written by `prologue`.
 // The copies hold CT: f32 for float32 data (scaled when staged), f16 for float16 data.
 @group(0) @binding(5) var<storage, read_write> xt: array<{{XT_ELEM}}>;
-@group(0) @binding(6) var<storage, read_write> wt: array<vec4<CT>>;
+@group(0) @binding(6) var<storage, read_write> wt: array<{{WT_ELEM}}>;
 alias CT = {{CT}};
 
 {{EPILOGUE}}
@@ -194,7 +194,7 @@ fn finish(
 // one image through workgroup memory (reads and writes both coalesced). NHWC x is read in
 // place by the kernel where C/groups is a multiple of 4, so they only fold its max, striding
 // over it; else they copy it with each group's channels padded, one vec4 per invocation. The
-// rest rearrange w, four channels of one (k, r, s) per invocation.
+// rest rearrange w, four channels of one (k, r, s) per invocation (eight for layout 2).
 
 const HW: i32 = H * W;
 const P_TILES: u32 = {{P_TILES}}u;    // ceil(H * W / 32)
@@ -202,8 +202,9 @@ const C_TILES: u32 = {{C_TILES}}u;    // ceil(CHP / 32)
 const X_BLOCKS: u32 = {{X_BLOCKS}}u;  // N * P_TILES * C_TILES (NCHW x), else vec4s / 256 (at most 1024 striding over x read in place)
 const X_VEC4S: i32 = {{X_VEC4S}};    // vec4s of x (read in place: NHWC, CG a multiple of 4)
 const XP_VEC4S: i32 = {{XP_VEC4S}};  // vec4s of layout 1's padded copy of x
-const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KRP / 4 / 256)
-const KR4: i32 = KRP / 4;             // vec4s per wt row
+const WV: i32 = {{WV}};               // reduction terms per element of wt: 4, or 8 packed float16 (layout 2)
+const W_BLOCKS: u32 = {{W_BLOCKS}}u;  // ceil(K * KRP / WV / 256)
+const KRW: i32 = KRP / WV;            // elements per wt row
 
 var<workgroup> tile: array<f32, 1056>;  // 32 x 33: the odd row length avoids bank conflicts
 var<workgroup> tile_max: array<atomic<u32>, 2>;
@@ -246,18 +247,18 @@ fn prologue(
     if (block < X_BLOCKS) {
 {{PROLOGUE_X}}
     } else {
-        // wt[k][(r * S + s) * CP + c] = w[k][c][r][s], four consecutive c at a time, zero
+        // wt[k][(r * S + s) * CP + c] = w[k][c][r][s], WV consecutive c at a time, zero
         // for the padding channels c >= CG.
         let i = i32(block - X_BLOCKS) * 256 + lid;
-        if (i < K * KR4) {
-            let k = i / KR4;
-            let t = 4 * (i % KR4);
+        if (i < K * KRW) {
+            let k = i / KRW;
+            let t = WV * (i % KRW);
             let c = t % CP;
             let rs = t / CP;
             let src = (k * CG + c) * R * S + rs;
             let v = vec4<f32>(w_or_zero(src, c), w_or_zero(src + R * S, c + 1),
                               w_or_zero(src + 2 * R * S, c + 2), w_or_zero(src + 3 * R * S, c + 3));
-            wt[i] = vec4<CT>(v);
+{{WT_WRITE}}
             let b = bitcast<vec4<u32>>(v) & vec4<u32>(0x7FFFFFFFu);
             let f = select(vec4<u32>(0u), b, b < vec4<u32>(0x7F800000u));
             atomicMax(&tile_max[1], max(max(f.x, f.y), max(f.z, f.w)));

@@ -32,6 +32,8 @@ CASES = [
     ((1, 4, 8, 7), (4, 1, 3, 3), dict(padding="same", groups=4)),  # odd output length
     ((2, 8, 6, 6), (12, 8, 1, 1), {}),  # 1x1 over whole quads of pixels and of channels
     ((2, 64, 8, 8), (32, 64, 3, 3), dict(padding=1)),  # short grid, long reduction: split-K
+    # Groups of 8 channels (16-byte gathers of NHWC x in place), padding, stride along w.
+    ((1, 16, 9, 10), (24, 8, 3, 3), dict(stride=(1, 2), padding=1, groups=2)),
 ]
 
 
@@ -91,7 +93,8 @@ def test_fma_families_compute_float16(variant, layout):
 
 @needs_tc
 @pytest.mark.parametrize("variant, layout", [(v, lay) for v in COOP_VARIANTS for lay in ("NCHW", "NHWC")
-                                             if lay == "NCHW" or convtune.variant_knobs(v)["layout"] == 1])
+                                             if convtune.variant_knobs(v)["layout"] in
+                                             ((0, 1) if lay == "NCHW" else (1, 2))])
 def test_tensor_core_variants_compute_float16(variant, layout):
     run_cases(variant, layout)
 

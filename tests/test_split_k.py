@@ -74,7 +74,8 @@ COOP_SPLIT = [v for v in convtune.variant_space()
 
 def test_tensor_core_split_variants_are_in_the_space():
     assert COOP_SPLIT and {convtune.variant_knobs(v)["splits"] for v in COOP_SPLIT} == {2, 4}
-    assert all(v.endswith(f"_l1_k{convtune.variant_knobs(v)['splits']}") for v in COOP_SPLIT)
+    assert all(v.endswith(tuple(f"_l{lay}_k{convtune.variant_knobs(v)['splits']}" for lay in (1, 2)))
+               for v in COOP_SPLIT)
     # The finishing pass is part of every split module's WGSL.
     assert "fn finish" in convtune.wgsl(COOP_SPLIT[0], (2, 64, 7, 7), (64, 64, 3, 3), padding=1)
 

@@ -38,8 +38,12 @@ pub struct Coop {
 
 /// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
 /// (4x4 grids on 64-channel tiles with 2 or 4 subgroups, 128x64 and 256x64, ran 6-60%
-/// slower than 128x64 with 4 subgroups on every H100 shape tried.)
-const TILES: [(u32, u32, u32, u32); 8] = [
+/// slower than 128x64 with 4 subgroups on every H100 shape tried.) The tall tiles of 64
+/// channels (2x4 and 4x2 grids) are for narrow layers: EDSR's 64 output channels.
+const TILES: [(u32, u32, u32, u32); 11] = [
+    (128, 64, 4, 1),
+    (256, 64, 4, 2),
+    (256, 64, 8, 1),
     (64, 64, 2, 2),
     (128, 64, 2, 2),
     (64, 128, 2, 2),
@@ -51,7 +55,7 @@ const TILES: [(u32, u32, u32, u32); 8] = [
 ];
 const BK: [u32; 3] = [16, 32, 64];
 const SPLIT: [u32; 2] = [1, 3];
-const LAYOUT: [u32; 2] = [0, 1];
+const LAYOUT: [u32; 3] = [0, 1, 2];
 const SPLITS: [u32; 3] = [1, 2, 4];
 /// The tiles split-K is offered for: those that win on deep layers with few output pixels,
 /// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128).
@@ -83,13 +87,25 @@ impl Coop {
     fn tn(&self) -> u32 {
         self.bn / (self.sgn * 16)
     }
-    /// Staged A row length: a k row of the tile (layout 0) or a pixel's row (layout 1).
-    fn lda(&self) -> u32 {
-        if self.layout == 1 { self.bk + PAD } else { self.bm + PAD }
+    /// Layouts 1 and 2 walk the reduction channels fastest (a pixel's row of terms).
+    fn channels_last(&self) -> bool {
+        self.layout >= 1
     }
-    /// Staged A rows: k (layout 0) or pixels (layout 1).
+    /// Terms of x one A gather loads: 8 (16 bytes of float16) for layout 2, else 4.
+    fn a_chunk(&self) -> u32 {
+        if self.layout == 2 { 8 } else { 4 }
+    }
+    /// Terms of w's copy one B gather loads: 8 packed float16 for layout 2, else 4.
+    fn b_chunk(&self) -> u32 {
+        self.a_chunk()
+    }
+    /// Staged A row length: a k row of the tile (layout 0) or a pixel's row (layouts 1, 2).
+    fn lda(&self) -> u32 {
+        if self.channels_last() { self.bk + PAD } else { self.bm + PAD }
+    }
+    /// Staged A rows: k (layout 0) or pixels (layouts 1, 2).
     fn a_rows(&self) -> u32 {
-        if self.layout == 1 { self.bm } else { self.bk }
+        if self.channels_last() { self.bm } else { self.bk }
     }
     fn ldb(&self) -> u32 {
         self.bk + PAD
@@ -189,15 +205,17 @@ impl KernelVariant for Coop {
             // Each invocation stages whole chunks of four, with the same four pixels
             // (layout 0) or the same four reduction terms (layout 1) in every A slot, and
             // every slot count is whole.
-            && t % (if self.layout == 1 { self.bk / 4 } else { self.bm / 4 }) == 0
-            && (self.bm * self.bk / 4) % t == 0
-            && (self.bn * self.bk / 4) % t == 0
+            && t % (if self.channels_last() { self.bk / self.a_chunk() } else { self.bm / 4 }) == 0
+            && (self.bm * self.bk / self.a_chunk()) % t == 0
+            // Layout 2 is the single pass on float16 data, which has no lo part.
+            && (self.layout != 2 || self.split == 1)
+            && (self.bn * self.bk / self.b_chunk()) % t == 0
             // The large-k-step variants only where the tile stays small enough to pay off.
-            && (self.bk == 32 || self.bm * self.bn <= 128 * 128)
+            && (self.bk <= 32 || self.bm * self.bn <= 128 * 128)
             // Split-K on channels-last tiles that win deep layers, with 16- and 64-term steps.
             && SPLITS.contains(&self.splits)
             && (self.splits == 1
-                || (self.layout == 1 && self.bk != 32 && SPLIT_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
+                || (self.channels_last() && self.bk != 32 && SPLIT_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
     }
 
     fn invocations(&self) -> u32 {
@@ -223,7 +241,8 @@ impl KernelVariant for Coop {
     fn suits(&self, shape: &ConvShape) -> bool {
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
-        let layout_ok = shape.layout == Layout::Nchw || self.layout == 1;
+        let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
+            && (self.layout != 2 || wide_x(shape));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         layout_ok && split_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
@@ -234,11 +253,11 @@ impl KernelVariant for Coop {
         let (_, _, tiles) = view.grid(self.bm, self.bn);
         // Layout 1 gathers four terms per load and index computation, after a prologue
         // that reads x and w once and writes them once.
-        let (gather, prologue, padded) = if self.layout == 1 {
+        let (gather, prologue, padded) = if self.channels_last() {
             let p = Padded::of(shape);
             let x_copied = if reads_x_in_place(shape) { 0 } else { p.x_len(shape) };
             let copied = (x_copied + p.w_len(shape)) as f64;
-            (GATHER_LOAD / 4.0, PROLOGUE * copied, p.krp as f64 / view.red as f64)
+            (GATHER_LOAD / self.a_chunk() as f64, PROLOGUE * copied, p.krp as f64 / view.red as f64)
         } else if pixel_quads(shape) {
             (GATHER_LOAD / 4.0, 0.0, 1.0)
         } else {
@@ -308,15 +327,27 @@ fn stores_quads(shape: &ConvShape) -> bool {
     if shape.layout == Layout::Nchw { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 }
 }
 
+/// float16 NHWC x whose groups' channels are whole runs of 8: layout 2 reads it in place,
+/// 16 bytes per gather.
+fn wide_x(shape: &ConvShape) -> bool {
+    shape.layout == Layout::Nhwc && shape.dtype == DType::F16 && shape.cg() % 8 == 0
+}
+
 /// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.
 fn reads_x_in_place(shape: &ConvShape) -> bool {
     shape.layout == Layout::Nhwc && shape.cg() % 4 == 0
 }
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
-    if shape.layout != Layout::Nchw && v.layout != 1 {
+    if shape.layout != Layout::Nchw && !v.channels_last() {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1)",
+            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1, _l2)",
+            v.name()
+        )));
+    }
+    if v.layout == 2 && !wide_x(shape) {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: layout 2 reads float16 NHWC x in place, 8 channels at a time (channels per group a multiple of 8)",
             v.name()
         )));
     }
@@ -333,9 +364,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let split = v.split == 3;
     let view = View::of(shape);
     let (_, _, blocks) = view.grid(v.bm, v.bn);
-    let a_slots = v.bm * v.bk / 4 / t;
-    let b_chunks_per_n = v.bk / 4;
-    let b_slots = v.bn * v.bk / 4 / t;
+    let a_slots = v.bm * v.bk / v.a_chunk() / t;
+    let b_chunks_per_n = v.bk / v.b_chunk();
+    let b_slots = v.bn * v.bk / v.b_chunk() / t;
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
 
     let mut smem = String::new();
@@ -344,15 +375,16 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
     }
 
-    let a_setup = if v.layout == 1 { a_setup_channels_last(v, a_slots) } else { a_setup_in_place(v, a_slots) };
+    let a_setup = if v.channels_last() { a_setup_channels_last(v, a_slots) } else { a_setup_in_place(v, a_slots) };
     let mut b_setup = String::new();
     for i in 0..b_slots {
         let s = &mut b_setup;
-        writeln!(s, "    let bk{i} = 4 * ((lid + {}) % {b_chunks_per_n});", i * t).unwrap();
+        writeln!(s, "    let bk{i} = {} * ((lid + {}) % {b_chunks_per_n});", v.b_chunk(), i * t).unwrap();
         writeln!(s, "    let bn{i} = (lid + {}) / {b_chunks_per_n};", i * t).unwrap();
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
         writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
-        writeln!(s, "    var pb{i}: vec4<f32>;").unwrap();
+        // Layout 2 holds each gather's 8 packed float16 values as the 16 bytes it loaded.
+        writeln!(s, "    var pb{i}: vec4<{}>;", if v.layout == 2 { "u32" } else { "f32" }).unwrap();
     }
     let mut acc = String::new();
     for i in 0..tm {
@@ -369,10 +401,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // Weight rows of a multiple of four values are bound as vec4s; layout 1 reads its
     // channels-last copy, whose rows are always whole vec4s.
     let vec_w = view.red % 4 == 0;
-    let w_buf = if v.layout == 1 { "wt" } else { "w" };
+    let w_buf = if v.channels_last() { "wt" } else { "w" };
     let mut fetch = String::new();
-    if v.layout == 1 {
-        fetch_channels_last(&mut fetch, a_slots, shape, if in_place { "x" } else { "xt" });
+    if v.channels_last() {
+        fetch_channels_last(&mut fetch, v, a_slots, shape, if in_place { "x" } else { "xt" });
     } else {
         fetch_in_place(&mut fetch, a_slots, shape, quads);
     }
@@ -380,10 +412,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut fetch;
         writeln!(s, "    {{").unwrap();
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
-        if vec_w || v.layout == 1 {
+        if vec_w || v.channels_last() {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
             writeln!(s, "        let ok = bok{i} && kr < k_end;").unwrap();
-            writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
+            if v.layout == 2 {
+                writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0, (bbase{i} + kr) / 8, ok)], ok);").unwrap();
+            } else {
+                writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
+            }
             writeln!(s, "    }}").unwrap();
             continue;
         }
@@ -411,9 +447,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled);
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk());
     vars.extend(prologue_vars);
-    let kl = if v.layout == 1 { padded.krp } else { view.red as u64 };
+    let kl = if v.channels_last() { padded.krp } else { view.red as u64 };
     let ks = implicit::split_share(kl, v.splits, v.bk);
     let x_copy = if in_place { 0 } else { padded.x_len(shape) };
     // The partials' first vec4 in binding 5: after the x copy (f32 whenever a split runs).
@@ -447,9 +483,16 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("PART0", part0.to_string()),
         ("FINISH_STORE", finish_store),
         ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("WT_ELEM", if v.layout == 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_ELEM", if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_AT", if in_place || quads { "    return f32(x[i / 4][i % 4]);" } else { "    return f32(x[i]);" }.to_string()),
+        ("X_ELEM", if v.layout == 2 { "vec4<u32>".to_string() } else if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if v.layout == 2 {
+            "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
+        } else if in_place || quads {
+            "    return f32(x[i / 4][i % 4]);"
+        } else {
+            "    return f32(x[i]);"
+        }.to_string()),
         ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
         ("EW", if scaled { "scale_exp(atomicLoad(&scales[1]))" } else { "0" }.to_string()),
         ("SMEM", smem),
@@ -472,7 +515,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
     let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks * v.splits as u64);
     kernel.scaled = scaled;
-    if v.layout == 1 {
+    if v.channels_last() {
         kernel.prologue = Some(prologue_blocks);
         let bytes = shape.dtype.size();
         let partials = if v.splits > 1 { v.splits as u64 * shape.y_len().div_ceil(4) * 16 } else { 0 };
@@ -508,7 +551,11 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32) -> String {
         writeln!(s, "        }}").unwrap();
     };
     for i in 0..a_slots {
-        let at = if v.layout == 1 {
+        if v.layout == 2 {
+            stage_packed(&mut stage, "a", &format!("pa{i}"), &format!("(u32(arow{i}) * LDA) / 4u + 2u * u32(acol)"));
+            continue;
+        }
+        let at = if v.channels_last() {
             format!("(u32(arow{i}) * LDA) / 4u + u32(acol)")
         } else {
             format!("(u32(ak{i}) * LDA) / 4u + u32(am)")
@@ -516,9 +563,24 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32) -> String {
         stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
     }
     for i in 0..b_slots {
-        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
+        let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
+        if v.layout == 2 {
+            stage_packed(&mut stage, "b", &format!("pb{i}"), &at);
+            continue;
+        }
+        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", at);
     }
     stage
+}
+
+/// Layout 2's staging of one gather: 8 float16 values loaded as four u32s, stored as two
+/// vec4s of the staged row starting at vec4 `at` (not scaled: float16 data).
+fn stage_packed(s: &mut String, tile: &str, reg: &str, at: &str) {
+    writeln!(s, "        {{").unwrap();
+    writeln!(s, "            let at = {at};").unwrap();
+    writeln!(s, "            {tile}_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
+    writeln!(s, "            {tile}_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
+    writeln!(s, "        }}").unwrap();
 }
 
 /// One k-step's products: per 16-term slice, the subgroup's A and B tiles loaded from
@@ -535,7 +597,7 @@ fn inner_product(v: &Coop) -> String {
         for p in parts {
             for i in 0..tm {
                 // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
-                let load = if v.layout == 1 {
+                let load = if v.channels_last() {
                     format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
                 } else {
                     format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
@@ -685,14 +747,16 @@ fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
 /// 4*acol+3 of each k-step, the same in every slot for the same reason as above.
 fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
     let mut s = String::new();
-    let chunks_per_row = v.bk / 4;
+    let chunks_per_row = v.bk / v.a_chunk();
+    // Layout 2 holds each gather's 8 float16 values as the 16 bytes it loaded.
+    let reg = if v.layout == 2 { "vec4<u32>" } else { "vec4<f32>" };
     writeln!(s, "    let acol = lid % {chunks_per_row};").unwrap();
     for i in 0..a_slots {
         writeln!(s, "    let arow{i} = (lid + {}) / {chunks_per_row};", i * v.threads()).unwrap();
         implicit::write_pixel_position(&mut s, &i.to_string(), &format!("m0 + arow{i}"));
         // Where the pixel's window starts in the (N, H, W, C) copy; only used in range.
         writeln!(s, "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CHP + g * CP;").unwrap();
-        writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
+        writeln!(s, "    var pa{i}: {reg};").unwrap();
     }
     s
 }
@@ -728,9 +792,11 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, quads: bool) 
 
 /// Layout 1's gathers: the step's four terms (channels c .. c+3 of one (r, s), decoded once
 /// per step) for each slot's pixel, one 16-byte load each.
-fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &str) {
+fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape, x_buf: &str) {
+    let chunk = v.a_chunk();
+    let (zero, load) = if v.layout == 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
     writeln!(s, "    {{").unwrap();
-    writeln!(s, "        let kr = k_next + 4 * acol;").unwrap();
+    writeln!(s, "        let kr = k_next + {chunk} * acol;").unwrap();
     writeln!(s, "        let krs = kr / CP;").unwrap();
     writeln!(s, "        let khd = (krs / S) * DH;").unwrap();
     writeln!(s, "        let kwd = (krs % S) * DW;").unwrap();
@@ -741,7 +807,7 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
         writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), vec4<f32>({x_buf}[select(0, (abase{i} + koff) / 4, ok)]), ok);").unwrap();
+        writeln!(s, "            pa{i} = select({zero}, {load}({x_buf}[select(0, (abase{i} + koff) / {chunk}, ok)]), ok);").unwrap();
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();
@@ -749,27 +815,29 @@ fn fetch_channels_last(s: &mut String, a_slots: u32, shape: &ConvShape, x_buf: &
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool) -> (Vec<(&'static str, String)>, u64) {
+fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
     let padded_vec4s = padded.x_len(shape) / 4;
     let (x_blocks, prologue_x) = match (shape.layout, in_place) {
         // x read in place needs no pass of its own unless its scale is wanted.
-        (Layout::Nhwc, true) if !scaled => (0, PROLOGUE_X_MAX),
+        (Layout::Nhwc, true) if !scaled => (0, PROLOGUE_X_NONE),
         // A few workgroups striding over x: one vec4 per invocation made a 100 MB x pay a
         // workgroup's atomics and barriers 25,000 times.
         (Layout::Nhwc, true) => (x_vec4s.div_ceil(256).min(MAX_BLOCKS), PROLOGUE_X_MAX),
         (Layout::Nhwc, false) => (padded_vec4s.div_ceil(256), PROLOGUE_X_PAD),
         (Layout::Nchw, _) => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY),
     };
-    let w_blocks = (padded.w_len(shape) / 4).div_ceil(256);
+    let w_blocks = (padded.w_len(shape) / wv as u64).div_ceil(256);
     let w_at = if vec_w { "    return f32(w[i / 4][i % 4]);" } else { "    return f32(w[i]);" };
     let vars = vec![
         ("P_TILES", p_tiles.to_string()),
         ("C_TILES", c_tiles.to_string()),
         ("X_BLOCKS", x_blocks.to_string()),
         ("W_BLOCKS", w_blocks.to_string()),
+        ("WV", wv.to_string()),
+        ("WT_WRITE", if wv == 8 { WT_WRITE_PACKED } else { WT_WRITE }.to_string()),
         ("W_AT", w_at.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
         ("PROLOGUE_X", prologue_x.to_string()),
@@ -777,6 +845,15 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
     ];
     (vars, x_blocks + w_blocks)
 }
+
+/// The prologue's write of four channels of w's copy.
+const WT_WRITE: &str = "            wt[i] = vec4<CT>(v);";
+
+/// Layout 2's: eight float16 channels packed into 16 bytes (float16 data is never scaled:
+/// the max below, of the first four, goes unused).
+const WT_WRITE_PACKED: &str = r#"            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
+                              w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
+            wt[i] = vec4<u32>(pack2x16float(v.xy), pack2x16float(v.zw), pack2x16float(u.xy), pack2x16float(u.zw));"#;
 
 /// Workgroups of the prologue's max pass over x read in place, as in `check`'s.
 const MAX_BLOCKS: u64 = 1024;
@@ -826,6 +903,10 @@ const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + lid;
             xt[i] = vec4<CT>(v);
         }
         atomicMax(&tile_max[0], mx);"#;
+
+/// The prologue's x part for float16 NHWC x read in place: nothing (no copy, no scale), and
+/// no workgroup takes this branch.
+const PROLOGUE_X_NONE: &str = "        // float16 x read in place: no copy, no scale.";
 
 /// The prologue's x part for NHWC x, which the kernel reads in place: its max only.
 const PROLOGUE_X_MAX: &str = r#"        var mx = 0u;
