@@ -23,6 +23,10 @@ pub enum Error {
     /// (Python: convtune.OutOfMemoryError).
     #[error("{0}")]
     MemoryLimit(String),
+    /// A device the caller opened lacks a feature or limit every kernel needs; the message
+    /// names each one (Python: never raised, its device is convtune's own).
+    #[error("{0}")]
+    Unsupported(String),
     /// The device was lost; the next call creates a new one (Python: convtune.DeviceLostError).
     #[error("GPU device lost: {0}")]
     DeviceLost(String),

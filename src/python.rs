@@ -45,7 +45,7 @@ fn to_pyerr(e: Error) -> PyErr {
         Error::OutOfMemory(_) | Error::MemoryLimit(_) => OutOfMemoryError::new_err(msg),
         Error::DeviceLost(_) => DeviceLostError::new_err(msg),
         Error::Shader { .. } => ShaderError::new_err(msg),
-        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) => ConvtuneError::new_err(msg),
+        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) | Error::Unsupported(_) => ConvtuneError::new_err(msg),
     }
 }
 
