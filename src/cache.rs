@@ -321,6 +321,7 @@ impl Cache {
         Cache { file: cache_dir().map(|d| d.join(FILE_NAME)) }
     }
 
+    #[cfg(test)]
     pub fn in_dir(dir: &Path) -> Cache {
         Cache { file: Some(dir.join(FILE_NAME)) }
     }

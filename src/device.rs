@@ -13,16 +13,25 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// What `convtune.devices()` reports for one adapter.
+/// One adapter as convtune reports it (Python: an entry of `convtune.devices()`).
 #[derive(Clone, Debug)]
 pub struct AdapterDesc {
+    /// Its position in [`adapters`](crate::adapters), best first (`CONVTUNE_ADAPTER`
+    /// indexes it); `None` for an engine on the caller's device.
     pub index: Option<usize>,
+    /// The adapter's name.
     pub name: String,
+    /// The wgpu backend, lower case (`vulkan`, `metal`, `dx12`, `gl`).
     pub backend: String,
+    /// wgpu's device type (`DiscreteGpu`, `Cpu`, …).
     pub device_type: String,
+    /// The driver's name.
     pub driver: String,
+    /// The driver's version or other description.
     pub driver_info: String,
+    /// The PCI vendor id.
     pub vendor: u32,
+    /// The PCI device id.
     pub device: u32,
 }
 
@@ -354,7 +363,7 @@ pub fn missing_requirements(device: &wgpu::Device, downlevel: &wgpu::DownlevelCa
 }
 
 impl Engine {
-    fn create() -> Result<Engine> {
+    pub(crate) fn create() -> Result<Engine> {
         let (_instance, list) = discover();
         let (index, adapter) = pick(list, std::env::var("CONVTUNE_ADAPTER").ok())?;
         let (device, queue, memory) = Self::open(&adapter)?;

@@ -77,6 +77,7 @@ pub fn size_class(size: u64) -> u64 {
     size.next_multiple_of(step)
 }
 
+/// GPU memory held by an engine's buffer pool.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PoolStats {
     /// Bytes in buffers handed out and not yet returned.

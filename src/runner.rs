@@ -523,6 +523,7 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
 
 /// One conv2d: upload, run `variant`, read the output into `out` (length `shape.y_len()`).
 /// Problems larger than one storage binding run as several pieces (see `split`).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d<T: Elem>(
     engine: &Engine,
