@@ -60,7 +60,7 @@ pub struct Conv2dBuilder {
     padding: Padding,
     dilation: Hw,
     groups: i64,
-    bias: bool,
+    bias: Option<usize>,
     layout: Layout,
     dtype: DType,
     precision: Option<Precision>,
@@ -82,7 +82,7 @@ impl Conv2d {
             padding: Padding::Explicit(0, 0),
             dilation: Hw(1, 1),
             groups: 1,
-            bias: false,
+            bias: None,
             layout: Layout::Nchw,
             dtype: DType::F32,
             precision: None,
@@ -221,7 +221,14 @@ impl Conv2dBuilder {
 
     /// Whether calls add a float32 bias of K elements (default no).
     pub fn bias(mut self, on: bool) -> Self {
-        self.bias = on;
+        self.bias = on.then_some(self.w[0]);
+        self
+    }
+
+    /// A bias of `len` elements, checked against K by [`build`](Self::build) (for callers
+    /// that hold the bias itself).
+    pub fn bias_len(mut self, len: Option<usize>) -> Self {
+        self.bias = len;
         self
     }
 
@@ -257,6 +264,13 @@ impl Conv2dBuilder {
         self
     }
 
+    /// The residual's weight alone (default 1; it means nothing without
+    /// [`residual`](Self::residual), but must be finite all the same).
+    pub fn alpha2(mut self, a: f32) -> Self {
+        self.alpha2 = a;
+        self
+    }
+
     /// The activation applied last (default none).
     pub fn activation(mut self, a: Activation) -> Self {
         self.activation = a;
@@ -269,7 +283,7 @@ impl Conv2dBuilder {
             Some(p) => p,
             None => Precision::resolve(None)?,
         };
-        let bias_len = self.bias.then(|| self.w[0]);
+        let bias_len = self.bias;
         let (Hw(sh, sw), Hw(dh, dw)) = (self.stride, self.dilation);
         let shape = ConvShape::new(self.layout.nchw(self.x), self.w, (sh, sw), self.padding, (dh, dw), self.groups, bias_len)?
             .with_layout(self.layout)
