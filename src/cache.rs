@@ -452,7 +452,7 @@ mod tests {
 
     fn adapter(device: u32) -> AdapterDesc {
         AdapterDesc {
-            index: 0,
+            index: Some(0),
             name: "test gpu".into(),
             backend: "vulkan".into(),
             device_type: "DiscreteGpu".into(),

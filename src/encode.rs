@@ -38,12 +38,6 @@ pub struct Workspace {
     _buffers: Vec<PooledBuffer>,
 }
 
-impl std::fmt::Debug for PooledBuffer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PooledBuffer({} bytes)", self.size)
-    }
-}
-
 /// `slice` as the binding of a tensor of `bytes` bytes, or an error naming `what` and the
 /// rule it breaks.
 fn view<'a>(engine: &Engine, what: &str, slice: wgpu::BufferSlice<'a>, bytes: u64) -> Result<View<'a>> {

@@ -38,8 +38,9 @@ impl Engine {
     /// device was opened with ([`OPTIONAL_FEATURES`]: timestamp queries, `SHADER_F16` for
     /// float16 problems, cooperative matrices for the tensor-core family,
     /// `MAPPABLE_PRIMARY_BUFFERS`), and needs compute shaders and the limits of
-    /// [`wgpu::Limits::default`] for storage buffers per stage (8) and workgroup sizes: a
-    /// device without them gives [`Error::Unsupported`] naming each one. The device's
+    /// [`wgpu::Limits::default`] for storage buffers per stage (8) and workgroup sizes
+    /// (256 invocations): a device without them gives [`Error::Unsupported`] naming each
+    /// one. Kernel variants that need more than the device's limits are never chosen. The device's
     /// error handler and lost callback are left as they are.
     ///
     /// [`OPTIONAL_FEATURES`]: crate::OPTIONAL_FEATURES

@@ -111,6 +111,7 @@ mod plan;
 mod pool;
 mod precision;
 mod problem;
+pub mod reference;
 mod runner;
 mod split;
 mod tensor;

@@ -264,6 +264,12 @@ impl<'a> View<'a> {
     }
 }
 
+impl std::fmt::Debug for PooledBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PooledBuffer({} bytes)", self.size)
+    }
+}
+
 impl Deref for PooledBuffer {
     type Target = wgpu::Buffer;
     fn deref(&self) -> &wgpu::Buffer {
