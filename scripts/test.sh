@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "== cargo test"
-cargo test --release
+# The doctests, examples and integration test tune on first use: a throwaway tuning cache.
+CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo test --release
 echo "== examples: each checks its result against a float64 reference"
 CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo run --release -q --example own_device
 CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo run --release -q --example host_slices
