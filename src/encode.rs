@@ -3,6 +3,7 @@
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::host::expect_present;
 use crate::plan::Plan;
 use crate::pool::{PooledBuffer, View};
 use crate::runner::{self, Tensors};
@@ -67,11 +68,10 @@ fn view<'a>(engine: &Engine, what: &str, slice: wgpu::BufferSlice<'a>, bytes: u6
 
 /// An optional tensor: present exactly when the problem has it.
 fn optional<'a>(engine: &Engine, what: &str, slice: Option<wgpu::BufferSlice<'a>>, bytes: Option<u64>) -> Result<Option<View<'a>>> {
+    expect_present(what, slice.is_some(), bytes.is_some())?;
     match (slice, bytes) {
         (Some(s), Some(b)) => view(engine, what, s, b).map(Some),
-        (None, None) => Ok(None),
-        (Some(_), None) => Err(Error::invalid(format!("{what} given, but the problem has none (see Conv2dBuilder)"))),
-        (None, Some(_)) => Err(Error::invalid(format!("the problem has {what}, but no buffer was given for it"))),
+        _ => Ok(None),
     }
 }
 

@@ -4,6 +4,7 @@ use crate::dtype::Elem;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::problem::Conv2d;
 use crate::runner;
 use crate::timing::Phases;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +36,22 @@ pub(crate) fn expect_present(what: &str, given: bool, wanted: bool) -> Result<()
     match (given, wanted) {
         (true, false) => Err(Error::invalid(format!("{what} given, but the problem has none (see Conv2dBuilder)"))),
         (false, true) => Err(Error::invalid(format!("the problem has {what}, but none was given"))),
+        _ => Ok(()),
+    }
+}
+
+/// An error unless w, the bias and z are what `p` takes: `z` is `None` without a residual,
+/// `Some(None)` for a device tensor (checked elsewhere), `Some(Some(len))` for host data.
+pub(crate) fn expect_operands(p: &Conv2d, w: usize, bias: Option<&[f32]>, z: Option<Option<usize>>) -> Result<()> {
+    let [_, wl, yl] = p.lens();
+    expect_len("w", w, wl)?;
+    expect_present("a bias", bias.is_some(), p.has_bias())?;
+    if let Some(b) = bias {
+        expect_len("the bias", b.len(), p.w_dims()[0] as u64)?;
+    }
+    expect_present("a residual z", z.is_some(), p.has_residual())?;
+    match z {
+        Some(Some(len)) => expect_len("z", len, yl),
         _ => Ok(()),
     }
 }
@@ -74,18 +91,10 @@ impl Engine {
     ) -> Result<()> {
         self.check_lost()?;
         let p = plan.problem();
-        let [xl, wl, yl] = p.lens();
+        let [xl, _, yl] = p.lens();
         expect_len("x", x.len(), xl)?;
-        expect_len("w", w.len(), wl)?;
         expect_len("the output", out.len(), yl)?;
-        expect_present("a bias", bias.is_some(), p.has_bias())?;
-        if let Some(b) = bias {
-            expect_len("the bias", b.len(), p.w_dims()[0] as u64)?;
-        }
-        expect_present("a residual z", z.is_some(), p.has_residual())?;
-        if let Some(z) = z {
-            expect_len("z", z.len(), yl)?;
-        }
+        expect_operands(p, w.len(), bias, z.map(|z| Some(z.len())))?;
         runner::conv2d_timed(&self.inner, &p.shape, &plan.variant, x, w, bias, z, out, poison(), ph)
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::epilogue::Activation;
 use crate::error::Result;
-use crate::host::{expect_len, expect_present};
+use crate::host::{expect_len, expect_operands};
 use crate::problem::Conv2d;
 
 /// `act(alpha1 * conv(x, w) + alpha2 * z + bias)` in float64, C-ordered in the problem's
@@ -11,17 +11,9 @@ use crate::problem::Conv2d;
 /// checking small problems.
 pub fn conv2d_f64(problem: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>, z: Option<&[f32]>) -> Result<Vec<f64>> {
     let s = &problem.shape;
-    let [xl, wl, yl] = problem.lens();
+    let [xl, _, yl] = problem.lens();
     expect_len("x", x.len(), xl)?;
-    expect_len("w", w.len(), wl)?;
-    expect_present("a bias", bias.is_some(), s.bias)?;
-    if let Some(b) = bias {
-        expect_len("the bias", b.len(), s.k.into())?;
-    }
-    expect_present("a residual z", z.is_some(), s.epilogue.residual)?;
-    if let Some(z) = z {
-        expect_len("z", z.len(), yl)?;
-    }
+    expect_operands(problem, w.len(), bias, z.map(|z| Some(z.len())))?;
     let xs = s.x_strides().map(|v| v as usize);
     let ys = s.y_strides().map(|v| v as usize);
     let (oh, ow, cg, kg) = (s.oh() as i64, s.ow() as i64, s.cg() as usize, s.kg() as usize);

@@ -3,7 +3,7 @@
 use crate::dtype::{DType, Elem};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::host::{expect_len, expect_present, poison};
+use crate::host::{expect_len, expect_operands, poison};
 use crate::plan::Plan;
 use crate::runner::{self, DeviceArray};
 
@@ -52,17 +52,13 @@ impl Engine {
         if x.array.dims != p.x_dims() {
             return Err(Error::invalid(format!("x is {:?}, the problem's x is {:?}", x.array.dims, p.x_dims())));
         }
-        expect_len("w", w.len(), p.lens()[1])?;
-        expect_present("a bias", bias.is_some(), p.has_bias())?;
-        if let Some(b) = bias {
-            expect_len("the bias", b.len(), p.w_dims()[0] as u64)?;
-        }
-        expect_present("a residual z", z.is_some(), p.has_residual())?;
+        let z_len = z.map(|z| match z {
+            Residual::Host(h) => Some(h.len()),
+            Residual::Tensor(_) => None,
+        });
+        expect_operands(p, w.len(), bias, z_len)?;
         let z = match z {
-            Some(Residual::Host(h)) => {
-                expect_len("z", h.len(), p.lens()[2])?;
-                Some(runner::Residual::Host(h))
-            }
+            Some(Residual::Host(h)) => Some(runner::Residual::Host(h)),
             Some(Residual::Tensor(t)) => {
                 if t.array.dims != p.y_dims() {
                     return Err(Error::invalid(format!("z is {:?}, the output is {:?}", t.array.dims, p.y_dims())));
