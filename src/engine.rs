@@ -119,7 +119,8 @@ impl Engine {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// An error unless `device` is this engine's device.
+    /// An error once convtune's own device was lost (a caller's device is the caller's to
+    /// watch: its lost callback is left alone).
     pub(crate) fn check_lost(&self) -> Result<()> {
         if self.inner.is_lost() {
             return Err(Error::DeviceLost(format!("{} was lost", self.inner.desc.name)));
