@@ -21,7 +21,7 @@ Writes cliffs.json and one cliffs_<sweep>.png per sweep (when matplotlib is inst
 FLOP and the worst ratio of a point over its better neighbour.
 
 GPU machine (PyTorch with CUDA installed); 80 distinct points, an estimated 6 minutes on an
-H100 at about 4.3 s per point (3.3 s of tuning, BENCHMARKS.md, plus timing both libraries):
+H100 at about 4.3 s per point (3.3 s of tuning, benches/results/HISTORY.md, plus timing both libraries):
     CONVTUNE_COMMIT=$(git rev-parse --short HEAD) python benches/cliffs.py --step 2
 Every integer point (144 distinct points, about 10 minutes):  python benches/cliffs.py
 CPU only (lavapipe; no cuDNN), small shapes:  python benches/cliffs.py --small --budget 0.5

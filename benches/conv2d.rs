@@ -5,14 +5,7 @@
 //! around a queue sync), so they show kernel speed, not upload and read-back. The tuned
 //! variant comes from the tuning cache as `CONVTUNE_TUNE` says (tuning first when needed).
 
-use convtune::autotune;
-use convtune::device::{self, Compiled, Engine};
-use convtune::params::{ConvShape, Padding};
-use convtune::precision::Precision;
-use convtune::runner::{random_data, DeviceTensors};
-use convtune::families::Families;
-use convtune::kernels::Variant;
-use convtune::tuner;
+use convtune::{Conv2d, Engine, Plan};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 
@@ -27,23 +20,23 @@ const SUITE: [([usize; 4], usize, usize, i64, i64, i64); 6] = [
     ([1, 16, 32, 32], 16, 5, 2, 2, 1),
 ];
 
-fn shapes() -> Vec<ConvShape> {
+fn problems() -> Vec<Conv2d> {
     SUITE
         .iter()
         .filter_map(|&(x, k, rs, stride, pad, groups)| {
             let w = [k, x[1] / groups as usize, rs, rs];
-            ConvShape::new(x, w, (stride, stride), Padding::Explicit(pad, pad), (1, 1), groups, None).ok()
+            Conv2d::builder(x, w).stride(stride).padding(pad).groups(groups).build().ok()
         })
         .collect()
 }
 
 /// GPU seconds of `iters` runs, in batches the timer accepts.
-fn gpu_time(engine: &Engine, t: &DeviceTensors, kernel: &Compiled, iters: u64) -> Duration {
+fn gpu_time(engine: &Engine, plan: &Plan, iters: u64) -> Duration {
     let mut left = iters;
     let mut total = 0.0;
     while left > 0 {
         let batch = left.min(1024) as u32;
-        match t.time(engine, kernel, batch) {
+        match engine.time(plan, batch, 0) {
             Ok(times) => total += times.iter().sum::<f64>(),
             Err(e) => {
                 eprintln!("timing failed: {e}");
@@ -55,55 +48,36 @@ fn gpu_time(engine: &Engine, t: &DeviceTensors, kernel: &Compiled, iters: u64) -
     Duration::from_secs_f64(total)
 }
 
-fn bench_shape(c: &mut Criterion, engine: &Engine, shape: &ConvShape) {
+fn bench_shape(c: &mut Criterion, engine: &Engine, problem: &Conv2d) {
+    let label = problem.label();
     // The same untuned choice conv2d makes, within CONVTUNE_FAMILIES.
-    let families = match Families::from_env() {
-        Ok(f) => f,
-        Err(e) => return eprintln!("{e}"),
+    let default = match engine.default_variant(problem).and_then(|v| engine.choose(problem, Some(&v), &mut |_| Ok(()))) {
+        Ok(p) => p,
+        Err(e) => return eprintln!("{label}: {e}"),
     };
-    let default = match tuner::default_choice(shape, &engine.caps, Precision::default(), &families) {
-        Ok(v) => v,
-        Err(e) => return eprintln!("{}: {e}", shape.label()),
-    };
-    let tuned = match autotune::choose(engine, shape, Precision::default(), None, &mut |_| Ok(())) {
-        Ok(choice) => choice.variant,
+    let tuned = match engine.plan(problem) {
+        Ok(p) => p,
         Err(e) => {
-            eprintln!("{}: tuning failed ({e}); benchmarking the default only", shape.label());
-            default
+            eprintln!("{label}: tuning failed ({e}); benchmarking the default only");
+            default.clone()
         }
     };
-    let x = random_data(shape.x_len() as usize, 1);
-    let w = random_data(shape.w_len() as usize, 2);
-    let tensors = match DeviceTensors::upload(engine, shape, &x, &w, None, None) {
-        Ok(t) => t,
-        Err(e) => return eprintln!("{}: cannot upload inputs: {e}", shape.label()),
-    };
-    let mut group = c.benchmark_group(shape.label());
-    group.throughput(Throughput::Elements(shape.flops() as u64));
-    let runs: [(&str, Variant); 2] = [("default", default), ("tuned", tuned)];
-    for (which, variant) in runs {
-        let kernel = match engine.pipeline(&variant, shape) {
-            Ok(k) => k,
-            Err(e) => {
-                eprintln!("{}: {variant}: {e}", shape.label());
-                continue;
-            }
-        };
-        group.bench_function(BenchmarkId::new(which, variant), |b| {
-            b.iter_custom(|iters| gpu_time(engine, &tensors, &kernel, iters))
-        });
+    let mut group = c.benchmark_group(&label);
+    group.throughput(Throughput::Elements(problem.flops() as u64));
+    for (which, plan) in [("default", default), ("tuned", tuned)] {
+        group.bench_function(BenchmarkId::new(which, plan.variant()), |b| b.iter_custom(|iters| gpu_time(engine, &plan, iters)));
     }
     group.finish();
 }
 
 fn conv2d(c: &mut Criterion) {
-    let engine = match device::engine() {
+    let engine = match Engine::shared() {
         Ok(e) => e,
         Err(e) => return eprintln!("no GPU adapter ({e}); nothing to benchmark"),
     };
-    eprintln!("adapter: {} ({})", engine.desc.name, engine.desc.backend);
-    for shape in shapes() {
-        bench_shape(c, &engine, &shape);
+    eprintln!("adapter: {} ({})", engine.adapter_desc().name, engine.adapter_desc().backend);
+    for problem in problems() {
+        bench_shape(c, &engine, &problem);
     }
 }
 

@@ -2,7 +2,7 @@
 //! come back, by every path Vulkan offers, on the adapter wgpu picks. Prints GB/s; it is the
 //! measurement behind the copy paths `transfer.rs` takes and their ceilings in the README.
 //!
-//!     cargo bench --no-default-features --bench copy_paths            # 9, 64, 236 MiB
+//!     cargo bench --bench copy_paths            # 9, 64, 236 MiB
 //!     COPY_PATHS_MIB=64 cargo bench --no-default-features --bench copy_paths
 //!
 //! Paths: host memcpy (the reference); host writes into wgpu's MAP_WRITE buffers (device

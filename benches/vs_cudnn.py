@@ -1,9 +1,11 @@
 """Side-by-side benchmark: convtune (tuned WGSL on Vulkan) against cuDNN (PyTorch) on the
-same NVIDIA GPU, over the public shape suite. Writes BENCHMARKS.md and a JSON file.
+same NVIDIA GPU, over the public shape suite. Writes its tables as Markdown and a JSON file;
+the tables of the latest full run go into BENCHMARKS.md ("Against cuDNN"), earlier ones
+into benches/results/HISTORY.md.
 
 Usage (on the GPU machine, where PyTorch with CUDA is installed):
     CONVTUNE_COMMIT=$(git rev-parse --short HEAD) python benches/vs_cudnn.py \
-        --chain --markdown BENCHMARKS.md --json benches/results/vs_cudnn.json
+        --chain --markdown vs_cudnn.md --json benches/results/vs_cudnn.json
 
 Per shape: convtune GPU time (timestamp queries, median of 50) and its coefficient of
 variation, convtune end to end (numpy in -> numpy out, median of 10) and PyTorch's (numpy ->

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Quickstart 2: set up, then run every test: Rust unit tests and the Python test suite.
+# Quickstart 2: set up, then run every test: Rust unit, integration and doc tests, the Rust
+# examples, and the Python test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "== cargo test"
-cargo test --release --no-default-features
+# The doctests, examples and integration test tune on first use: a throwaway tuning cache.
+CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo test --release
+echo "== examples: each checks its result against a float64 reference"
+CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo run --release -q --example own_device
+CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo run --release -q --example host_slices
 echo "== benchmarks: build, and run each once as a smoke test"
-cargo bench --no-default-features --no-run
+cargo bench --no-run
 CONVTUNE_CACHE_DIR="$(mktemp -d)" CONVTUNE_TUNE_BUDGET=1 \
   .venv/bin/python -m pytest -q -p no:cacheprovider benches/ --benchmark-disable
 echo "== pytest"

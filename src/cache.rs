@@ -321,6 +321,7 @@ impl Cache {
         Cache { file: cache_dir().map(|d| d.join(FILE_NAME)) }
     }
 
+    #[cfg(test)]
     pub fn in_dir(dir: &Path) -> Cache {
         Cache { file: Some(dir.join(FILE_NAME)) }
     }
@@ -451,7 +452,7 @@ mod tests {
 
     fn adapter(device: u32) -> AdapterDesc {
         AdapterDesc {
-            index: 0,
+            index: Some(0),
             name: "test gpu".into(),
             backend: "vulkan".into(),
             device_type: "DiscreteGpu".into(),

@@ -4,7 +4,7 @@
 use crate::codegen::render;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::pool::PooledBuffer;
+use crate::pool::{PooledBuffer, View};
 
 const TEMPLATE: &str = include_str!("../shaders/check.wgsl");
 
@@ -82,7 +82,7 @@ impl Checker {
         enc: &mut wgpu::CommandEncoder,
         pipeline: &wgpu::ComputePipeline,
         label: &str,
-        buffers: &[(u32, &PooledBuffer)],
+        buffers: &[(u32, View<'_>)],
         timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
     ) {
         let entries: Vec<_> = buffers
@@ -103,7 +103,7 @@ impl Checker {
     /// Records filling `buf`, an output of `dtype`, with its poison pattern.
     pub fn fill(&self, device: &wgpu::Device, enc: &mut wgpu::CommandEncoder, buf: &PooledBuffer, dtype: DType) {
         let pipeline = if dtype == DType::F16 { &self.fill16 } else { &self.fill };
-        Self::record(device, enc, pipeline, "convtune poison", &[(3, buf)], None);
+        Self::record(device, enc, pipeline, "convtune poison", &[(3, buf.view())], None);
     }
 
     /// Records writing max |x| and max |w| over finite elements into `scales` (16 bytes,
@@ -113,17 +113,17 @@ impl Checker {
         &self,
         device: &wgpu::Device,
         enc: &mut wgpu::CommandEncoder,
-        x: &PooledBuffer,
-        w: &PooledBuffer,
+        x: View<'_>,
+        w: View<'_>,
         scales: &PooledBuffer,
         timestamps: Option<(&wgpu::QuerySet, u32)>,
     ) {
         enc.clear_buffer(scales, 0, Some(16));
         // x's vec4 view needs one whole vec4; the scalar pass takes the rare x smaller than that.
         let (pipeline, buffers) = if x.size >= 16 {
-            (&self.maxabs4, vec![(0, x), (1, w), (2, scales), (4, x)])
+            (&self.maxabs4, vec![(0, x), (1, w), (2, scales.view()), (4, x)])
         } else {
-            (&self.maxabs, vec![(0, x), (1, w), (2, scales)])
+            (&self.maxabs, vec![(0, x), (1, w), (2, scales.view())])
         };
         let timestamp_writes = timestamps.map(|(qs, i)| wgpu::ComputePassTimestampWrites {
             query_set: qs,
@@ -145,7 +145,7 @@ impl Checker {
     ) {
         enc.clear_buffer(stats, 0, Some(16));
         let pipeline = if dtype == DType::F16 { &self.compare16 } else { &self.compare };
-        Self::record(device, enc, pipeline, "convtune compare", &[(0, got), (1, want), (2, stats)], None);
+        Self::record(device, enc, pipeline, "convtune compare", &[(0, got.view()), (1, want.view()), (2, stats.view())], None);
     }
 }
 

@@ -94,6 +94,7 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
 }
 
 /// Parses and validates WGSL with naga, the front end wgpu itself uses.
+#[cfg(test)]
 pub fn validate(source: &str) -> std::result::Result<(), String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
     naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())

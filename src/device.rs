@@ -13,21 +13,30 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// What `convtune.devices()` reports for one adapter.
+/// One adapter as convtune reports it (Python: an entry of `convtune.devices()`).
 #[derive(Clone, Debug)]
 pub struct AdapterDesc {
-    pub index: usize,
+    /// Its position in [`adapters`](crate::adapters), best first (`CONVTUNE_ADAPTER`
+    /// indexes it); `None` for an engine on the caller's device.
+    pub index: Option<usize>,
+    /// The adapter's name.
     pub name: String,
+    /// The wgpu backend, lower case (`vulkan`, `metal`, `dx12`, `gl`).
     pub backend: String,
+    /// wgpu's device type (`DiscreteGpu`, `Cpu`, …).
     pub device_type: String,
+    /// The driver's name.
     pub driver: String,
+    /// The driver's version or other description.
     pub driver_info: String,
+    /// The PCI vendor id.
     pub vendor: u32,
+    /// The PCI device id.
     pub device: u32,
 }
 
 impl AdapterDesc {
-    fn from_info(index: usize, info: &wgpu::AdapterInfo) -> Self {
+    fn from_info(index: Option<usize>, info: &wgpu::AdapterInfo) -> Self {
         AdapterDesc {
             index,
             name: info.name.clone(),
@@ -248,7 +257,7 @@ fn no_adapter_message(loader_present: bool, list_empty: bool) -> Error {
 /// Every adapter wgpu can see, best first.
 pub fn list_adapters() -> Vec<AdapterDesc> {
     let (_instance, list) = discover();
-    list.iter().enumerate().map(|(i, a)| AdapterDesc::from_info(i, &a.get_info())).collect()
+    list.iter().enumerate().map(|(i, a)| AdapterDesc::from_info(Some(i), &a.get_info())).collect()
 }
 
 /// The adapter `selector` (`CONVTUNE_ADAPTER`: an index or a name substring) names, else
@@ -320,12 +329,77 @@ fn direct_inputs(adapter: &wgpu::Adapter, memory: DeviceMemory) -> bool {
         && memory.host_maps_heap
 }
 
+/// Features convtune can use and never requires: timestamps time kernels (else wall clock
+/// around a queue sync), 16-bit floats run float16 problems, cooperative matrices run the
+/// tensor-core family, and mappable device buffers let inputs be written in place.
+pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+    .union(wgpu::Features::SHADER_F16)
+    .union(TENSOR_CORE_FEATURES)
+    .union(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+
+/// The bindings one conv dispatch uses (see the bind group layout in `Engine::assemble`).
+pub const STORAGE_BINDINGS: u32 = 8;
+
+/// What a device lacks that every kernel needs, one item each; empty when it has all.
+pub fn missing_requirements(device: &wgpu::Device, downlevel: &wgpu::DownlevelCapabilities) -> Vec<String> {
+    let mut missing = Vec::new();
+    if !downlevel.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS) {
+        missing.push("compute shaders (DownlevelFlags::COMPUTE_SHADERS)".to_string());
+    }
+    let l = device.limits();
+    let mut at_least = |name: &str, have: u64, need: u64| {
+        if have < need {
+            missing.push(format!("limit {name} >= {need} (the device has {have})"));
+        }
+    };
+    at_least("max_storage_buffers_per_shader_stage", l.max_storage_buffers_per_shader_stage.into(), STORAGE_BINDINGS.into());
+    at_least("max_bind_groups", l.max_bind_groups.into(), 1);
+    // The output checks and max-|x| passes run 256-wide workgroups.
+    at_least("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup.into(), 256);
+    at_least("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x.into(), 256);
+    at_least("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension.into(), 1);
+    missing
+}
+
 impl Engine {
-    fn create() -> Result<Engine> {
+    pub(crate) fn create() -> Result<Engine> {
         let (_instance, list) = discover();
         let (index, adapter) = pick(list, std::env::var("CONVTUNE_ADAPTER").ok())?;
+        let (device, queue, memory) = Self::open(&adapter)?;
+        // wgpu's default handler panics; a GPU error must never take the process down.
+        // Errors that matter are caught by error scopes around each operation.
+        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
+            log::warn!("convtune: uncaptured GPU error: {e}");
+        }));
+        let lost = Arc::new(AtomicBool::new(false));
+        let lost_flag = lost.clone();
+        device.set_device_lost_callback(move |_reason, _msg| {
+            lost_flag.store(true, Ordering::SeqCst);
+        });
+        Self::assemble(adapter, device, queue, Some(index), memory, lost)
+    }
+
+    /// An engine on a device the caller opened: nothing of the device's own settings
+    /// (error handler, lost callback) is changed. Fails naming what the device lacks.
+    pub fn on_device(adapter: &wgpu::Adapter, device: &wgpu::Device, queue: &wgpu::Queue) -> Result<Engine> {
+        let missing = missing_requirements(device, &adapter.get_downlevel_capabilities());
+        if !missing.is_empty() {
+            return Err(Error::Unsupported(format!(
+                "{} cannot run convtune's kernels; it lacks: {}",
+                adapter.get_info().name,
+                missing.join(", ")
+            )));
+        }
+        let memory = device_memory(adapter);
+        let (device, queue) = (device.clone(), queue.clone());
+        Self::assemble(adapter.clone(), device, queue, None, memory, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// Opens a device on `adapter` with every optional feature it has that convtune uses.
+    fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu::Queue, DeviceMemory)> {
         let info = adapter.get_info();
-        let tensor_cores = has_tensor_cores(&adapter);
+        let tensor_cores = has_tensor_cores(adapter);
         // SHADER_F16 wherever the adapter has it: kernels on float16 data declare it.
         let mut wanted = wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES
@@ -333,17 +407,14 @@ impl Engine {
         if tensor_cores {
             wanted |= TENSOR_CORE_FEATURES;
         }
-        let memory = device_memory(&adapter);
-        let direct_inputs = direct_inputs(&adapter, memory);
-        if direct_inputs {
+        let memory = device_memory(adapter);
+        if direct_inputs(adapter, memory) {
             wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
-        let features = adapter.features() & wanted;
-        let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("convtune"),
-            required_features: features,
-            required_limits: limits.clone(),
+            required_features: adapter.features() & wanted,
+            required_limits: adapter.limits(),
             // SAFETY: wgpu refuses its experimental features without this token. The one
             // used, cooperative matrices, is only requested where the adapter reports the
             // configuration the kernels use, and those kernels are validated by naga and
@@ -356,18 +427,24 @@ impl Engine {
             ..Default::default()
         }))
         .map_err(|e| Error::NoAdapter(format!("could not open {}: {e}", info.name)))?;
+        Ok((device, queue, memory))
+    }
 
-        // wgpu's default handler panics; a GPU error must never take the process down.
-        // Errors that matter are caught by error scopes around each operation.
-        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
-            log::warn!("convtune: uncaptured GPU error: {e}");
-        }));
-        let lost = Arc::new(AtomicBool::new(false));
-        let lost_flag = lost.clone();
-        device.set_device_lost_callback(move |_reason, _msg| {
-            lost_flag.store(true, Ordering::SeqCst);
-        });
-
+    /// The engine's own objects on an open device: the caps come from what the device was
+    /// opened with, so optional features it lacks are simply not used.
+    fn assemble(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        index: Option<usize>,
+        memory: DeviceMemory,
+        lost: Arc<AtomicBool>,
+    ) -> Result<Engine> {
+        let info = adapter.get_info();
+        let features = device.features() & OPTIONAL_FEATURES;
+        let limits = device.limits();
+        let tensor_cores = has_tensor_cores(&adapter) && features.contains(TENSOR_CORE_FEATURES);
+        let direct_inputs = direct_inputs(&adapter, memory) && features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
         let entry = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,

@@ -5,17 +5,21 @@
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-/// In cache keys as "f32" / "f16" (keys always had a "dtype": "f32" entry).
+/// The element type of a problem's x, w, z and y (the bias is float32 either way).
+// In cache keys as "f32" / "f16" (keys always had a "dtype": "f32" entry).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DType {
+    /// float32.
     #[default]
     #[serde(rename = "f32")]
     F32,
+    /// float16: half the bytes; products and sums in float32, results rounded to float16.
     #[serde(rename = "f16")]
     F16,
 }
 
 impl DType {
+    /// `"float32"` or `"float16"`.
     pub fn parse(name: &str) -> Result<DType> {
         match name {
             "float32" => Ok(DType::F32),
@@ -24,6 +28,7 @@ impl DType {
         }
     }
 
+    /// Its name, as [`parse`](Self::parse) takes it.
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "float32",
@@ -64,10 +69,14 @@ impl DType {
     }
 }
 
-/// A host element of a tensor: `f32`, or `u16` holding float16 bits.
+/// A host element of a tensor: `f32`, or `u16` holding float16 bits (as
+/// `half::f16::to_bits` gives them).
 pub trait Elem: bytemuck::Pod + Send + Sync + 'static {
+    /// The problem's element type this host type carries.
     const DTYPE: DType;
+    /// The value as float32.
     fn to_f32(self) -> f32;
+    /// A float32 value rounded to this type.
     fn from_f32(v: f32) -> Self;
 }
 

@@ -15,14 +15,27 @@ use std::hash::{Hash, Hasher};
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
+    /// None: the value as it is.
     #[default]
     None,
+    /// max(v, 0).
     Relu,
-    LeakyRelu { negative_slope: f32 },
+    /// v for v ≥ 0, else `negative_slope` · v (finite; PyTorch's default is 0.01).
+    LeakyRelu {
+        /// The slope below zero.
+        negative_slope: f32,
+    },
+    /// v · sigmoid(v).
     Silu,
     /// The tanh approximation (PyTorch's `gelu(approximate="tanh")`).
     Gelu,
-    Clamp { min: f32, max: f32 },
+    /// v limited to [min, max] (finite, min ≤ max).
+    Clamp {
+        /// The lower bound.
+        min: f32,
+        /// The upper bound.
+        max: f32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -43,28 +56,40 @@ impl Default for Epilogue {
 impl Activation {
     /// Parses the Python-side name with its parameters (`negative_slope`; `min`, `max`).
     pub fn parse(name: Option<&str>, negative_slope: f32, clamp: (f32, f32)) -> Result<Self> {
-        let finite = |what: &str, v: f32| {
-            if v.is_finite() { Ok(v) } else { Err(Error::invalid(format!("{what} must be finite, got {v}"))) }
-        };
-        Ok(match name {
+        let act = match name {
             None => Activation::None,
             Some("relu") => Activation::Relu,
-            Some("leaky_relu") => Activation::LeakyRelu { negative_slope: finite("negative_slope", negative_slope)? },
+            Some("leaky_relu") => Activation::LeakyRelu { negative_slope },
             Some("silu") => Activation::Silu,
             Some("gelu") => Activation::Gelu,
-            Some("clamp") => {
-                let (min, max) = (finite("clamp min", clamp.0)?, finite("clamp max", clamp.1)?);
-                if min > max {
-                    return Err(Error::invalid(format!("clamp min must be <= max, got ({min}, {max})")));
-                }
-                Activation::Clamp { min, max }
-            }
+            Some("clamp") => Activation::Clamp { min: clamp.0, max: clamp.1 },
             Some(other) => {
                 return Err(Error::invalid(format!(
                     "activation must be None, \"relu\", \"leaky_relu\", \"silu\", \"gelu\" or \"clamp\", got {other:?}"
                 )))
             }
-        })
+        };
+        act.checked()
+    }
+
+    /// The activation if its parameters are usable: finite, and a clamp's min ≤ max.
+    fn checked(self) -> Result<Self> {
+        let finite = |what: &str, v: f32| {
+            if v.is_finite() { Ok(v) } else { Err(Error::invalid(format!("{what} must be finite, got {v}"))) }
+        };
+        match self {
+            Activation::LeakyRelu { negative_slope } => {
+                finite("negative_slope", negative_slope)?;
+            }
+            Activation::Clamp { min, max } => {
+                let (min, max) = (finite("clamp min", min)?, finite("clamp max", max)?);
+                if min > max {
+                    return Err(Error::invalid(format!("clamp min must be <= max, got ({min}, {max})")));
+                }
+            }
+            _ => {}
+        }
+        Ok(self)
     }
 
     fn name(&self) -> &'static str {
@@ -144,7 +169,7 @@ impl Epilogue {
                 return Err(Error::invalid(format!("{name} must be a finite number, got {v}")));
             }
         }
-        Ok(Epilogue { alpha1, alpha2, residual, activation })
+        Ok(Epilogue { alpha1, alpha2, residual, activation: activation.checked()? })
     }
 
     /// y = conv(x, w) + bias: what every kernel did before epilogues existed.

@@ -3,9 +3,13 @@
 
 use thiserror::Error;
 
+/// convtune's results.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Everything that can go wrong in a convtune call, each with a message saying what and,
+/// where there is one, what to do about it.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A shape or parameter the caller gave is not acceptable (Python: ValueError).
     #[error("{0}")]
@@ -23,12 +27,21 @@ pub enum Error {
     /// (Python: convtune.OutOfMemoryError).
     #[error("{0}")]
     MemoryLimit(String),
+    /// A device the caller opened lacks a feature or limit every kernel needs; the message
+    /// names each one (Python: never raised, its device is convtune's own).
+    #[error("{0}")]
+    Unsupported(String),
     /// The device was lost; the next call creates a new one (Python: convtune.DeviceLostError).
     #[error("GPU device lost: {0}")]
     DeviceLost(String),
     /// Generated WGSL failed to validate or compile (Python: convtune.ShaderError).
     #[error("shader for variant {variant} failed to compile: {message}")]
-    Shader { variant: String, message: String },
+    Shader {
+        /// The variant's name.
+        variant: String,
+        /// What the compiler said.
+        message: String,
+    },
     /// Any other GPU-side failure (Python: convtune.ConvtuneError).
     #[error("GPU error: {0}")]
     Gpu(String),
@@ -41,7 +54,7 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn invalid(msg: impl Into<String>) -> Self {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
     }
 }

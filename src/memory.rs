@@ -125,13 +125,8 @@ pub fn device_available(engine: &Engine) -> Option<Available> {
 }
 
 /// Host memory the process may still take: the tightest of the kernel's estimate of
-/// available memory, the cgroup's limit and the address-space limit.
-pub fn host_available() -> Option<Available> {
-    host_reading(true)
-}
-
-/// `host_available`, with the system-wide part (free memory and the cgroups' room) from a
-/// reading taken less than `HOST_READING_KEPT` ago unless `fresh`: reading /proc/meminfo and
+/// available memory, the cgroup's limit and the address-space limit; the system-wide part
+/// (free memory and the cgroups' room) from a reading taken less than `HOST_READING_KEPT` ago unless `fresh`: reading /proc/meminfo and
 /// the cgroup files took 0.2-0.4 ms, more than a short call's kernel. The address-space
 /// limit is this process's own and cheap to read: always current.
 fn host_reading(fresh: bool) -> Option<Available> {

@@ -13,8 +13,12 @@ use serde::{Deserialize, Serialize};
 /// Padding as asked for by the caller, before it is resolved against the kernel size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Padding {
+    /// Zeros on each side: (rows at the top and bottom, columns at the left and right).
     Explicit(i64, i64),
+    /// No padding.
     Valid,
+    /// The output as large as the input (stride 1 only); an even effective kernel pads
+    /// one more at the bottom and right, as PyTorch does.
     Same,
 }
 
@@ -22,14 +26,17 @@ pub enum Padding {
 /// weights are (K, C/groups, R, S) either way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Layout {
+    /// (N, C, H, W): channels second, PyTorch's default.
     #[default]
     #[serde(rename = "NCHW")]
     Nchw,
+    /// (N, H, W, C): channels last.
     #[serde(rename = "NHWC")]
     Nhwc,
 }
 
 impl Layout {
+    /// `"NCHW"` or `"NHWC"`.
     pub fn parse(name: &str) -> Result<Layout> {
         match name {
             "NCHW" => Ok(Layout::Nchw),
@@ -38,6 +45,7 @@ impl Layout {
         }
     }
 
+    /// Its name, as [`parse`](Self::parse) takes it.
     pub fn name(self) -> &'static str {
         match self {
             Layout::Nchw => "NCHW",
@@ -53,6 +61,7 @@ impl Layout {
         }
     }
 
+    /// A tensor's (N, C, H, W) dims from its dims in this layout.
     pub fn nchw(self, d: [usize; 4]) -> [usize; 4] {
         match self {
             Layout::Nchw => d,

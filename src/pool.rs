@@ -77,6 +77,7 @@ pub fn size_class(size: u64) -> u64 {
     size.next_multiple_of(step)
 }
 
+/// GPU memory held by an engine's buffer pool.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PoolStats {
     /// Bytes in buffers handed out and not yet returned.
@@ -233,13 +234,39 @@ impl PooledBuffer {
         self.map_async(wgpu::MapMode::Write, .., move |r| m.store(r.is_ok(), Ordering::Release));
     }
 
+    /// The bytes asked for, as a kernel binds them.
+    pub fn view(&self) -> View<'_> {
+        View { buffer: self, offset: 0, size: self.size }
+    }
+
     /// A binding of exactly the bytes asked for.
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
+        self.view().binding()
+    }
+}
+
+/// A byte range of a buffer that one kernel binding covers: a pooled buffer whole, or a
+/// range of a buffer the caller owns (`Engine::encode`).
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    pub buffer: &'a wgpu::Buffer,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl<'a> View<'a> {
+    pub fn binding(&self) -> wgpu::BindingResource<'a> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: self,
-            offset: 0,
+            buffer: self.buffer,
+            offset: self.offset,
             size: std::num::NonZeroU64::new(self.size),
         })
+    }
+}
+
+impl std::fmt::Debug for PooledBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PooledBuffer({} bytes)", self.size)
     }
 }
 

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+/// What a float32 problem may trade for speed, named after PyTorch's
+/// `set_float32_matmul_precision`; each mode is an error bound every tuning candidate must
+/// meet against the reference kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
@@ -21,6 +24,7 @@ pub enum Precision {
 pub const NAMES: [&str; 2] = ["highest", "high"];
 
 impl Precision {
+    /// `"highest"` or `"high"`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Precision::Highest => "highest",

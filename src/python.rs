@@ -1,21 +1,15 @@
 //! The Python module `convtune._convtune`. Errors become Python exceptions here and only here.
 
-use crate::dtype::{DType, Elem};
-use crate::autotune::{self, Choice};
-use crate::cache::{self, Cache};
-use crate::device::{self, AdapterDesc, Engine};
-use crate::epilogue::{Activation, Epilogue};
-use crate::error::Error;
-use crate::families::Families;
-use crate::memory::{self, Need};
-use crate::params::{ConvShape, Layout, Padding};
-use crate::precision::Precision;
-use crate::runner::{self, DeviceArray, DeviceTensors, Residual};
-use crate::timing::{self, Phases};
-use std::sync::Arc;
-use std::time::Duration;
-use crate::tuner::{self, Progress, TuneReport};
-use crate::kernels::{self, Variant};
+//!
+//! It is a client of the crate's public API like any other (`crate::support` holds the
+//! few hidden pieces only Python needs: memory checks before copying numpy arrays, phase
+//! timings, test hooks).
+
+use crate::support::{self, Parts, Phases};
+use crate::{
+    Activation, AdapterDesc, Conv2d, Conv2dBuilder, DType, Element as Elem, Engine, Error, Layout, Padding, Plan,
+    Precision, Progress, Report, Residual, Tensor, TuneOptions,
+};
 use numpy::{
     npyffi, Element, PyArray4, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
     PyUntypedArrayMethods,
@@ -26,7 +20,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 create_exception!(_convtune, ConvtuneError, PyRuntimeError, "A GPU-side failure in convtune.");
 create_exception!(_convtune, NoAdapterError, ConvtuneError, "No usable GPU adapter or Vulkan loader.");
@@ -45,7 +38,7 @@ fn to_pyerr(e: Error) -> PyErr {
         Error::OutOfMemory(_) | Error::MemoryLimit(_) => OutOfMemoryError::new_err(msg),
         Error::DeviceLost(_) => DeviceLostError::new_err(msg),
         Error::Shader { .. } => ShaderError::new_err(msg),
-        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) => ConvtuneError::new_err(msg),
+        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) | Error::Unsupported(_) => ConvtuneError::new_err(msg),
     }
 }
 
@@ -58,9 +51,6 @@ impl<T> IntoPy<T> for Result<T, Error> {
         self.map_err(to_pyerr)
     }
 }
-
-/// Poisoning outputs before each run costs a host-to-GPU copy; tests turn it on.
-static POISON: AtomicBool = AtomicBool::new(false);
 
 #[derive(FromPyObject)]
 enum PadArg {
@@ -79,9 +69,10 @@ fn padding(p: PadArg) -> Result<Padding, Error> {
     }
 }
 
-/// Arguments every shape-taking function shares, in the order the Python layer passes them.
+/// Arguments every shape-taking function shares, in the order the Python layer passes them;
+/// `x_shape` in the layout's order.
 #[allow(clippy::too_many_arguments)]
-fn shape_of(
+fn builder_of(
     x_shape: [usize; 4],
     w_shape: [usize; 4],
     stride: (i64, i64),
@@ -89,8 +80,17 @@ fn shape_of(
     dilation: (i64, i64),
     groups: i64,
     bias_len: Option<usize>,
-) -> PyResult<ConvShape> {
-    ConvShape::new(x_shape, w_shape, stride, padding(pad).py_err()?, dilation, groups, bias_len).py_err()
+    layout: Layout,
+    dtype: DType,
+) -> PyResult<Conv2dBuilder> {
+    Ok(Conv2d::builder(x_shape, w_shape)
+        .stride(stride)
+        .padding(padding(pad).py_err()?)
+        .dilation(dilation)
+        .groups(groups)
+        .bias_len(bias_len)
+        .layout(layout)
+        .dtype(dtype))
 }
 
 /// The epilogue as the Python layer normalises it: (alpha1, alpha2, residual, activation,
@@ -99,19 +99,23 @@ fn shape_of(
 struct EpilogueArg(f32, f32, bool, Option<String>, f32, f32, f32);
 
 impl EpilogueArg {
-    fn parse(self) -> PyResult<Epilogue> {
+    fn apply(self, b: Conv2dBuilder) -> PyResult<Conv2dBuilder> {
         let EpilogueArg(alpha1, alpha2, residual, act, slope, lo, hi) = self;
         let act = Activation::parse(act.as_deref(), slope, (lo, hi)).py_err()?;
-        Epilogue::new(alpha1, alpha2, residual, act).py_err()
+        let b = b.alpha1(alpha1).activation(act);
+        Ok(if residual { b.residual(alpha2) } else { b.alpha2(alpha2) })
     }
 }
 
-/// `shape` with the epilogue, if one was given.
-fn with_epilogue(shape: ConvShape, epilogue: Option<EpilogueArg>) -> PyResult<ConvShape> {
-    Ok(match epilogue {
-        Some(e) => shape.with_epilogue(e.parse()?),
-        None => shape,
-    })
+/// The problem `b` describes with the epilogue, if one was given: shapes and parameters
+/// are checked first, then the epilogue, as always.
+fn problem_of(b: Conv2dBuilder, precision: Precision, epilogue: Option<EpilogueArg>) -> PyResult<Conv2d> {
+    let b = b.precision(precision);
+    let plain = b.clone().build().py_err()?;
+    match epilogue {
+        Some(e) => e.apply(b)?.build().py_err(),
+        None => Ok(plain),
+    }
 }
 
 /// The shape arguments the Python layer passes as one normalised tuple: (x_shape, w_shape,
@@ -121,12 +125,12 @@ fn with_epilogue(shape: ConvShape, epilogue: Option<EpilogueArg>) -> PyResult<Co
 struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String);
 
 impl Spec {
-    fn shape(self) -> PyResult<ConvShape> {
+    /// The problem, in `precision` (the functions that take none pass the default).
+    fn problem(self, precision: Precision) -> PyResult<Conv2d> {
         let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype) = self;
         let layout = Layout::parse(&layout).py_err()?;
         let dtype = DType::parse(&dtype).py_err()?;
-        let shape = shape_of(layout.nchw(x), w, stride, pad, dilation, groups, bias_len)?;
-        with_epilogue(shape.with_layout(layout).with_dtype(dtype), epilogue)
+        problem_of(builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype)?, precision, epilogue)
     }
 }
 
@@ -136,8 +140,8 @@ fn layout_of(layout: Option<&str>) -> PyResult<Layout> {
 }
 
 /// The residual `z` checked against the output's shape.
-fn residual_dims(z: &[usize], shape: &ConvShape) -> PyResult<()> {
-    let want = shape.y_dims();
+fn residual_dims(z: &[usize], problem: &Conv2d) -> PyResult<()> {
+    let want = problem.y_dims();
     if z != want {
         return Err(PyValueError::new_err(format!(
             "z must have the output's shape (N, K, OH, OW) = {want:?}, got {z:?}"
@@ -146,12 +150,8 @@ fn residual_dims(z: &[usize], shape: &ConvShape) -> PyResult<()> {
     Ok(())
 }
 
-fn engine() -> PyResult<std::sync::Arc<Engine>> {
-    device::engine().py_err()
-}
-
-fn parse_variant(name: &str) -> PyResult<Variant> {
-    name.parse().py_err()
+fn engine() -> PyResult<Engine> {
+    Engine::shared().py_err()
 }
 
 /// Shows the warnings a choice met as Python warnings (`convtune.ConvtuneWarning`).
@@ -175,15 +175,15 @@ struct PyProgress {
 }
 
 impl PyProgress {
-    fn new(callback: Option<Py<PyAny>>, shape: &ConvShape) -> Self {
-        PyProgress { callback, label: shape.label(), raised: None }
+    fn new(callback: Option<Py<PyAny>>, problem: &Conv2d) -> Self {
+        PyProgress { callback, label: problem.label(), raised: None }
     }
 
-    fn report(&mut self, p: &Progress) -> Result<(), Error> {
+    fn report(&mut self, p: Progress<'_>) -> Result<(), Error> {
         Python::attach(|py| {
             py.check_signals()?;
             match &self.callback {
-                Some(cb) => cb.call1(py, (p.done, p.total, p.name, self.label.as_str())).map(|_| ()),
+                Some(cb) => cb.call1(py, (p.done, p.total, p.candidate, self.label.as_str())).map(|_| ()),
                 None => Ok(()),
             }
         })
@@ -207,17 +207,15 @@ impl PyProgress {
 fn choose(
     py: Python<'_>,
     engine: &Engine,
-    shape: &ConvShape,
-    precision: Precision,
+    problem: &Conv2d,
     asked: Option<&str>,
     progress: Option<Py<PyAny>>,
-) -> PyResult<Choice> {
-    let forced = asked.map(parse_variant).transpose()?;
-    let mut bridge = PyProgress::new(progress, shape);
-    let r = py.detach(|| autotune::choose(engine, shape, precision, forced, &mut |p| bridge.report(p)));
-    let choice = bridge.finish(r)?;
-    emit_warnings(py, &choice.warnings)?;
-    Ok(choice)
+) -> PyResult<Plan> {
+    let mut bridge = PyProgress::new(progress, problem);
+    let r = py.detach(|| engine.choose(problem, asked, &mut |p| bridge.report(p)));
+    let plan = bridge.finish(r)?;
+    emit_warnings(py, plan.warnings())?;
+    Ok(plan)
 }
 
 fn dims4(dims: &[usize], what: &str) -> PyResult<[usize; 4]> {
@@ -372,37 +370,38 @@ fn conv2d_typed<'py, T: HostElem>(
     let z = z.map(|z| typed::<T>(z, "z")).transpose()?;
     let precision = Precision::resolve(precision).py_err()?;
     let layout = layout_of(layout)?;
-    let shape = shape_of(
-        layout.nchw(dims4(x.shape(), "x")?),
+    let b = builder_of(
+        dims4(x.shape(), "x")?,
         dims4(w.shape(), "w")?,
         stride,
         padding,
         dilation,
         groups,
         bias.as_ref().map(|b| b.len()),
+        layout,
+        T::DTYPE,
     )?;
-    let shape = with_epilogue(shape.with_layout(layout).with_dtype(T::DTYPE), epilogue)?;
+    let problem = problem_of(b, precision, epilogue)?;
     if let Some(z) = &z {
-        residual_dims(z.shape(), &shape)?;
+        residual_dims(z.shape(), &problem)?;
     }
     let zs = z.as_ref().map(|z| z.as_slice().map_err(not_contiguous)).transpose()?;
-    if zs.is_some() != shape.epilogue.residual {
+    if zs.is_some() != problem.has_residual() {
         return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
     }
     let xs = x.as_slice().map_err(not_contiguous)?;
     let (ws, bs) = weight_slices(&w, &bias)?;
     let eng = engine()?;
     ph.mark("native_args");
-    let v = choose(py, &eng, &shape, precision, variant, progress)?.variant;
+    let plan = choose(py, &eng, &problem, variant, progress)?;
     ph.mark("choose");
     // Every element is written before the array is returned (the kernels write all
     // outputs; an error drops the array).
-    let out = new_output::<T>(py, shape.y_dims())?;
+    let out = new_output::<T>(py, problem.y_dims())?;
     let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     ph.mark("output_alloc");
-    let poison = POISON.load(Ordering::Relaxed);
     let ph = py
-        .detach(|| runner::conv2d_timed(&eng, &shape, &v, xs, ws, bs, zs, dst, poison, &mut ph).map(|_| ph))
+        .detach(|| eng.conv2d_timed(&plan, xs, ws, bs, zs, dst, &mut ph).map(|_| ph))
         .py_err()?;
     ph.finish();
     public(out)
@@ -424,16 +423,16 @@ fn adapter_dict<'py>(py: Python<'py>, d: &AdapterDesc) -> PyResult<Bound<'py, Py
 /// Every adapter wgpu sees, best first (the order `CONVTUNE_ADAPTER` indexes).
 #[pyfunction]
 fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
-    let list = py.detach(device::list_adapters);
+    let list = py.detach(crate::adapters);
     list.iter().map(|d| adapter_dict(py, d)).collect()
 }
 
 /// The adapter convtune uses, with the limits and features that matter for conv kernels.
 #[pyfunction]
 fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let eng = py.detach(device::engine).py_err()?;
-    let d = adapter_dict(py, &eng.desc)?;
-    let l = &eng.caps.limits;
+    let eng = py.detach(Engine::shared).py_err()?;
+    let d = adapter_dict(py, eng.adapter_desc())?;
+    let l = eng.limits();
     let limits = PyDict::new(py);
     limits.set_item("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup)?;
     limits.set_item("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x)?;
@@ -444,11 +443,11 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     limits.set_item("max_buffer_size", l.max_buffer_size)?;
     limits.set_item("min_storage_buffer_offset_alignment", l.min_storage_buffer_offset_alignment)?;
     d.set_item("limits", limits)?;
-    let f = eng.adapter.features();
+    let f = eng.adapter().features();
     let features = PyDict::new(py);
     features.set_item("shader_f16", f.contains(wgpu::Features::SHADER_F16))?;
     features.set_item("cooperative_matrix", f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX))?;
-    features.set_item("tensor_cores", eng.caps.tensor_cores)?;
+    features.set_item("tensor_cores", eng.tensor_cores_missing().is_none())?;
     features.set_item("subgroup", f.contains(wgpu::Features::SUBGROUP))?;
     features.set_item("timestamp_query", f.contains(wgpu::Features::TIMESTAMP_QUERY))?;
     features.set_item(
@@ -456,35 +455,28 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         f.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
     )?;
     d.set_item("features", features)?;
-    d.set_item("loader_note", eng.loader_note.clone())?;
-    d.set_item("device_heap_bytes", eng.device_heap)?;
-    d.set_item("direct_inputs", eng.direct_inputs)?;
+    d.set_item("loader_note", eng.loader_note())?;
+    d.set_item("device_heap_bytes", eng.device_heap_bytes())?;
+    d.set_item("direct_inputs", eng.direct_inputs())?;
     Ok(d)
 }
 
 /// The kernel families `CONVTUNE_FAMILIES` allows now and the ones it leaves out.
 #[pyfunction]
 fn families() -> PyResult<(Vec<&'static str>, Vec<&'static str>)> {
-    let f = Families::from_env().py_err()?;
-    Ok((f.allowed().to_vec(), f.excluded()))
+    crate::families().py_err()
 }
 
 /// Every variant name the generator can emit.
 #[pyfunction]
 fn variant_space() -> Vec<String> {
-    kernels::all_variants().iter().map(|v| v.to_string()).collect()
+    crate::variant_names()
 }
 
 /// The knobs of a variant, by name.
 #[pyfunction]
 fn variant_knobs<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>> {
-    let v = parse_variant(name)?;
-    let d = PyDict::new(py);
-    d.set_item("family", v.family())?;
-    for (k, val) in v.knobs() {
-        d.set_item(k, val)?;
-    }
-    Ok(d)
+    knobs_dict(py, crate::variant_knobs(name).py_err()?)
 }
 
 /// The untuned choice for this shape, within the families `CONVTUNE_FAMILIES` allows.
@@ -496,10 +488,10 @@ fn default_variant(
     precision: Option<&str>,
 ) -> PyResult<String> {
     let precision = Precision::resolve(precision).py_err()?;
-    let shape = spec.shape()?;
-    let families = Families::from_env().py_err()?;
-    let eng = py.detach(device::engine).py_err()?;
-    Ok(tuner::default_choice(&shape, &eng.caps, precision, &families).py_err()?.to_string())
+    let problem = spec.problem(precision)?;
+    crate::families().py_err()?;
+    let eng = py.detach(Engine::shared).py_err()?;
+    eng.default_variant(&problem).py_err()
 }
 
 /// The WGSL source convtune generates for `variant` on this shape.
@@ -509,8 +501,7 @@ fn wgsl(
     variant: &str,
     spec: Spec,
 ) -> PyResult<String> {
-    let shape = spec.shape()?;
-    Ok(parse_variant(variant)?.generate(&shape).py_err()?.source)
+    spec.problem(Precision::default())?.wgsl(variant).py_err()
 }
 
 /// GPU seconds of `reps` runs of a variant on random data (timestamp queries when available).
@@ -525,46 +516,36 @@ fn time_variant(
     precision: Option<&str>,
 ) -> PyResult<(String, Vec<f64>)> {
     let precision = Precision::resolve(precision).py_err()?;
-    let shape = spec.shape()?;
-    let eng = py.detach(device::engine).py_err()?;
-    memory::check(&eng, "time_variant", &memory::whole_problem(&shape, eng.max_binding()).py_err()?).py_err()?;
-    let v = choose(py, &eng, &shape, precision, variant, None)?.variant;
-    let times = py
-        .detach(|| -> Result<Vec<f64>, Error> {
-            let kernel = eng.pipeline(&v, &shape)?;
-            let t = DeviceTensors::random(&eng, &shape, [11, 12, 13, 14])?;
-            if warmup > 0 {
-                t.time(&eng, &kernel, warmup)?;
-                // Half a second of load brings an idle GPU to its load clocks (see `settle`).
-                t.settle(&eng, &kernel, Duration::from_millis(500), Duration::from_secs(2))?;
-            }
-            t.time(&eng, &kernel, reps)
-        })
-        .py_err()?;
-    Ok((v.to_string(), times))
+    let problem = spec.problem(precision)?;
+    let eng = py.detach(Engine::shared).py_err()?;
+    let (host, device) = support::whole_problem_footprint(&eng, &problem).py_err()?;
+    support::check_memory(&eng, "time_variant", host, device).py_err()?;
+    let plan = choose(py, &eng, &problem, variant, None)?;
+    let times = py.detach(|| eng.time(&plan, reps, warmup)).py_err()?;
+    Ok((plan.variant(), times))
 }
 
-fn knobs_dict<'py>(py: Python<'py>, v: &Variant) -> PyResult<Bound<'py, PyDict>> {
+fn knobs_dict<'py>(py: Python<'py>, (family, knobs): (&str, Vec<(&str, u32)>)) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("family", v.family())?;
-    for (k, val) in v.knobs() {
+    d.set_item("family", family)?;
+    for (k, val) in knobs {
         d.set_item(k, val)?;
     }
     Ok(d)
 }
 
-fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<Bound<'py, PyDict>> {
+fn report_dict<'py>(py: Python<'py>, r: &Report, source: &str) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("shape", r.shape.label())?;
-    d.set_item("precision", r.precision.as_str())?;
-    d.set_item("winner", &r.winner)?;
-    d.set_item("default", &r.default)?;
-    d.set_item("reference", &r.reference)?;
-    d.set_item("default_ms", r.default_ms)?;
-    d.set_item("tuned_ms", r.tuned_ms)?;
+    d.set_item("shape", r.shape())?;
+    d.set_item("precision", r.precision().as_str())?;
+    d.set_item("winner", r.winner())?;
+    d.set_item("default", r.default_variant())?;
+    d.set_item("reference", r.reference())?;
+    d.set_item("default_ms", r.default_ms())?;
+    d.set_item("tuned_ms", r.tuned_ms())?;
     d.set_item("speedup", r.speedup())?;
-    d.set_item("tuning_s", r.tuning_s)?;
-    match &r.phases {
+    d.set_item("tuning_s", r.tuning_s())?;
+    match &r.phases() {
         Some(p) => {
             let pd = PyDict::new(py);
             pd.set_item("setup", p.setup_s)?;
@@ -576,24 +557,25 @@ fn report_dict<'py>(py: Python<'py>, r: &TuneReport, source: &str) -> PyResult<B
         }
         None => d.set_item("phases", py.None())?,
     }
-    d.set_item("budget_s", r.budget_s)?;
-    d.set_item("tuned_at", &r.tuned_at)?;
-    d.set_item("adapter", &r.adapter)?;
-    d.set_item("families", &r.families)?;
+    d.set_item("budget_s", r.budget_s())?;
+    d.set_item("tuned_at", r.tuned_at())?;
+    d.set_item("adapter", r.adapter())?;
+    d.set_item("families", r.families())?;
     d.set_item("source", source)?;
-    let mut candidates = Vec::with_capacity(r.candidates.len());
-    for c in &r.candidates {
+    let all = r.candidates();
+    let mut candidates = Vec::with_capacity(all.len());
+    for c in all {
         let cd = PyDict::new(py);
-        cd.set_item("name", &c.name)?;
-        match c.variant() {
-            Some(v) => cd.set_item("knobs", knobs_dict(py, &v)?)?,
+        cd.set_item("name", c.name())?;
+        match c.knobs() {
+            Some(k) => cd.set_item("knobs", knobs_dict(py, k)?)?,
             None => cd.set_item("knobs", PyDict::new(py))?,
         }
-        cd.set_item("status", c.status.as_str())?;
-        cd.set_item("median_ms", c.median_ms)?;
-        cd.set_item("samples", &c.samples_ms)?;
-        cd.set_item("detail", &c.detail)?;
-        cd.set_item("compile_ms", c.compile_ms)?;
+        cd.set_item("status", c.status())?;
+        cd.set_item("median_ms", c.median_ms())?;
+        cd.set_item("samples", c.samples_ms())?;
+        cd.set_item("detail", c.detail())?;
+        cd.set_item("compile_ms", c.compile_ms())?;
         candidates.push(cd);
     }
     d.set_item("candidates", candidates)?;
@@ -612,18 +594,15 @@ fn tune<'py>(
     precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let precision = Precision::resolve(precision).py_err()?;
-    let shape = spec.shape()?;
-    let budget = autotune::budget(budget).py_err()?;
-    let eng = py.detach(device::engine).py_err()?;
-    let mut bridge = PyProgress::new(progress, &shape);
-    let r = py.detach(|| autotune::tune(&eng, &shape, precision, budget, force, &mut |p| bridge.report(p)));
-    let choice = bridge.finish(r)?;
-    emit_warnings(py, &choice.warnings)?;
-    let report = choice
-        .report
-        .as_ref()
-        .ok_or_else(|| ConvtuneError::new_err("tuning produced no report"))?;
-    report_dict(py, report, choice.source.as_str())
+    let problem = spec.problem(precision)?;
+    let eng = py.detach(Engine::shared).py_err()?;
+    let mut bridge = PyProgress::new(progress, &problem);
+    let options = TuneOptions { budget, force };
+    let r = py.detach(|| eng.tune(&problem, options, &mut |p| bridge.report(p)));
+    let plan = bridge.finish(r)?;
+    emit_warnings(py, plan.warnings())?;
+    let report = plan.report().ok_or_else(|| ConvtuneError::new_err("tuning produced no report"))?;
+    report_dict(py, &report, plan.source())
 }
 
 /// What conv2d would run for this shape and why, with the generated WGSL.
@@ -637,26 +616,26 @@ fn explain<'py>(
     precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let precision = Precision::resolve(precision).py_err()?;
-    let shape = spec.shape()?;
-    let mode = autotune::Mode::from_env().py_err()?;
-    let eng = py.detach(device::engine).py_err()?;
-    let choice = choose(py, &eng, &shape, precision, variant, progress)?;
+    let problem = spec.problem(precision)?;
+    let mode = crate::tune_mode().py_err()?;
+    let eng = py.detach(Engine::shared).py_err()?;
+    let plan = choose(py, &eng, &problem, variant, progress)?;
     let d = PyDict::new(py);
-    d.set_item("variant", choice.variant.to_string())?;
-    d.set_item("family", choice.variant.family())?;
+    d.set_item("variant", plan.variant())?;
+    d.set_item("family", plan.family())?;
     // The mode the call runs in: float16 data always runs as "high".
-    d.set_item("precision", precision.for_data(shape.dtype).as_str())?;
-    d.set_item("tensor_cores", eng.caps.tensor_cores_missing().unwrap_or("available"))?;
-    d.set_item("source", choice.source.as_str())?;
-    d.set_item("mode", mode.as_str())?;
-    d.set_item("shape", shape.label())?;
-    d.set_item("knobs", knobs_dict(py, &choice.variant)?)?;
-    d.set_item("wgsl", choice.variant.generate(&shape).py_err()?.source)?;
-    d.set_item("adapter", &eng.desc.name)?;
-    d.set_item("families", choice.families.allowed().to_vec())?;
-    d.set_item("excluded", choice.families.excluded())?;
-    match &choice.report {
-        Some(r) => d.set_item("report", report_dict(py, r, choice.source.as_str())?)?,
+    d.set_item("precision", problem.precision().as_str())?;
+    d.set_item("tensor_cores", eng.tensor_cores_missing().unwrap_or("available"))?;
+    d.set_item("source", plan.source())?;
+    d.set_item("mode", mode)?;
+    d.set_item("shape", problem.label())?;
+    d.set_item("knobs", knobs_dict(py, (plan.family(), plan.knobs()))?)?;
+    d.set_item("wgsl", plan.wgsl().py_err()?)?;
+    d.set_item("adapter", &eng.adapter_desc().name)?;
+    d.set_item("families", plan.families().to_vec())?;
+    d.set_item("excluded", plan.excluded_families())?;
+    match plan.report() {
+        Some(r) => d.set_item("report", report_dict(py, &r, plan.source())?)?,
         None => d.set_item("report", py.None())?,
     }
     Ok(d)
@@ -665,7 +644,7 @@ fn explain<'py>(
 /// The tuning cache file `CONVTUNE_CACHE_DIR` (or the user cache directory) names now.
 #[pyfunction]
 fn cache_path() -> Option<PathBuf> {
-    Cache::from_env().file().map(PathBuf::from)
+    crate::cache_path()
 }
 
 /// Runs a cache operation with the GIL released and shows the warnings it met.
@@ -682,39 +661,38 @@ fn with_warnings<T: Send>(
 /// Writes every cache entry (all adapters) to `path`; returns how many.
 #[pyfunction]
 fn cache_export(py: Python<'_>, path: PathBuf) -> PyResult<usize> {
-    with_warnings(py, |w| Cache::from_env().export(&path, w))
+    with_warnings(py, |w| crate::cache_export(&path, w))
 }
 
 /// Merges an exported file into the cache; returns how many entries it held.
 #[pyfunction]
 fn cache_import(py: Python<'_>, path: PathBuf) -> PyResult<usize> {
-    with_warnings(py, |w| Cache::from_env().import(&path, w))
+    with_warnings(py, |w| crate::cache_import(&path, w))
 }
 
 /// Deletes the cache file and forgets its entries.
 #[pyfunction]
 fn cache_clear(py: Python<'_>) -> PyResult<()> {
-    with_warnings(py, |_| Cache::from_env().clear())
+    with_warnings(py, |_| crate::cache_clear())
 }
 
 /// Tests: forget what this process remembers of any cache file.
 #[pyfunction]
 fn _reset_tuning_state() {
-    cache::forget_memory();
+    support::forget_cache_memory();
 }
 
 /// Tests: add a fast but wrong candidate to every tuning run.
 #[pyfunction]
 fn _inject_faulty_candidate(on: bool) {
-    tuner::set_inject_faulty(on);
+    support::inject_faulty_candidate(on);
 }
 
 /// A float32 NCHW tensor resident on the GPU. `conv2d` takes it as `x` and then returns one,
 /// so chained convolutions skip the host round trip. `.numpy()` copies it to the host.
 #[pyclass(name = "Tensor", module = "convtune", frozen)]
 struct PyTensor {
-    inner: DeviceArray,
-    engine: Arc<Engine>,
+    inner: Tensor,
     /// How its axes are meant: conv2d reads it, and writes its output, in this layout.
     layout: Layout,
 }
@@ -728,23 +706,23 @@ impl PyTensor {
 
     #[getter]
     fn shape(&self) -> (usize, usize, usize, usize) {
-        let d = self.inner.dims;
+        let d = self.inner.dims();
         (d[0], d[1], d[2], d[3])
     }
 
     #[getter]
     fn dtype(&self) -> &'static str {
-        self.inner.dtype.name()
+        self.inner.dtype().name()
     }
 
     #[getter]
     fn nbytes(&self) -> usize {
-        self.inner.len() * self.inner.dtype.size() as usize
+        self.inner.len() * self.inner.dtype().size() as usize
     }
 
     /// Copies the tensor into a new numpy array of its dtype.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.inner.dtype {
+        match self.inner.dtype() {
             DType::F32 => self.read::<f32>(py),
             DType::F16 => self.read::<u16>(py),
         }
@@ -755,19 +733,20 @@ impl PyTensor {
             "convtune.Tensor(shape={:?}, layout={}, dtype={}, device={:?})",
             self.shape(),
             self.layout.name(),
-            self.inner.dtype.name(),
-            self.engine.desc.name
+            self.inner.dtype().name(),
+            self.inner.engine().adapter_desc().name
         )
     }
 }
 
 impl PyTensor {
     fn read<'py, T: HostElem>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        memory::check(&self.engine, "Tensor.numpy()", &memory::download(self.inner.len() as u64)).py_err()?;
+        let (host, device) = support::download_footprint(self.inner.len() as u64);
+        support::check_memory(self.inner.engine(), "Tensor.numpy()", host, device).py_err()?;
         // Fully written by the read below, or dropped on error.
-        let out = new_output::<T>(py, self.inner.dims)?;
+        let out = new_output::<T>(py, self.inner.dims())?;
         let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        py.detach(|| self.inner.read(&self.engine, dst)).py_err()?;
+        py.detach(|| self.inner.read(dst)).py_err()?;
         public(out)
     }
 }
@@ -783,12 +762,12 @@ fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>) -> PyResult<PyT
         DType::F32 => upload_tensor::<f32>(py, &eng, &x, dims)?,
         DType::F16 => upload_tensor::<u16>(py, &eng, &x, dims)?,
     };
-    Ok(PyTensor { inner, engine: eng, layout })
+    Ok(PyTensor { inner, layout })
 }
 
-fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims: [usize; 4]) -> PyResult<DeviceArray> {
+fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims: [usize; 4]) -> PyResult<Tensor> {
     let xs = typed::<T>(x, "x")?.as_slice().map_err(not_contiguous)?;
-    py.detach(|| DeviceArray::upload(eng, xs, dims)).py_err()
+    py.detach(|| eng.upload(xs, dims)).py_err()
 }
 
 #[pyfunction]
@@ -812,7 +791,7 @@ fn conv2d_tensor(
     layout: Option<&str>,
 ) -> PyResult<PyTensor> {
     let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout);
-    match x.inner.dtype {
+    match x.inner.dtype() {
         DType::F32 => conv2d_tensor_typed::<f32>(py, x, &w, bias, z.as_ref(), z_tensor, args),
         DType::F16 => conv2d_tensor_typed::<u16>(py, x, &w, bias, z.as_ref(), z_tensor, args),
     }
@@ -829,10 +808,10 @@ fn conv2d_tensor_typed<T: HostElem>(
 ) -> PyResult<PyTensor> {
     let w = typed::<T>(w, "w")?;
     let z = z.map(|z| typed::<T>(z, "z")).transpose()?;
-    if let Some(t) = z_tensor.as_deref().filter(|t| t.inner.dtype != T::DTYPE) {
+    if let Some(t) = z_tensor.as_deref().filter(|t| t.inner.dtype() != T::DTYPE) {
         return Err(PyTypeError::new_err(format!(
             "z is a {} Tensor but x is {}: x, w and z must have the same dtype",
-            t.inner.dtype.name(),
+            t.inner.dtype().name(),
             T::DTYPE.name()
         )));
     }
@@ -848,19 +827,21 @@ fn conv2d_tensor_typed<T: HostElem>(
             )));
         }
     }
-    let shape = shape_of(
-        layout.nchw(x.inner.dims),
+    let b = builder_of(
+        x.inner.dims(),
         dims4(w.shape(), "w")?,
         stride,
         padding,
         dilation,
         groups,
         bias.as_ref().map(|b| b.len()),
+        layout,
+        T::DTYPE,
     )?;
-    let shape = with_epilogue(shape.with_layout(layout).with_dtype(T::DTYPE), epilogue)?;
+    let problem = problem_of(b, precision, epilogue)?;
     let (ws, bs) = weight_slices(w, &bias)?;
     let eng = engine()?;
-    let lost = |t: &PyTensor| !Arc::ptr_eq(&eng, &t.engine);
+    let lost = |t: &PyTensor| !t.inner.engine().same_as(&eng);
     if lost(x) || z_tensor.as_deref().is_some_and(lost) {
         return Err(DeviceLostError::new_err(
             "this Tensor lives on a GPU device that was lost; upload it again with to_device()",
@@ -868,33 +849,30 @@ fn conv2d_tensor_typed<T: HostElem>(
     }
     let residual = match (&z, &z_tensor) {
         (Some(z), None) => {
-            residual_dims(z.shape(), &shape)?;
+            residual_dims(z.shape(), &problem)?;
             Some(Residual::Host(z.as_slice().map_err(not_contiguous)?))
         }
         (None, Some(t)) => {
-            residual_dims(&t.inner.dims, &shape)?;
-            Some(Residual::Device(&t.inner))
+            residual_dims(&t.inner.dims(), &problem)?;
+            Some(Residual::Tensor(&t.inner))
         }
         (None, None) => None,
         (Some(_), Some(_)) => return Err(PyValueError::new_err("z given twice")),
     };
-    if residual.is_some() != shape.epilogue.residual {
+    if residual.is_some() != problem.has_residual() {
         return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
     }
-    let v = choose(py, &eng, &shape, precision, variant, progress)?.variant;
-    let poison = POISON.load(Ordering::Relaxed);
-    let inner = py
-        .detach(|| runner::conv2d_device(&eng, &shape, &v, &x.inner, ws, bs, residual, poison))
-        .py_err()?;
-    Ok(PyTensor { inner, engine: eng, layout })
+    let plan = choose(py, &eng, &problem, variant, progress)?;
+    let inner = py.detach(|| eng.conv2d_tensor(&plan, &x.inner, ws, bs, residual)).py_err()?;
+    Ok(PyTensor { inner, layout })
 }
 
 /// Waits until every queued GPU call has finished (Tensor calls return with their kernel
 /// queued). Errors of those calls surface here.
 #[pyfunction]
 fn synchronize(py: Python<'_>) -> PyResult<()> {
-    let eng = py.detach(device::engine).py_err()?;
-    py.detach(|| runner::synchronize(&eng)).py_err()
+    let eng = py.detach(Engine::shared).py_err()?;
+    py.detach(|| eng.synchronize()).py_err()
 }
 
 /// GPU memory held by convtune's buffer pool: bytes in use, bytes kept for reuse, how many
@@ -903,10 +881,10 @@ fn synchronize(py: Python<'_>) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (reset_peak=false))]
 fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>> {
-    let eng = py.detach(device::engine).py_err()?;
-    let s = eng.pool.stats();
+    let eng = py.detach(Engine::shared).py_err()?;
+    let s = eng.memory_stats();
     if reset_peak {
-        eng.pool.reset_peak();
+        eng.reset_peak_memory();
     }
     let d = PyDict::new(py);
     d.set_item("live_bytes", s.live)?;
@@ -916,25 +894,14 @@ fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>>
     Ok(d)
 }
 
-type Parts = Vec<(String, u64)>;
-
-fn parts(need: Need) -> (Parts, Parts) {
-    (need.host, need.device)
-}
-
 /// The host and GPU bytes a conv2d needs, by purpose, worked out from the shapes alone (the
 /// shape is validated first). `x_on_device`: `x` is a Tensor and the result stays on the GPU.
 #[pyfunction]
 #[pyo3(signature = (spec, x_on_device))]
 fn conv2d_footprint(py: Python<'_>, spec: Spec, x_on_device: bool) -> PyResult<(Parts, Parts)> {
-    let shape = spec.shape()?;
-    let eng = py.detach(device::engine).py_err()?;
-    let need = if x_on_device {
-        memory::conv2d_device(&shape, eng.max_binding())
-    } else {
-        memory::conv2d_host(&shape, eng.max_binding())
-    };
-    need.map(parts).py_err()
+    let problem = spec.problem(Precision::default())?;
+    let eng = py.detach(Engine::shared).py_err()?;
+    support::conv2d_footprint(&eng, &problem, x_on_device).py_err()
 }
 
 /// The host and GPU bytes `to_device` needs for an array of this shape.
@@ -942,29 +909,28 @@ fn conv2d_footprint(py: Python<'_>, spec: Spec, x_on_device: bool) -> PyResult<(
 fn upload_footprint(py: Python<'_>, shape: Vec<usize>) -> PyResult<(Parts, Parts)> {
     let elems = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
     let elems = elems.ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} has too many elements")))?;
-    let eng = py.detach(device::engine).py_err()?;
-    memory::upload(elems, eng.max_binding()).map(parts).py_err()
+    let eng = py.detach(Engine::shared).py_err()?;
+    support::upload_footprint(&eng, elems).py_err()
 }
 
 /// Raises OutOfMemoryError, naming the bytes and the limit, when `host` or `device` (bytes
 /// by purpose) need more memory than the host or the GPU has.
 #[pyfunction]
 fn check_memory(py: Python<'_>, what: &str, host: Parts, device: Parts) -> PyResult<()> {
-    let eng = py.detach(device::engine).py_err()?;
-    memory::check(&eng, what, &Need { host, device }).py_err()
+    let eng = py.detach(Engine::shared).py_err()?;
+    support::check_memory(&eng, what, host, device).py_err()
 }
 
 /// The phases of this thread's last host-array conv2d, in seconds, in the order they ran,
 /// and the process's minor page faults during it (`None` where they cannot be read).
 #[pyfunction]
 fn _last_call_timings() -> (Vec<(&'static str, f64)>, Option<u64>) {
-    let r = timing::last();
-    (r.phases, r.minor_faults)
+    support::last_call_timings()
 }
 
 #[pyfunction]
 fn _set_poison(on: bool) {
-    POISON.store(on, Ordering::Relaxed);
+    support::set_poison(on);
 }
 
 #[pymodule]

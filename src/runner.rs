@@ -5,7 +5,7 @@ use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
-use crate::pool::{PooledBuffer, INPUT_MAPPED};
+use crate::pool::{PooledBuffer, View, INPUT_MAPPED};
 use crate::split;
 use crate::timing::Phases;
 use crate::transfer::{self, scoped, wait, GPU_WAIT};
@@ -142,12 +142,29 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer, dtype: DType) -> Result<()
 /// The bindings of one conv dispatch: x, w, bias, y, the epilogue's z, for kernels that
 /// scale their inputs the buffer the max-|x|, max-|w| pass writes before them, and the
 /// workspace a kernel's prologue fills.
-struct Bindings<'a> {
+pub(crate) struct Bindings<'a> {
     group: wgpu::BindGroup,
-    x: &'a PooledBuffer,
-    w: &'a PooledBuffer,
+    x: View<'a>,
+    w: View<'a>,
     scales: Option<PooledBuffer>,
-    _workspace: Vec<Option<PooledBuffer>>,
+    workspace: Vec<Option<PooledBuffer>>,
+}
+
+impl Bindings<'_> {
+    /// The pooled buffers the kernel writes besides y: they must stay out of the pool until
+    /// the GPU has run the passes that use them.
+    pub(crate) fn into_workspace(self) -> Vec<PooledBuffer> {
+        self.scales.into_iter().chain(self.workspace.into_iter().flatten()).collect()
+    }
+}
+
+/// The tensors one dispatch binds.
+pub(crate) struct Tensors<'a> {
+    pub x: View<'a>,
+    pub w: View<'a>,
+    pub bias: Option<View<'a>>,
+    pub z: Option<View<'a>>,
+    pub y: View<'a>,
 }
 
 fn bindings<'a>(
@@ -155,10 +172,18 @@ fn bindings<'a>(
     kernel: &Compiled,
     x: &'a PooledBuffer,
     w: &'a PooledBuffer,
-    bias: Option<&PooledBuffer>,
-    z: Option<&PooledBuffer>,
-    y: &PooledBuffer,
+    bias: Option<&'a PooledBuffer>,
+    z: Option<&'a PooledBuffer>,
+    y: &'a PooledBuffer,
 ) -> Result<Bindings<'a>> {
+    let t = Tensors { x: x.view(), w: w.view(), bias: bias.map(|b| b.view()), z: z.map(|z| z.view()), y: y.view() };
+    bind(engine, kernel, t)
+}
+
+/// The bind group of one dispatch of `kernel` over `t`, with the kernel's scales and
+/// workspace taken from the pool.
+pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Result<Bindings<'a>> {
+    let Tensors { x, w, bias, z, y } = t;
     let scales = if kernel.scaled { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
     // Slots keep their bindings: a kernel may need the second workspace and not the first.
     let workspace = kernel
@@ -180,11 +205,11 @@ fn bindings<'a>(
             wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, z) },
         ],
     });
-    Ok(Bindings { group, x, w, scales, _workspace: workspace })
+    Ok(Bindings { group, x, w, scales, workspace })
 }
 
 /// `buf`'s binding, or the stand-in for an input the call does not have (bias, z).
-fn or_input<'b>(engine: &'b Engine, buf: Option<&'b PooledBuffer>) -> wgpu::BindingResource<'b> {
+fn or_input<'b>(engine: &'b Engine, buf: Option<View<'b>>) -> wgpu::BindingResource<'b> {
     buf.map_or_else(|| engine.no_input.as_entire_binding(), |b| b.binding())
 }
 
@@ -212,7 +237,7 @@ fn grid(engine: &Engine, groups: u64) -> Result<(u32, u32)> {
 /// Records one run of `kernel` (its scale pass or prologue, its dispatch, its finishing
 /// pass), optionally bracketed by timestamp queries: the run's first pass writes the
 /// beginning, its last the end.
-fn encode(
+pub(crate) fn encode(
     engine: &Engine,
     encoder: &mut wgpu::CommandEncoder,
     kernel: &Compiled,
@@ -498,6 +523,7 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
 
 /// One conv2d: upload, run `variant`, read the output into `out` (length `shape.y_len()`).
 /// Problems larger than one storage binding run as several pieces (see `split`).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d<T: Elem>(
     engine: &Engine,
@@ -852,7 +878,7 @@ pub(crate) mod tests {
                 w.iter_mut().for_each(|v| *v *= 1e-3);
                 w[len + 1] = f32::NEG_INFINITY;
                 let want_w = w.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
-                let both = max_words(&e, &x, &w, |enc, xb, wb, sc| checker.maxabs(&e.device, enc, xb, wb, sc, None));
+                let both = max_words(&e, &x, &w, |enc, xb, wb, sc| checker.maxabs(&e.device, enc, xb.view(), wb.view(), sc, None));
                 assert_eq!(both[..2], [1.5e20f32.to_bits(), want_w.to_bits()], "len {len}, at {at}");
             }
         }

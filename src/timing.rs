@@ -17,6 +17,7 @@ pub struct Record {
 }
 
 impl Record {
+    #[cfg(test)]
     pub fn total(&self) -> f64 {
         self.phases.iter().map(|p| p.1).sum()
     }
@@ -40,6 +41,7 @@ impl Default for Phases {
 }
 
 impl Phases {
+    /// Starts measuring now.
     pub fn start() -> Self {
         Phases { last: Instant::now(), faults_at_start: minor_faults(), record: Record::default() }
     }

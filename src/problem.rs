@@ -1,0 +1,325 @@
+//! The public description of one convolution: [`Conv2d`], made with [`Conv2dBuilder`].
+
+use crate::dtype::DType;
+use crate::epilogue::{Activation, Epilogue};
+use crate::error::Result;
+use crate::params::{ConvShape, Layout, Padding};
+use crate::precision::Precision;
+
+/// A pair of per-axis values (height, width): strides and dilations. Converts from one
+/// integer (both axes) or an `(h, w)` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hw(pub i64, pub i64);
+
+macro_rules! hw_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Hw {
+            fn from(v: $t) -> Hw {
+                Hw(v as i64, v as i64)
+            }
+        }
+        impl From<($t, $t)> for Hw {
+            fn from((h, w): ($t, $t)) -> Hw {
+                Hw(h as i64, w as i64)
+            }
+        }
+        impl From<$t> for Padding {
+            fn from(v: $t) -> Padding {
+                Padding::Explicit(v as i64, v as i64)
+            }
+        }
+        impl From<($t, $t)> for Padding {
+            fn from((h, w): ($t, $t)) -> Padding {
+                Padding::Explicit(h as i64, w as i64)
+            }
+        }
+    )*};
+}
+
+hw_from!(i32, i64, u32, usize);
+
+/// A validated conv2d problem: shapes, parameters, layout, element type, precision mode and
+/// fused epilogue. Made with [`Conv2d::builder`]; the semantics are PyTorch's
+/// `torch.nn.functional.conv2d` (cross-correlation; `w` is (K, C/groups, R, S)).
+///
+/// Each distinct problem is tuned and cached on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Conv2d {
+    pub(crate) shape: ConvShape,
+    pub(crate) precision: Precision,
+}
+
+/// Builds a [`Conv2d`]; every setter has PyTorch's default, and [`build`](Self::build)
+/// checks the whole description at once.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Conv2dBuilder {
+    x: [usize; 4],
+    w: [usize; 4],
+    stride: Hw,
+    padding: Padding,
+    dilation: Hw,
+    groups: i64,
+    bias: Option<usize>,
+    layout: Layout,
+    dtype: DType,
+    precision: Option<Precision>,
+    alpha1: f32,
+    alpha2: f32,
+    residual: bool,
+    activation: Activation,
+}
+
+impl Conv2d {
+    /// Starts a description: `x` are x's dims as laid out in memory ((N, C, H, W), or
+    /// (N, H, W, C) once [`layout`](Conv2dBuilder::layout) says NHWC), `w` are the weights'
+    /// dims (K, C/groups, R, S) in either layout.
+    pub fn builder(x: [usize; 4], w: [usize; 4]) -> Conv2dBuilder {
+        Conv2dBuilder {
+            x,
+            w,
+            stride: Hw(1, 1),
+            padding: Padding::Explicit(0, 0),
+            dilation: Hw(1, 1),
+            groups: 1,
+            bias: None,
+            layout: Layout::Nchw,
+            dtype: DType::F32,
+            precision: None,
+            alpha1: 1.0,
+            alpha2: 1.0,
+            residual: false,
+            activation: Activation::None,
+        }
+    }
+
+    pub(crate) fn from_shape(shape: ConvShape, precision: Precision) -> Conv2d {
+        Conv2d { shape, precision: precision.for_data(shape.dtype) }
+    }
+
+    /// x's dims as laid out in memory.
+    pub fn x_dims(&self) -> [usize; 4] {
+        let s = &self.shape;
+        self.shape.layout.dims([s.n, s.c, s.h, s.w].map(|d| d as usize))
+    }
+
+    /// The weights' dims (K, C/groups, R, S).
+    pub fn w_dims(&self) -> [usize; 4] {
+        let s = &self.shape;
+        [s.k, s.cg(), s.r, s.s].map(|d| d as usize)
+    }
+
+    /// The output's dims as laid out in memory: (N, K, OH, OW), or (N, OH, OW, K) for NHWC.
+    /// A residual `z` has the same.
+    pub fn y_dims(&self) -> [usize; 4] {
+        self.shape.y_dims()
+    }
+
+    /// Elements of x, w and y.
+    pub fn lens(&self) -> [u64; 3] {
+        [self.shape.x_len(), self.shape.w_len(), self.shape.y_len()]
+    }
+
+    /// Bytes a buffer must hold from its offset for x, w, the bias, z and y, in that
+    /// order (float16 tensors round up to whole 4-byte words; the bias is float32, `None`
+    /// without one; z is `None` without a residual).
+    pub fn buffer_bytes(&self) -> TensorBytes {
+        let s = &self.shape;
+        let bytes = |elems| s.dtype.buffer_bytes(elems);
+        TensorBytes {
+            x: bytes(s.x_len()),
+            w: bytes(s.w_len()),
+            bias: s.bias.then(|| DType::F32.buffer_bytes(s.k.into())),
+            z: s.epilogue.residual.then(|| bytes(s.y_len())),
+            y: bytes(s.y_len()),
+        }
+    }
+
+    /// The element type of x, w, z and y.
+    pub fn dtype(&self) -> DType {
+        self.shape.dtype
+    }
+
+    /// The memory layout of x, y and z.
+    pub fn layout(&self) -> Layout {
+        self.shape.layout
+    }
+
+    /// The precision mode calls run in (float16 data always runs as [`Precision::High`]).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Whether calls pass a bias.
+    pub fn has_bias(&self) -> bool {
+        self.shape.bias
+    }
+
+    /// Whether calls pass a residual `z`.
+    pub fn has_residual(&self) -> bool {
+        self.shape.epilogue.residual
+    }
+
+    /// Multiply-adds times two.
+    pub fn flops(&self) -> f64 {
+        self.shape.flops()
+    }
+
+    /// The WGSL source convtune generates for the variant named `variant` on this problem.
+    pub fn wgsl(&self, variant: &str) -> Result<String> {
+        Ok(variant.parse::<crate::kernels::Variant>()?.generate(&self.shape)?.source)
+    }
+
+    /// The problem as a shape spec, the form reports and the command line use
+    /// (`"8x64x56x56 k128 3x3 s1 p1"`).
+    pub fn label(&self) -> String {
+        self.shape.label()
+    }
+}
+
+/// Bytes each tensor of a problem takes in a buffer (see [`Conv2d::buffer_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorBytes {
+    /// The input.
+    pub x: u64,
+    /// The weights.
+    pub w: u64,
+    /// The bias (float32), if the problem has one.
+    pub bias: Option<u64>,
+    /// The residual, if the problem has one.
+    pub z: Option<u64>,
+    /// The output.
+    pub y: u64,
+}
+
+impl Conv2dBuilder {
+    /// Stride per axis, each ≥ 1 (default 1).
+    pub fn stride(mut self, s: impl Into<Hw>) -> Self {
+        self.stride = s.into();
+        self
+    }
+
+    /// Zero padding: an integer or `(h, w)` pair ≥ 0, or [`Padding::Same`] (stride 1;
+    /// an even effective kernel pads one more at the bottom and right) or
+    /// [`Padding::Valid`] (default 0).
+    pub fn padding(mut self, p: impl Into<Padding>) -> Self {
+        self.padding = p.into();
+        self
+    }
+
+    /// Dilation per axis, each ≥ 1 (default 1).
+    pub fn dilation(mut self, d: impl Into<Hw>) -> Self {
+        self.dilation = d.into();
+        self
+    }
+
+    /// Groups, dividing C and K (default 1; `groups == C` is depthwise).
+    pub fn groups(mut self, g: i64) -> Self {
+        self.groups = g;
+        self
+    }
+
+    /// Whether calls add a float32 bias of K elements (default no).
+    pub fn bias(mut self, on: bool) -> Self {
+        self.bias = on.then_some(self.w[0]);
+        self
+    }
+
+    /// A bias of `len` elements, checked against K by [`build`](Self::build) (for callers
+    /// that hold the bias itself).
+    pub fn bias_len(mut self, len: Option<usize>) -> Self {
+        self.bias = len;
+        self
+    }
+
+    /// x's and y's memory layout (default NCHW); the weights are (K, C/groups, R, S) either way.
+    pub fn layout(mut self, l: Layout) -> Self {
+        self.layout = l;
+        self
+    }
+
+    /// The element type of x, w, z and y (default float32).
+    pub fn dtype(mut self, d: DType) -> Self {
+        self.dtype = d;
+        self
+    }
+
+    /// The precision mode (default: `CONVTUNE_PRECISION` if set, else
+    /// [`Precision::Highest`], as in Python).
+    pub fn precision(mut self, p: Precision) -> Self {
+        self.precision = Some(p);
+        self
+    }
+
+    /// The epilogue's `alpha1`: `y = act(alpha1 * conv + alpha2 * z + bias)` (default 1).
+    pub fn alpha1(mut self, a: f32) -> Self {
+        self.alpha1 = a;
+        self
+    }
+
+    /// Calls add a residual `z` of the output's shape, scaled by `alpha2`.
+    pub fn residual(mut self, alpha2: f32) -> Self {
+        self.residual = true;
+        self.alpha2 = alpha2;
+        self
+    }
+
+    /// The residual's weight alone (default 1; it means nothing without
+    /// [`residual`](Self::residual), but must be finite all the same).
+    pub fn alpha2(mut self, a: f32) -> Self {
+        self.alpha2 = a;
+        self
+    }
+
+    /// The activation applied last (default none).
+    pub fn activation(mut self, a: Activation) -> Self {
+        self.activation = a;
+        self
+    }
+
+    /// Checks the description and resolves the padding; errors name the argument.
+    pub fn build(self) -> Result<Conv2d> {
+        let precision = match self.precision {
+            Some(p) => p,
+            None => Precision::resolve(None)?,
+        };
+        let bias_len = self.bias;
+        let (Hw(sh, sw), Hw(dh, dw)) = (self.stride, self.dilation);
+        let shape = ConvShape::new(self.layout.nchw(self.x), self.w, (sh, sw), self.padding, (dh, dw), self.groups, bias_len)?
+            .with_layout(self.layout)
+            .with_dtype(self.dtype);
+        let epilogue = Epilogue::new(self.alpha1, self.alpha2, self.residual, self.activation)?;
+        Ok(Conv2d::from_shape(shape.with_epilogue(epilogue), precision))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_resolves_padding_and_names_bad_arguments() {
+        let p = Conv2d::builder([2, 8, 10, 12], [4, 8, 3, 3]).padding(Padding::Same).build().unwrap();
+        assert_eq!(p.y_dims(), [2, 4, 10, 12]);
+        let nhwc = Conv2d::builder([2, 10, 12, 8], [4, 8, 3, 3]).layout(Layout::Nhwc).stride(2).padding(1).build().unwrap();
+        assert_eq!(nhwc.y_dims(), [2, 5, 6, 4]);
+        assert_eq!(nhwc.x_dims(), [2, 10, 12, 8]);
+        let e = Conv2d::builder([1, 6, 8, 8], [4, 3, 3, 3]).groups(4).build().unwrap_err().to_string();
+        assert!(e.contains("groups"), "{e}");
+        let e = Conv2d::builder([1, 6, 8, 8], [4, 6, 3, 3]).stride((1, 0)).build().unwrap_err().to_string();
+        assert!(e.contains("stride"), "{e}");
+        let e = Conv2d::builder([1, 6, 8, 8], [4, 6, 3, 3])
+            .activation(Activation::Clamp { min: 1.0, max: 0.0 })
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("clamp min"), "{e}");
+    }
+
+    #[test]
+    fn float16_problems_run_as_high() {
+        let p = Conv2d::builder([1, 4, 6, 6], [4, 4, 1, 1]).dtype(DType::F16).precision(Precision::Highest).build().unwrap();
+        assert_eq!(p.precision(), Precision::High);
+        assert_eq!(p.buffer_bytes().x, 4 * 36 * 2);
+    }
+}
