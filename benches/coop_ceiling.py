@@ -2,7 +2,7 @@
 GEMM, and how much of that a convolution of the same GEMM size keeps. GPU machines only.
 
 Usage: python benches/coop_ceiling.py [--reps 10] [--dtype float16|float32|both] [--top 6]
-                                      [--only SUBSTRING] [--json out.json]
+                                      [--only SUBSTRING] [--match REGEX] [--json out.json]
 
 Each GEMM C[M, N] = A[M, K] B[K, N] runs as a 1x1 NHWC convolution (x is A with K channels per
 pixel, w is B), so it measures the family's own kernels (staging, tensor-core products,
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -56,10 +57,13 @@ def gemm_problem(m, n, k):
     return (1, k, m // width, width), (n, k, 1, 1)
 
 
-def designs(dtype):
-    """Every unsplit coop variant that runs the single f16 pass on channels-last data."""
+def designs(dtype, match=""):
+    """Every unsplit coop variant that runs the single f16 pass on channels-last data (whose
+    name matches the regular expression `match`)."""
     out = []
     for name in convtune.variant_space():
+        if not re.search(match, name):
+            continue
         knobs = convtune.variant_knobs(name)
         # Split-K is for short grids, a matter of filling the GPU rather than of the design.
         if knobs["family"] != "coop" or knobs["split"] != 1 or knobs["layout"] == 0 or knobs["splits"] > 1:
@@ -100,7 +104,7 @@ def tflops(m, n, k, ms):
 
 
 def run(dtype, args, out):
-    names = designs(dtype)
+    names = designs(dtype, args.match)
     gemms = [("8192^3", (8192, 8192, 8192))] + [(c[0], gemm_of(c)) for c in CONVS]
     if args.only:
         gemms = [g for g in gemms if args.only in g[0]]
@@ -172,7 +176,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--dtype", choices=["float16", "float32", "both"], default="float16")
     ap.add_argument("--top", type=int, default=6)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="GEMMs whose label contains this")
+    ap.add_argument("--match", default="", help="designs whose name matches this regex")
     ap.add_argument("--json")
     args = ap.parse_args()
     info = convtune.adapter_info()

@@ -6,6 +6,7 @@ use crate::cache::{Cache, CacheKey, Entry};
 use crate::device::Engine;
 use crate::error::{Error, Result};
 use crate::families::Families;
+use crate::dtype::DType;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
@@ -175,6 +176,16 @@ fn print_line(report: &TuneReport) {
     );
 }
 
+/// The precision mode tuned apart from `precision` for the same float32 problem (float16
+/// data has one mode).
+fn other_mode(precision: Precision, shape: &ConvShape) -> Option<Precision> {
+    match (shape.dtype, precision) {
+        (DType::F16, _) => None,
+        (DType::F32, Precision::Highest) => Some(Precision::High),
+        (DType::F32, Precision::High) => Some(Precision::Highest),
+    }
+}
+
 /// Tunes `shape` and stores the result. Must be called holding `TUNING`.
 #[allow(clippy::too_many_arguments)]
 fn tune_and_store(
@@ -187,7 +198,13 @@ fn tune_and_store(
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
     warnings: &mut Vec<String>,
 ) -> Result<Arc<TuneReport>> {
-    let opts = TuneOptions { budget, families: families.clone(), ..TuneOptions::default() };
+    // The other mode's cached winner is timed too: every kernel that serves "highest" serves
+    // "high", so "high" must not settle for a slower one because its budget went elsewhere.
+    let also = other_mode(precision, shape)
+        .and_then(|other| cached(engine, shape, other, families, cache, &mut Vec::new()))
+        .map(|c| vec![c.variant])
+        .unwrap_or_default();
+    let opts = TuneOptions { budget, families: families.clone(), also, ..TuneOptions::default() };
     let report = Arc::new(tuner::tune(engine, shape, precision, &opts, progress)?);
     print_line(&report);
     let key = CacheKey::new(&engine.desc, shape, precision, families);

@@ -193,11 +193,15 @@ pub struct TuneOptions {
     pub must_time: usize,
     /// The families candidates may come from (`CONVTUNE_FAMILIES`).
     pub families: Families,
+    /// Variants timed whatever the budget says, right after the default, where they serve the
+    /// mode: the winner the other precision mode's tuning found for the shape, so that a
+    /// looser mode never settles for a slower kernel than a stricter one found.
+    pub also: Vec<Variant>,
 }
 
 impl Default for TuneOptions {
     fn default() -> Self {
-        TuneOptions { budget: DEFAULT_BUDGET, samples: 7, must_time: 3, families: Families::all() }
+        TuneOptions { budget: DEFAULT_BUDGET, samples: 7, must_time: 3, families: Families::all(), also: Vec::new() }
     }
 }
 
@@ -308,8 +312,8 @@ pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, fami
 }
 
 /// The order candidates are tried in: the default (the baseline every speed-up is measured
-/// against, and the first bar for pruning), the faulty test candidate when injected, then
-/// the ranked list. The default and the top `must_time` ranked ones ignore the budget. Only
+/// against, and the first bar for pruning), the faulty test candidate when injected, the
+/// other mode's winner (`TuneOptions::also`), then the ranked list. The default and the top `must_time` ranked ones ignore the budget. Only
 /// families `opts.families` allows take part.
 fn timing_order(
     shape: &ConvShape,
@@ -324,9 +328,16 @@ fn timing_order(
     if faulty {
         order.push(Candidate { variant: default, faulty: true, must: true });
     }
+    let also: Vec<Variant> = opts
+        .also
+        .iter()
+        .copied()
+        .filter(|v| *v != default && v.serves(precision) && families.allows(v.family()) && v.fits(caps) && v.computes(shape))
+        .collect();
+    order.extend(also.iter().map(|&variant| Candidate { variant, faulty: false, must: true }));
     let ranked = ranked_candidates(shape, caps)
         .into_iter()
-        .filter(|v| *v != default && v.serves(precision) && families.allows(v.family()));
+        .filter(|v| *v != default && !also.contains(v) && v.serves(precision) && families.allows(v.family()));
     // Each family's likeliest winner first (in rank order), then the rest: one batch then
     // compares the families even where the model ranks one family's many variants above
     // another's best (the families' estimates are calibrated against each other on one GPU).
@@ -713,7 +724,7 @@ pub fn tune(
             tensors,
             reference,
             reference_gpu,
-            tolerance: precision.tolerance_for(shape.dtype),
+            tolerance: precision.validation_bound(shape.dtype),
             validating: Duration::ZERO,
             timing: Duration::ZERO,
         };
@@ -950,6 +961,26 @@ mod tests {
         assert_eq!(order[0].variant, kernels::default_variant(&s, &caps));
         assert!(order[1].faulty && order[1].must);
         assert_eq!(order.iter().filter(|c| c.must).count(), 2 + 3);
+    }
+
+    /// The other mode's winner is timed right after the default whatever the budget, once,
+    /// and only where it serves the mode being tuned.
+    #[test]
+    fn the_other_modes_winner_is_timed_where_it_serves() {
+        let caps = Caps::from_limits(wgpu::Limits::downlevel_defaults());
+        let s = shape([2, 16, 20, 20], [32, 16, 3, 3], 1, 1);
+        let default = kernels::default_variant(&s, &caps);
+        // A late-ranked FMA variant, as a "highest" tuning run may have found it.
+        let late = *ranked_candidates(&s, &caps).iter().rev().find(|v| v.family() != default.family()).unwrap();
+        let opts = TuneOptions { also: vec![late], must_time: 0, ..TuneOptions::default() };
+        let order = timing_order(&s, Precision::High, &caps, &opts, false).unwrap();
+        assert_eq!((order[1].variant, order[1].must), (late, true));
+        assert_eq!(order.iter().filter(|c| c.variant == late).count(), 1);
+        // A split tensor-core kernel serves "highest" only: "high" does not time it.
+        let split = "coop_b64x64x16_s2x2_p3".parse::<Variant>().unwrap();
+        let opts = TuneOptions { also: vec![split], ..TuneOptions::default() };
+        let order = timing_order(&s, Precision::High, &caps, &opts, false).unwrap();
+        assert!(order.iter().all(|c| c.variant != split));
     }
 
     #[test]

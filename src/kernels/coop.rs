@@ -209,7 +209,9 @@ impl KernelVariant for Coop {
             && (self.bm * self.bk / self.a_chunk()) % t == 0
             // Layout 2 is the single pass on float16 data, which has no lo part.
             && (self.layout != 2 || self.split == 1)
-            && (self.bn * self.bk / self.b_chunk()) % t == 0
+            // Whole B slots, or (layout 2's 8-term chunks on a narrow tile) fewer chunks
+            // than invocations, which the first ones gather.
+            && ((self.bn * self.bk / self.b_chunk()) % t == 0 || (self.layout == 2 && self.bn * self.bk / 8 < t))
             // The large-k-step variants only where the tile stays small enough to pay off.
             && (self.bk <= 32 || self.bm * self.bn <= 128 * 128)
             // Split-K on channels-last tiles that win deep layers, with 16- and 64-term steps.
@@ -366,7 +368,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let (_, _, blocks) = view.grid(v.bm, v.bn);
     let a_slots = v.bm * v.bk / v.a_chunk() / t;
     let b_chunks_per_n = v.bk / v.b_chunk();
-    let b_slots = v.bn * v.bk / v.b_chunk() / t;
+    let b_total = v.bn * v.bk / v.b_chunk();
+    let b_slots = b_total.div_ceil(t);
+    // Fewer B chunks than invocations: the rest skip the gather and the staging store.
+    let b_guard = if b_total < t { format!(" && lid < {b_total}") } else { String::new() };
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
 
     let mut smem = String::new();
@@ -414,7 +419,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
         if vec_w || v.channels_last() {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
-            writeln!(s, "        let ok = bok{i} && kr < k_end;").unwrap();
+            writeln!(s, "        let ok = bok{i} && kr < k_end{b_guard};").unwrap();
             if v.layout == 2 {
                 writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0, (bbase{i} + kr) / 8, ok)], ok);").unwrap();
             } else {
@@ -437,7 +442,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
     }
 
-    let stage = stage_step(v, a_slots, b_slots);
+    let stage = stage_step(v, a_slots, b_slots, b_total < t);
     let inner = inner_product(v);
 
     let vec_y = stores_quads(shape);
@@ -529,7 +534,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
 /// One k-step's staging: each slot's registers scaled, converted to f16 and stored in
 /// workgroup memory; for the split also the scaled remainder.
-fn stage_step(v: &Coop, a_slots: u32, b_slots: u32) -> String {
+fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) -> String {
     let split = v.split == 3;
     let mut stage = String::new();
     let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
@@ -565,7 +570,11 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32) -> String {
     for i in 0..b_slots {
         let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
         if v.layout == 2 {
+            // A partial slot (see `b_guard`): only the invocations that gathered store.
+            let guard = if b_partial { "if (lid < BN * BK / 8) " } else { "" };
+            writeln!(stage, "        {guard}{{").unwrap();
             stage_packed(&mut stage, "b", &format!("pb{i}"), &at);
+            writeln!(stage, "        }}").unwrap();
             continue;
         }
         stage_one(&mut stage, "b", &format!("pb{i}"), "sw", at);
