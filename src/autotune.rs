@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::families::Families;
 use crate::dtype::DType;
 use crate::params::ConvShape;
+use crate::split;
 use crate::precision::Precision;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
 use crate::kernels::Variant;
@@ -118,7 +119,8 @@ fn usable(
     engine: &Engine,
 ) -> Option<Variant> {
     let v = report.winner_variant().ok()?;
-    let ok = report.shape == *shape
+    let tuned_on = |s: &ConvShape| *s == *shape || tuning_shape(engine, shape).is_ok_and(|t| t == *s);
+    let ok = tuned_on(&report.shape)
         && report.precision == precision
         && families.allows(v.family())
         && v.fits(&engine.caps)
@@ -176,6 +178,14 @@ fn print_line(report: &TuneReport) {
     );
 }
 
+/// The shape a problem is tuned on: itself, or where it runs in pieces (more than one storage
+/// binding: a 4K frame of 64 channels), its first piece, a shape its kernels run on. The
+/// report is cached under the whole problem.
+fn tuning_shape(engine: &Engine, shape: &ConvShape) -> Result<ConvShape> {
+    let pieces = split::plan(shape, engine.max_binding())?;
+    Ok(pieces.iter().find_map(|p| p.shape).unwrap_or(*shape))
+}
+
 /// The precision mode tuned apart from `precision` for the same float32 problem (float16
 /// data has one mode).
 fn other_mode(precision: Precision, shape: &ConvShape) -> Option<Precision> {
@@ -205,7 +215,7 @@ fn tune_and_store(
         .map(|c| vec![c.variant])
         .unwrap_or_default();
     let opts = TuneOptions { budget, families: families.clone(), also, ..TuneOptions::default() };
-    let report = Arc::new(tuner::tune(engine, shape, precision, &opts, progress)?);
+    let report = Arc::new(tuner::tune(engine, &tuning_shape(engine, shape)?, precision, &opts, progress)?);
     print_line(&report);
     let key = CacheKey::new(&engine.desc, shape, precision, families);
     let entry = Entry { key, report: (*report).clone() };

@@ -1,10 +1,13 @@
 """Problems larger than one storage binding or one dispatch dimension run split, correctly."""
 
+import warnings
+
 import numpy as np
 import pytest
 
 import convtune
 from convtune.reference import conv2d_reference, max_relative_error
+from tuning_support import tuning_env  # noqa: F401 (a fixture)
 
 CASES = [
     # x shape, w shape, stride, padding, dilation, groups, bias
@@ -93,3 +96,23 @@ def test_more_workgroups_than_one_dispatch_dimension_allows():
     assert 2000 * 6600 / 64 > limit
     y = convtune.conv2d(x, w, variant="direct_wg64x1_u1_k1w1")
     assert max_relative_error(y, x.astype(np.float64) * float(w[0, 0, 0, 0])) <= 1e-6
+
+
+def test_a_problem_run_in_pieces_is_tuned_on_its_piece(tuning_env, monkeypatch):
+    """A problem larger than one storage binding is tuned on the piece shape its kernels run
+    and cached under the whole problem: no warning, and later calls find the entry."""
+    monkeypatch.setenv("CONVTUNE_MAX_BINDING", "3000")
+    monkeypatch.setenv("CONVTUNE_TUNE", "auto")
+    xs, ws = (3, 4, 17, 13), (6, 4, 3, 3)  # 3536 bytes per image: row bands
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.standard_normal(ws, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", convtune.ConvtuneWarning)
+        y = convtune.conv2d(x, w, padding=1)
+        e = convtune.explain(xs, ws, padding=1)
+    assert max_relative_error(y, conv2d_reference(x, w, padding=1)) <= 1e-5
+    assert e.source == "cache" and e.report is not None
+    # The report is the piece's: one image, a band of its rows.
+    assert e.report.shape.startswith("1x4x") and e.report.shape != "3x4x17x13 k6 3x3 s1 p1"
+    assert e.variant == e.report.winner
