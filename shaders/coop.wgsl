@@ -24,7 +24,9 @@
 // (K, R, S, C/groups) in the workspace, each group's channels zero-padded to a multiple of
 // four (CP); the reduction then walks channels fastest over KL = CP*R*S terms, so four
 // consecutive terms are one 16-byte load whatever C is, and the pixel side is staged row-major
-// (a_hi[m][k]). The channel side is staged as b_hi[n][k] in both. Rows are padded by 8 f16
+// (a_hi[m][k]). 2 is layout 1 for float16 NHWC x with C/groups a multiple of 8: x is read in
+// place and w's copy packed, 8 float16 values (16 bytes, as four u32s) per gather, unpacked
+// when staged. The channel side is staged as b_hi[n][k] in all. Rows are padded by 8 f16
 // to spread the 16x16 loads over banks. The epilogue goes through
 // a 16x16 f32 scratch per subgroup: output tiles need bounds checks, scaling and bias, and
 // their pixels may cross an image boundary, which a direct matrix store cannot express.

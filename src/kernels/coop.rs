@@ -28,7 +28,8 @@ pub struct Coop {
     pub split: u32,
     /// 0: gather x in place (N, C, H, W); 1: gather from a channels-last copy a prologue
     /// makes (16-byte loads, each group's channels zero-padded to a multiple of 4; workspace
-    /// of x's size).
+    /// of x's size); 2: layout 1 for float16 NHWC x with C/groups a multiple of 8, read in
+    /// place, x and w's copy gathered 8 values (16 bytes) at a time.
     pub layout: u32,
     /// Split-K: workgroups sharing one output tile's reduction, each writing its partial
     /// tile; a finishing pass adds them in a fixed order (results do not change from run
