@@ -186,13 +186,19 @@ fn tuning_shape(engine: &Engine, shape: &ConvShape) -> Result<ConvShape> {
     Ok(pieces.iter().find_map(|p| p.shape).unwrap_or(*shape))
 }
 
-/// The precision mode tuned apart from `precision` for the same float32 problem (float16
-/// data has one mode).
-fn other_mode(precision: Precision, shape: &ConvShape) -> Option<Precision> {
+/// The other problems tuned apart from this one whose winners can run it: the other
+/// precision mode of a float32 problem (every kernel that serves "highest" serves "high"),
+/// and for float16 data the same problem on float32 data in both modes (the families read
+/// both), so a looser mode or narrower type never settles for a slower kernel than the other
+/// tuning found.
+fn related(precision: Precision, shape: &ConvShape) -> Vec<(ConvShape, Precision)> {
     match (shape.dtype, precision) {
-        (DType::F16, _) => None,
-        (DType::F32, Precision::Highest) => Some(Precision::High),
-        (DType::F32, Precision::High) => Some(Precision::Highest),
+        (DType::F16, _) => {
+            let f32 = shape.with_dtype(DType::F32);
+            vec![(f32, Precision::High), (f32, Precision::Highest)]
+        }
+        (DType::F32, Precision::Highest) => vec![(*shape, Precision::High)],
+        (DType::F32, Precision::High) => vec![(*shape, Precision::Highest)],
     }
 }
 
@@ -208,12 +214,13 @@ fn tune_and_store(
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
     warnings: &mut Vec<String>,
 ) -> Result<Arc<TuneReport>> {
-    // The other mode's cached winner is timed too: every kernel that serves "highest" serves
-    // "high", so "high" must not settle for a slower one because its budget went elsewhere.
-    let also = other_mode(precision, shape)
-        .and_then(|other| cached(engine, shape, other, families, cache, &mut Vec::new()))
-        .map(|c| vec![c.variant])
-        .unwrap_or_default();
+    // The related problems' cached winners are timed too (see `related`), whatever the
+    // budget; a winner that cannot run this problem is left out by the tuner.
+    let also = related(precision, shape)
+        .into_iter()
+        .filter_map(|(s, p)| cached(engine, &s, p, families, cache, &mut Vec::new()))
+        .map(|c| c.variant)
+        .collect();
     let opts = TuneOptions { budget, families: families.clone(), also, ..TuneOptions::default() };
     let report = Arc::new(tuner::tune(engine, &tuning_shape(engine, shape)?, precision, &opts, progress)?);
     print_line(&report);

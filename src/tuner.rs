@@ -328,12 +328,13 @@ fn timing_order(
     if faulty {
         order.push(Candidate { variant: default, faulty: true, must: true });
     }
-    let also: Vec<Variant> = opts
-        .also
-        .iter()
-        .copied()
-        .filter(|v| *v != default && v.serves(precision) && families.allows(v.family()) && v.fits(caps) && v.computes(shape))
-        .collect();
+    let mut also: Vec<Variant> = Vec::new();
+    for &v in &opts.also {
+        let runs = v.serves(precision) && families.allows(v.family()) && v.fits(caps) && v.computes(shape);
+        if runs && v != default && !also.contains(&v) {
+            also.push(v);
+        }
+    }
     order.extend(also.iter().map(|&variant| Candidate { variant, faulty: false, must: true }));
     let ranked = ranked_candidates(shape, caps)
         .into_iter()
@@ -972,7 +973,7 @@ mod tests {
         let default = kernels::default_variant(&s, &caps);
         // A late-ranked FMA variant, as a "highest" tuning run may have found it.
         let late = *ranked_candidates(&s, &caps).iter().rev().find(|v| v.family() != default.family()).unwrap();
-        let opts = TuneOptions { also: vec![late], must_time: 0, ..TuneOptions::default() };
+        let opts = TuneOptions { also: vec![late, late], must_time: 0, ..TuneOptions::default() };
         let order = timing_order(&s, Precision::High, &caps, &opts, false).unwrap();
         assert_eq!((order[1].variant, order[1].must), (late, true));
         assert_eq!(order.iter().filter(|c| c.variant == late).count(), 1);

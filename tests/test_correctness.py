@@ -593,6 +593,12 @@ def test_wgsl_for_every_variant():
             src = convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2)
             with pytest.raises(ValueError, match="cannot run on this shape"):
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
+        elif name.startswith("coop_") and convtune.variant_knobs(name)["layout"] == 2:
+            # Layout 2 reads float16 NHWC x in place, 8 channels of a group at a time.
+            src = convtune.wgsl(name, (2, 23, 19, 16), (6, 8, 3, 2), bias=True, layout="NHWC",
+                                dtype="float16", **V_KW)
+            with pytest.raises(ValueError, match="cannot run on this shape"):
+                convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         else:
             src = convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         assert "@compute" in src, name

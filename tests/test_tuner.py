@@ -25,6 +25,7 @@ from tuning_support import (  # noqa: F401  (tuning_env is a fixture)
     explain,
     tune,
     tuning_env,
+    write_entries,
 )
 
 
@@ -282,3 +283,25 @@ def test_force_retunes_and_budget_argument_wins(tuning_env):
     assert again.budget_s == 0.0
     assert again.tuned_at >= first.tuned_at
     assert len(entries()) == 1
+
+
+@pytest.mark.parametrize("mode", [dict(precision="high"), dict(dtype="float16")])
+def test_tuning_times_the_related_problems_cached_winners(tuning_env, mode):
+    """A "high" or float16 tuning run times the cached winner of the same problem in float32
+    "highest" whatever its budget, so a looser mode or narrower type never settles for a
+    slower kernel than that run found."""
+    first = tune(SMALL)
+    # Make the cached winner one that a zero budget would never reach on its own.
+    late = next(c["name"] for c in reversed(first.candidates)
+                if c["status"] == "skipped (budget)" and c["knobs"]["family"] in {"direct", "gemm"})
+    (entry,) = entries()
+    entry["report"]["winner"] = late
+    write_entries([entry])
+    _convtune._reset_tuning_state()
+    r = tune(SMALL, budget=0.0, **mode)
+    assert by_name(r)[late]["status"] in {"ok", "pruned"}, by_name(r)[late]
+    # Without the related entry the same run leaves that variant to the budget.
+    cache_file().unlink()
+    _convtune._reset_tuning_state()
+    r = tune(SMALL, budget=0.0, force=True, **mode)
+    assert by_name(r)[late]["status"] == "skipped (budget)"
