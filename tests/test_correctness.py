@@ -596,6 +596,12 @@ def test_wgsl_for_every_variant():
             src = convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2)
             with pytest.raises(ValueError, match="cannot run on this shape"):
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
+        elif name.startswith("coop_") and "_l2" in name:
+            # Layout 2 takes float16 NHWC data with C/groups a multiple of 8 only.
+            src = convtune.wgsl(name, (2, 23, 19, 16), (6, 8, 3, 2), bias=True, layout="NHWC",
+                                dtype="float16", **V_KW)
+            with pytest.raises(ValueError, match="cannot run on this shape"):
+                convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         else:
             src = convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         assert "@compute" in src, name
