@@ -162,6 +162,13 @@ mod tests {
                 .with_layout(crate::params::Layout::Nhwc)
                 .with_dtype(crate::dtype::DType::F16)
                 .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            // Transposed: strided, dilated, grouped, output padding; NHWC float16 with a residual.
+            ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 2], (2, 3), (1, 0), (1, 2), (1, 2), 2, Some(4)).unwrap(),
+            ConvShape::new_transposed([2, 8, 5, 4], [8, 8, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
         ];
         for shape in &shapes {
             for v in all_variants() {

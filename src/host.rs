@@ -47,7 +47,7 @@ pub(crate) fn expect_operands(p: &Conv2d, w: usize, bias: Option<&[f32]>, z: Opt
     expect_len("w", w, wl)?;
     expect_present("a bias", bias.is_some(), p.has_bias())?;
     if let Some(b) = bias {
-        expect_len("the bias", b.len(), p.w_dims()[0] as u64)?;
+        expect_len("the bias", b.len(), p.shape.k.into())?;
     }
     expect_present("a residual z", z.is_some(), p.has_residual())?;
     match z {

@@ -98,6 +98,13 @@ pub struct ConvShape {
     /// The element type of x, w, z and y; cache keys always had a "dtype" entry ("f32").
     #[serde(default)]
     pub dtype: DType,
+    /// `Some(output_padding)` for a transposed convolution (PyTorch's `conv_transpose2d`):
+    /// x is (N, C, H, W), w is (C, K/groups, R, S) and each output gathers the inputs whose
+    /// strided windows reach it. `pad` and `pad_end` are then the padding taken off each
+    /// side of the full output, and the output padding adds rows and columns at the bottom
+    /// and right. Absent from the cache keys of plain convolutions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transposed: Option<(u32, u32)>,
 }
 
 /// Strides, paddings and dilations beyond this are rejected: kernels do their index
@@ -206,6 +213,7 @@ impl ConvShape {
             epilogue: Epilogue::default(),
             layout: Layout::Nchw,
             dtype: DType::F32,
+            transposed: None,
         };
         let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
         let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
@@ -227,6 +235,109 @@ impl ConvShape {
                  every dimension must be >= 1"
             )));
         }
+        shape.check_lens()?;
+        Ok(shape)
+    }
+
+    /// Validates a transposed convolution the way PyTorch's `conv_transpose2d` does: x is
+    /// (N, C, H, W), w is (C, K/groups, R, S), and the output is
+    /// (H - 1) * stride - 2 * padding + dilation * (R - 1) + output_padding + 1 high (the
+    /// same across). `output_padding` must be smaller than the stride or the dilation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_transposed(
+        x: [usize; 4],
+        w: [usize; 4],
+        stride: (i64, i64),
+        padding: (i64, i64),
+        output_padding: (i64, i64),
+        dilation: (i64, i64),
+        groups: i64,
+        bias_len: Option<usize>,
+    ) -> Result<Self> {
+        let stride = pair_at_least("stride", stride, 1)?;
+        let dilation = pair_at_least("dilation", dilation, 1)?;
+        let pad = pair_at_least("padding", padding, 0)?;
+        let op = pair_at_least("output_padding", output_padding, 0)?;
+        for (axis, o, st, d) in [("height", op.0, stride.0, dilation.0), ("width", op.1, stride.1, dilation.1)] {
+            if o >= st && o >= d {
+                return Err(Error::invalid(format!(
+                    "output_padding must be smaller than the stride or the dilation; got \
+                     output_padding {o} with stride {st} and dilation {d} along the {axis}"
+                )));
+            }
+        }
+        if groups < 1 {
+            return Err(Error::invalid(format!("groups must be >= 1, got {groups}")));
+        }
+        let groups = u32::try_from(groups).map_err(|_| Error::invalid("groups is too large"))?;
+        let [n, c, h, wd] = x;
+        let [wc, kg, r, s] = w;
+        let (n, c, h, wd) = (dim("N", n)?, dim("C", c)?, dim("H", h)?, dim("W", wd)?);
+        let (wc, kg, r, s) = (dim("w.shape[0]", wc)?, dim("K/groups", kg)?, dim("R", r)?, dim("S", s)?);
+        if wc != c {
+            return Err(Error::invalid(format!(
+                "w.shape[0] must be x's channel count C = {c} (w is (C, K/groups, R, S) for a \
+                 transposed convolution), got {wc}"
+            )));
+        }
+        if c % groups != 0 {
+            return Err(Error::invalid(format!(
+                "input channels C={c} are not divisible by groups={groups}"
+            )));
+        }
+        let k = kg
+            .checked_mul(groups)
+            .ok_or_else(|| Error::invalid(format!("K = w.shape[1] * groups = {kg} * {groups} is too large")))?;
+        if n == 0 || c == 0 || h == 0 || wd == 0 || kg == 0 || r == 0 || s == 0 {
+            return Err(Error::invalid(format!(
+                "empty tensor: x shape ({n}, {c}, {h}, {wd}), w shape ({wc}, {kg}, {r}, {s}); \
+                 every dimension must be >= 1"
+            )));
+        }
+        if let Some(len) = bias_len {
+            if len != k as usize {
+                return Err(Error::invalid(format!(
+                    "bias must have K={k} elements (w.shape[1] * groups, one per output channel), got {len}"
+                )));
+            }
+        }
+        let out = |i: u32, st: u32, p: u32, d: u32, kk: u32, o: u32| {
+            (i as i64 - 1) * st as i64 - 2 * p as i64 + d as i64 * (kk as i64 - 1) + o as i64 + 1
+        };
+        let (oh, ow) = (
+            out(h, stride.0, pad.0, dilation.0, r, op.0),
+            out(wd, stride.1, pad.1, dilation.1, s, op.1),
+        );
+        if oh < 1 || ow < 1 {
+            return Err(Error::invalid(format!(
+                "padding ({}, {}) leaves an empty output: the transposed convolution's output \
+                 would be {oh}x{ow}",
+                pad.0, pad.1
+            )));
+        }
+        if oh > i32::MAX as i64 || ow > i32::MAX as i64 {
+            return Err(Error::invalid(format!("output {oh}x{ow} is too large (at most {} per dimension)", i32::MAX)));
+        }
+        let shape = ConvShape {
+            n, c, h, w: wd, k, r, s, stride, pad, pad_end: pad, dilation, groups,
+            bias: bias_len.is_some(),
+            epilogue: Epilogue::default(),
+            layout: Layout::Nchw,
+            dtype: DType::F32,
+            transposed: Some(op),
+        };
+        shape.check_lens()?;
+        Ok(shape)
+    }
+
+    /// Whether the problem is a transposed convolution.
+    pub fn is_transposed(&self) -> bool {
+        self.transposed.is_some()
+    }
+
+    /// Kernels index in 32 bits: every tensor's element count must fit.
+    fn check_lens(&self) -> Result<()> {
+        let shape = self;
         for (what, count) in [
             ("x", shape.x_len()),
             ("w", shape.w_len()),
@@ -241,17 +352,23 @@ impl ConvShape {
                 )));
             }
         }
-        Ok(shape)
+        Ok(())
     }
 
     pub fn oh(&self) -> u32 {
         let eff = self.dilation.0 * (self.r - 1) + 1;
-        (self.h + self.pad.0 + self.pad_end.0 - eff) / self.stride.0 + 1
+        match self.transposed {
+            Some((op, _)) => (self.h - 1) * self.stride.0 + eff + op - self.pad.0 - self.pad_end.0,
+            None => (self.h + self.pad.0 + self.pad_end.0 - eff) / self.stride.0 + 1,
+        }
     }
 
     pub fn ow(&self) -> u32 {
         let eff = self.dilation.1 * (self.s - 1) + 1;
-        (self.w + self.pad.1 + self.pad_end.1 - eff) / self.stride.1 + 1
+        match self.transposed {
+            Some((_, op)) => (self.w - 1) * self.stride.1 + eff + op - self.pad.1 - self.pad_end.1,
+            None => (self.w + self.pad.1 + self.pad_end.1 - eff) / self.stride.1 + 1,
+        }
     }
 
     pub fn cg(&self) -> u32 {
@@ -304,9 +421,14 @@ impl ConvShape {
         }
     }
 
-    /// Multiply-adds counted as two FLOPs, the usual convention for GFLOP/s figures.
+    /// Multiply-adds counted as two FLOPs, the usual convention for GFLOP/s figures. A
+    /// transposed convolution does one per input element, output channel of its group and tap.
     pub fn flops(&self) -> f64 {
-        2.0 * self.y_len() as f64 * self.cg() as f64 * self.r as f64 * self.s as f64
+        let taps = self.r as f64 * self.s as f64;
+        if self.is_transposed() {
+            return 2.0 * self.x_len() as f64 * self.kg() as f64 * taps;
+        }
+        2.0 * self.y_len() as f64 * self.cg() as f64 * taps
     }
 
     /// A short human-readable key, e.g. `1x3x225x225 k32 3x3 s1 p0`.
@@ -324,6 +446,12 @@ impl ConvShape {
         }
         if self.dilation != (1, 1) {
             s += &format!(" d{}", pair(self.dilation));
+        }
+        if let Some(op) = self.transposed {
+            s += " T";
+            if op != (0, 0) {
+                s += &format!(" op{}", pair(op));
+            }
         }
         if self.groups != 1 {
             s += &format!(" g{}", self.groups);

@@ -60,7 +60,7 @@ pub struct Conv2dBuilder {
     padding: Padding,
     dilation: Hw,
     groups: i64,
-    bias: Option<usize>,
+    bias: Bias,
     layout: Layout,
     dtype: DType,
     precision: Option<Precision>,
@@ -68,6 +68,7 @@ pub struct Conv2dBuilder {
     alpha2: f32,
     residual: bool,
     activation: Activation,
+    output_padding: Option<Hw>,
 }
 
 impl Conv2d {
@@ -82,7 +83,7 @@ impl Conv2d {
             padding: Padding::Explicit(0, 0),
             dilation: Hw(1, 1),
             groups: 1,
-            bias: None,
+            bias: Bias::None,
             layout: Layout::Nchw,
             dtype: DType::F32,
             precision: None,
@@ -90,6 +91,7 @@ impl Conv2d {
             alpha2: 1.0,
             residual: false,
             activation: Activation::None,
+            output_padding: None,
         }
     }
 
@@ -103,10 +105,20 @@ impl Conv2d {
         self.shape.layout.dims([s.n, s.c, s.h, s.w].map(|d| d as usize))
     }
 
-    /// The weights' dims (K, C/groups, R, S).
+    /// The weights' dims: (K, C/groups, R, S), or (C, K/groups, R, S) for a transposed
+    /// convolution.
     pub fn w_dims(&self) -> [usize; 4] {
         let s = &self.shape;
-        [s.k, s.cg(), s.r, s.s].map(|d| d as usize)
+        match s.is_transposed() {
+            true => [s.c, s.kg(), s.r, s.s],
+            false => [s.k, s.cg(), s.r, s.s],
+        }
+        .map(|d| d as usize)
+    }
+
+    /// Whether it is a transposed convolution (see [`Conv2dBuilder::transposed`]).
+    pub fn is_transposed(&self) -> bool {
+        self.shape.is_transposed()
     }
 
     /// The output's dims as laid out in memory: (N, K, OH, OW), or (N, OH, OW, K) for NHWC.
@@ -192,6 +204,16 @@ pub struct TensorBytes {
     pub y: u64,
 }
 
+/// The bias as the builder was told of it.
+#[derive(Clone, Copy, Debug)]
+enum Bias {
+    None,
+    /// One per output channel, whatever K comes out as.
+    PerChannel,
+    /// Of this length, checked against K.
+    Len(usize),
+}
+
 impl Conv2dBuilder {
     /// Stride per axis, each ≥ 1 (default 1).
     pub fn stride(mut self, s: impl Into<Hw>) -> Self {
@@ -221,14 +243,14 @@ impl Conv2dBuilder {
 
     /// Whether calls add a float32 bias of K elements (default no).
     pub fn bias(mut self, on: bool) -> Self {
-        self.bias = on.then_some(self.w[0]);
+        self.bias = if on { Bias::PerChannel } else { Bias::None };
         self
     }
 
     /// A bias of `len` elements, checked against K by [`build`](Self::build) (for callers
     /// that hold the bias itself).
     pub fn bias_len(mut self, len: Option<usize>) -> Self {
-        self.bias = len;
+        self.bias = len.map_or(Bias::None, Bias::Len);
         self
     }
 
@@ -271,6 +293,17 @@ impl Conv2dBuilder {
         self
     }
 
+    /// Makes the problem a transposed convolution, PyTorch's `conv_transpose2d`, with
+    /// `output_padding` extra rows and columns at the bottom and right (each smaller than
+    /// the stride or the dilation): `w` is then (C, K/groups, R, S), the padding an integer
+    /// or pair taken off each side of the full output, and the output
+    /// (H - 1) * stride - 2 * padding + dilation * (R - 1) + output_padding + 1 high (the
+    /// same across).
+    pub fn transposed(mut self, output_padding: impl Into<Hw>) -> Self {
+        self.output_padding = Some(output_padding.into());
+        self
+    }
+
     /// The activation applied last (default none).
     pub fn activation(mut self, a: Activation) -> Self {
         self.activation = a;
@@ -283,10 +316,34 @@ impl Conv2dBuilder {
             Some(p) => p,
             None => Precision::resolve(None)?,
         };
-        let bias_len = self.bias;
+        // K is w.shape[0] for a plain convolution and w.shape[1] * groups for a transposed one.
+        let k = match self.output_padding {
+            None => self.w[0],
+            Some(_) => self.w[1].saturating_mul(usize::try_from(self.groups).unwrap_or(0)),
+        };
+        let bias_len = match self.bias {
+            Bias::None => None,
+            Bias::PerChannel => Some(k),
+            Bias::Len(len) => Some(len),
+        };
         let (Hw(sh, sw), Hw(dh, dw)) = (self.stride, self.dilation);
-        let shape = ConvShape::new(self.layout.nchw(self.x), self.w, (sh, sw), self.padding, (dh, dw), self.groups, bias_len)?
-            .with_layout(self.layout)
+        let x = self.layout.nchw(self.x);
+        let shape = match self.output_padding {
+            None => ConvShape::new(x, self.w, (sh, sw), self.padding, (dh, dw), self.groups, bias_len)?,
+            Some(Hw(oph, opw)) => {
+                let pad = match self.padding {
+                    Padding::Explicit(ph, pw) => (ph, pw),
+                    Padding::Valid => (0, 0),
+                    Padding::Same => {
+                        return Err(crate::error::Error::invalid(
+                            "padding='same' is not defined for a transposed convolution; give an int or an (h, w) pair",
+                        ))
+                    }
+                };
+                ConvShape::new_transposed(x, self.w, (sh, sw), pad, (oph, opw), (dh, dw), self.groups, bias_len)?
+            }
+        }
+        .with_layout(self.layout)
             .with_dtype(self.dtype);
         let epilogue = Epilogue::new(self.alpha1, self.alpha2, self.residual, self.activation)?;
         Ok(Conv2d::from_shape(shape.with_epilogue(epilogue), precision))
@@ -314,6 +371,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("clamp min"), "{e}");
+    }
+
+    #[test]
+    fn transposed_problems_follow_pytorch() {
+        // (28 - 1) * 2 - 2 + 4 - 1 + 1 = 56: a DCGAN-style 4x4 stride-2 upsampler.
+        let p = Conv2d::builder([2, 16, 28, 28], [16, 8, 4, 4]).stride(2).padding(1).transposed(0).build().unwrap();
+        assert_eq!(p.y_dims(), [2, 8, 56, 56]);
+        assert_eq!(p.w_dims(), [16, 8, 4, 4]);
+        let g = Conv2d::builder([1, 6, 5, 7], [6, 2, 3, 3]).stride((3, 2)).groups(3).transposed((2, 1));
+        let e = g.clone().bias_len(Some(2)).build().unwrap_err().to_string();
+        assert!(e.contains("bias must have K=6"), "{e}");
+        let p = g.bias(true).build().unwrap();
+        assert!(p.has_bias());
+        assert_eq!(p.y_dims(), [1, 6, (5 - 1) * 3 + 3 + 2, (7 - 1) * 2 + 3 + 1]);
+        let e = Conv2d::builder([1, 4, 5, 5], [4, 2, 3, 3]).stride(2).transposed(2).build().unwrap_err().to_string();
+        assert!(e.contains("output_padding"), "{e}");
+        let e = Conv2d::builder([1, 4, 5, 5], [3, 2, 3, 3]).transposed(0).build().unwrap_err().to_string();
+        assert!(e.contains("w.shape[0]"), "{e}");
+        // Output padding below the dilation is allowed even at stride 1, as in PyTorch.
+        assert!(Conv2d::builder([1, 4, 5, 5], [4, 2, 3, 3]).dilation(2).transposed(1).build().is_ok());
     }
 
     #[test]

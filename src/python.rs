@@ -82,8 +82,15 @@ fn builder_of(
     bias_len: Option<usize>,
     layout: Layout,
     dtype: DType,
+    output_padding: Option<(i64, i64)>,
 ) -> PyResult<Conv2dBuilder> {
-    Ok(Conv2d::builder(x_shape, w_shape)
+    let b = Conv2d::builder(x_shape, w_shape);
+    // `None`: a plain convolution; a pair: a transposed one with that output padding.
+    let b = match output_padding {
+        Some(op) => b.transposed(op),
+        None => b,
+    };
+    Ok(b
         .stride(stride)
         .padding(padding(pad).py_err()?)
         .dilation(dilation)
@@ -119,18 +126,19 @@ fn problem_of(b: Conv2dBuilder, precision: Precision, epilogue: Option<EpilogueA
 }
 
 /// The shape arguments the Python layer passes as one normalised tuple: (x_shape, w_shape,
-/// stride, padding, dilation, groups, bias_len, epilogue or None, layout, dtype), x_shape in
-/// the layout's order.
+/// stride, padding, dilation, groups, bias_len, epilogue or None, layout, dtype, output
+/// padding or None), x_shape in the layout's order; an output padding makes the problem a
+/// transposed convolution.
 #[derive(FromPyObject)]
-struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String);
+struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String, Option<(i64, i64)>);
 
 impl Spec {
     /// The problem, in `precision` (the functions that take none pass the default).
     fn problem(self, precision: Precision) -> PyResult<Conv2d> {
-        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype) = self;
+        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype, transposed) = self;
         let layout = Layout::parse(&layout).py_err()?;
         let dtype = DType::parse(&dtype).py_err()?;
-        problem_of(builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype)?, precision, epilogue)
+        problem_of(builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype, transposed)?, precision, epilogue)
     }
 }
 
@@ -329,7 +337,7 @@ fn weight_slices<'a, T: HostElem>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, layout=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, layout=None, output_padding=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
@@ -346,16 +354,18 @@ fn conv2d<'py>(
     epilogue: Option<EpilogueArg>,
     z: Option<Data4<'py>>,
     layout: Option<&str>,
+    output_padding: Option<(i64, i64)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout);
+    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding);
     match x.dtype() {
         DType::F32 => conv2d_typed::<f32>(py, &x, &w, bias, z.as_ref(), args),
         DType::F16 => conv2d_typed::<u16>(py, &x, &w, bias, z.as_ref(), args),
     }
 }
 
-/// conv2d's arguments other than the arrays.
-type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>);
+/// conv2d's arguments other than the arrays (the last, an output padding, for a transposed
+/// convolution).
+type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>, Option<(i64, i64)>);
 
 fn conv2d_typed<'py, T: HostElem>(
     py: Python<'py>,
@@ -363,7 +373,7 @@ fn conv2d_typed<'py, T: HostElem>(
     w: &Data4<'py>,
     bias: Option<PyReadonlyArray1<'py, f32>>,
     z: Option<&Data4<'py>>,
-    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding): CallArgs<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut ph = Phases::start();
     let (x, w) = (typed::<T>(x, "x")?, typed::<T>(w, "w")?);
@@ -380,6 +390,7 @@ fn conv2d_typed<'py, T: HostElem>(
         bias.as_ref().map(|b| b.len()),
         layout,
         T::DTYPE,
+        output_padding,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
     if let Some(z) = &z {
@@ -771,7 +782,7 @@ fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims:
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None, output_padding=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
@@ -789,8 +800,9 @@ fn conv2d_tensor(
     z: Option<Data4<'_>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
     layout: Option<&str>,
+    output_padding: Option<(i64, i64)>,
 ) -> PyResult<PyTensor> {
-    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout);
+    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding);
     match x.inner.dtype() {
         DType::F32 => conv2d_tensor_typed::<f32>(py, x, &w, bias, z.as_ref(), z_tensor, args),
         DType::F16 => conv2d_tensor_typed::<u16>(py, x, &w, bias, z.as_ref(), z_tensor, args),
@@ -804,7 +816,7 @@ fn conv2d_tensor_typed<T: HostElem>(
     bias: Option<PyReadonlyArray1<'_, f32>>,
     z: Option<&Data4<'_>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
-    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding): CallArgs<'_>,
 ) -> PyResult<PyTensor> {
     let w = typed::<T>(w, "w")?;
     let z = z.map(|z| typed::<T>(z, "z")).transpose()?;
@@ -837,6 +849,7 @@ fn conv2d_tensor_typed<T: HostElem>(
         bias.as_ref().map(|b| b.len()),
         layout,
         T::DTYPE,
+        output_padding,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
     let (ws, bs) = weight_slices(w, &bias)?;

@@ -759,6 +759,9 @@ pub(crate) mod tests {
 
     /// Naive float64 reference with PyTorch semantics.
     pub(crate) fn reference(s: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+        if s.is_transposed() {
+            return reference_transposed(s, x, w, b);
+        }
         let (oh, ow, cg, kg) = (s.oh() as i64, s.ow() as i64, s.cg() as i64, s.kg() as i64);
         let (c, h, wd, k, r, sz) = (s.c as i64, s.h as i64, s.w as i64, s.k as i64, s.r as i64, s.s as i64);
         let mut y = vec![0f64; s.y_len() as usize];
@@ -790,6 +793,44 @@ pub(crate) mod tests {
         y
     }
 
+    /// The transposed convolution as PyTorch defines it: each input element scatters its
+    /// products into the outputs its taps reach (NCHW).
+    fn reference_transposed(s: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+        let (oh, ow, cg, kg) = (s.oh() as i64, s.ow() as i64, s.cg() as i64, s.kg() as i64);
+        let (c, h, wd, k, r, sz) = (s.c as i64, s.h as i64, s.w as i64, s.k as i64, s.r as i64, s.s as i64);
+        let mut y = vec![0f64; s.y_len() as usize];
+        for n in 0..s.n as i64 {
+            for kk in 0..k {
+                let bv = b.map_or(0.0, |b| b[kk as usize] as f64);
+                for p in 0..oh * ow {
+                    y[((n * k + kk) * oh * ow + p) as usize] = bv;
+                }
+            }
+            for cc in 0..c {
+                let g = cc / cg;
+                for i in 0..h {
+                    for j in 0..wd {
+                        let xv = x[(((n * c + cc) * h + i) * wd + j) as usize] as f64;
+                        for kq in 0..kg {
+                            let kk = g * kg + kq;
+                            for rr in 0..r {
+                                for ss in 0..sz {
+                                    let o = i * s.stride.0 as i64 - s.pad.0 as i64 + rr * s.dilation.0 as i64;
+                                    let q = j * s.stride.1 as i64 - s.pad.1 as i64 + ss * s.dilation.1 as i64;
+                                    if o >= 0 && o < oh && q >= 0 && q < ow {
+                                        let wv = w[(((cc * kg + kq) * r + rr) * sz + ss) as usize] as f64;
+                                        y[(((n * k + kk) * oh + o) * ow + q) as usize] += xv * wv;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        y
+    }
+
     pub(crate) fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
         let scale = want.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
         got.iter().zip(want).map(|(g, w)| (*g as f64 - w).abs() / scale).fold(0.0, f64::max)
@@ -803,6 +844,8 @@ pub(crate) mod tests {
         let shapes = [
             ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4)).unwrap(),
             ConvShape::new([2, 6, 9, 7], [4, 3, 3, 3], (1, 1), Padding::Explicit(1, 2), (1, 1), 2, Some(4)).unwrap(),
+            // Transposed (the tconv family): stride phases, dilation, output padding, groups.
+            ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 2], (2, 3), (1, 0), (1, 2), (1, 2), 2, Some(4)).unwrap(),
         ];
         for v in all_variants().into_iter().filter(|v| v.fits(&e.caps)) {
             let s = shapes.iter().find(|s| v.computes(s)).unwrap();

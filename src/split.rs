@@ -66,6 +66,12 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
             })
             .collect());
     }
+    if s.is_transposed() {
+        return Err(Error::invalid(format!(
+            "a transposed convolution's image must fit one storage binding ({max_binding} bytes): \
+             x needs {x_img} bytes and the output {y_img} per image; bands of rows are not supported"
+        )));
+    }
     // Bands of output rows: the largest band whose input and output rows both fit.
     let in_row = bytes(s.c as u64 * s.w as u64);
     let out_row = bytes(s.k as u64 * ow as u64);

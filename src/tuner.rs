@@ -30,7 +30,11 @@ const SEEDS: (u64, u64, u64) = (0x5EED_0001, 0x5EED_0002, 0x5EED_0003);
 
 /// The trusted variant: plain loops, one output per invocation. Its output is the reference
 /// every candidate is checked against, and the fallback when no candidate is valid.
-pub fn reference_variant() -> Variant {
+/// Transposed problems have their own family's.
+pub fn reference_variant(shape: &ConvShape) -> Variant {
+    if shape.is_transposed() {
+        return Variant::Tconv(crate::kernels::tconv::REFERENCE);
+    }
     Variant::Direct(Direct { wg_x: 64, wg_y: 1, unroll: 0, tk: 1, tw: 1 })
 }
 
@@ -355,7 +359,7 @@ fn timing_order(
         order.push(Candidate { variant, faulty: false, must: i < opts.must_time });
     }
     // The reference is the fallback; make sure it is in the report even if it does not suit.
-    let reference = reference_variant();
+    let reference = reference_variant(shape);
     let allowed = families.allows(reference.family());
     if allowed && !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(caps) {
         order.push(Candidate { variant: reference, faulty: false, must: false });
@@ -640,7 +644,7 @@ const BUSY_STEP: Duration = Duration::from_millis(20);
 /// Output of the reference variant on the tuning inputs, on the host and on the GPU, and the
 /// compiled reference kernel.
 fn reference_output(engine: &Engine, tensors: &DeviceTensors) -> Result<(Vec<f32>, PooledBuffer, Compiled)> {
-    let kernel = engine.compile(&reference_variant(), &tensors.shape)?;
+    let kernel = engine.compile(&reference_variant(&tensors.shape), &tensors.shape)?;
     tensors.poison(engine)?;
     tensors.run(engine, &kernel)?;
     let out = tensors.read_y_f32(engine)?;
@@ -774,7 +778,7 @@ pub fn tune(
     let winner = match best {
         Some((i, _)) => order[i].variant,
         // The reference checks candidates whatever the families, but wins only if allowed.
-        None if opts.families.allows(reference_variant().family()) => reference_variant(),
+        None if opts.families.allows(reference_variant(shape).family()) => reference_variant(shape),
         None => {
             return Err(Error::Gpu(format!(
                 "no candidate of the kernel families {}={} allows ran {} correctly",
@@ -792,7 +796,7 @@ pub fn tune(
         precision,
         winner: winner.to_string(),
         default: default.to_string(),
-        reference: reference_variant().to_string(),
+        reference: reference_variant(shape).to_string(),
         default_ms: timed(default),
         tuned_ms: timed(winner),
         tuning_s: start.elapsed().as_secs_f64(),

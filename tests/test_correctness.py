@@ -521,7 +521,9 @@ def test_known_values_same_padding_even_kernel():
 # Every variant of the generator
 # --------------------------------------------------------------------------------------------
 
-VARIANTS = convtune.variant_space()
+# Plain convolutions' variants; the tconv family takes transposed ones only
+# (tests/test_conv_transpose.py).
+VARIANTS = [v for v in convtune.variant_space() if not v.startswith("tconv_")]
 # Small, but with stride 2, padding 1, dilation 2, groups 2 and bias; C/groups = 3 and
 # K/groups = 3 are not multiples of any unroll or channel tile, OH*OW = 110 and
 # N*OH*OW = 220 overflow the smaller spatial tiles.
@@ -538,6 +540,7 @@ def test_variant_space_has_both_families():
     assert any(v.startswith("coop_") for v in VARIANTS)
     assert any(v.startswith("wino_") for v in VARIANTS)
     assert all(v.startswith(("direct_", "gemm_", "coop_", "wino_")) for v in VARIANTS)
+    assert any(v.startswith("tconv_") for v in convtune.variant_space())
 
 
 def test_variant_knobs_family_matches_name():

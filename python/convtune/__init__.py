@@ -65,6 +65,7 @@ __version__: str = _convtune.__version__
 
 __all__ = [
     "conv2d",
+    "conv_transpose2d",
     "Tensor",
     "to_device",
     "memory_stats",
@@ -204,7 +205,7 @@ def _float32(arr: np.ndarray) -> np.ndarray:
 
 _Spec = Tuple[
     Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
-    Optional[int], Optional["_epilogue.Normalised"], str, str,
+    Optional[int], Optional["_epilogue.Normalised"], str, str, Optional[Tuple[int, int]],
 ]
 
 DTYPES = ("float32", "float16")
@@ -291,7 +292,10 @@ def _dim(d: Any, name: str, dims: tuple) -> int:
 
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
           bias_len: Optional[int], epilogue: Optional[_epilogue.Normalised] = None,
-          layout: str = "NCHW", dtype: str = "float32") -> _Spec:
+          layout: str = "NCHW", dtype: str = "float32",
+          output_padding: Optional[Tuple[int, int]] = None) -> _Spec:
+    """The normalised shape tuple; an ``output_padding`` pair makes it a transposed
+    convolution's (``None``: a plain one)."""
     return (
         _shape4(x_shape, "x_shape"),
         _shape4(w_shape, "w_shape"),
@@ -303,6 +307,7 @@ def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, 
         epilogue,
         _layout(layout),
         dtype,
+        output_padding,
     )
 
 
@@ -375,6 +380,76 @@ def conv2d(
         ConvtuneWarning: the tuning cache was unreadable, or tuning failed (the default
             variant is used then).
     """
+    return _conv(x, w, stride, padding, dilation, groups, bias, z, alpha1, alpha2, activation,
+                 negative_slope, clamp, layout, variant, precision, None)
+
+
+def conv_transpose2d(
+    x: Any,
+    w: Any,
+    stride: IntPair = 1,
+    padding: IntPair = 0,
+    output_padding: IntPair = 0,
+    groups: int = 1,
+    dilation: IntPair = 1,
+    bias: Optional[Any] = None,
+    *,
+    z: Optional[Any] = None,
+    alpha1: float = 1.0,
+    alpha2: float = 1.0,
+    activation: Optional[str] = None,
+    negative_slope: float = 0.01,
+    clamp: Optional[Tuple[float, float]] = None,
+    layout: Optional[str] = None,
+    variant: Optional[str] = None,
+    precision: Optional[str] = None,
+) -> np.ndarray:
+    """2-D transposed convolution with PyTorch's semantics
+    (``torch.nn.functional.conv_transpose2d``, the same argument order), computed on the GPU
+    with float32 sums and the same fused epilogue as ``conv2d``:
+    ``y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias)``.
+
+    Each output gathers the inputs whose strided windows reach it (the ``tconv`` kernel
+    family): no zero-inserted copy of x is made. Tuned and cached as its own problem.
+
+    Args:
+        x: input, shape (N, C, H, W) ((N, H, W, C) in NHWC), an array or a
+            ``convtune.Tensor``.
+        w: weights, shape (C, K/groups, R, S) in either layout.
+        stride: int or (sh, sw), each >= 1.
+        padding: int or (ph, pw) >= 0: rows and columns taken off each side of the full
+            output (no ``"same"``/``"valid"``, as in PyTorch).
+        output_padding: int or (h, w) >= 0, each smaller than the stride or the dilation
+            along its axis: rows and columns added at the bottom and right.
+        groups: C must be divisible by it; K = w.shape[1] * groups.
+        dilation: int or (dh, dw), each >= 1.
+        bias: optional, shape (K,).
+        z, alpha1, alpha2, activation, negative_slope, clamp, layout, variant, precision:
+            as for ``conv2d`` (``variant`` names a ``tconv_...`` variant).
+
+    Returns:
+        An array (or a Tensor for a Tensor ``x``) of shape (N, K, OH, OW) ((N, OH, OW, K) in
+        NHWC), with OH = (H - 1) * sh - 2 * ph + dh * (R - 1) + output_padding_h + 1 and OW
+        likewise; float16 for float16 data, else float32.
+
+    Raises:
+        TypeError, ValueError, OutOfMemoryError, ConvtuneError: as for ``conv2d``. An image
+        of x or of the output larger than one GPU storage binding is a ValueError
+        (transposed problems are not cut into bands of rows).
+    """
+    if isinstance(padding, str):
+        raise TypeError(f"padding must be an int or an (h, w) pair for a transposed convolution, got {padding!r}")
+    op = _pair(output_padding, "output_padding")
+    return _conv(x, w, stride, padding, dilation, groups, bias, z, alpha1, alpha2, activation,
+                 negative_slope, clamp, layout, variant, precision, op)
+
+
+def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any, bias: Any,
+          z: Any, alpha1: Any, alpha2: Any, activation: Any, negative_slope: Any, clamp: Any,
+          layout: Any, variant: Any, precision: Any,
+          output_padding: Optional[Tuple[int, int]]) -> Any:
+    """``conv2d``, or ``conv_transpose2d`` with an ``output_padding`` pair."""
+    w_dims = "(K, C/groups, R, S)" if output_padding is None else "(C, K/groups, R, S)"
     t0 = time.perf_counter()
     on_device = isinstance(x, Tensor)
     xv = x if on_device else _view(x, "x")
@@ -386,25 +461,25 @@ def conv2d(
     if not on_device and xv.ndim != 4:
         raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
     if wv.ndim != 4:
-        raise ValueError(f"w must be 4-D (K, C/groups, R, S), got shape {wv.shape}")
+        raise ValueError(f"w must be 4-D {w_dims}, got shape {wv.shape}")
     bv = None
     if bias is not None:
         bv = _view(bias, "bias")
         if bv.ndim != 1:
-            raise ValueError(f"bias must be 1-D with K={wv.shape[0]} elements, got shape {bv.shape}")
+            raise ValueError(f"bias must be 1-D with one element per output channel, got shape {bv.shape}")
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
     epi = _epilogue.normalise(z is not None, alpha1, alpha2, activation, negative_slope, clamp)
     zv, zt = _residual(z, on_device)
     dt = _data_dtype(xv, wv, zt if zt is not None else zv)
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
-                 None if bv is None else int(bv.shape[0]), epi, lay, dt)
+                 None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding)
     copies = [("w", wv), ("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
     t1 = time.perf_counter()
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
-    _, _, s, p, d, g, _, _, _, _ = spec
+    _, _, s, p, d, g, _, _, _, _, op = spec
     xa = x if on_device else _host_data(xv, dt)
     wa = _host_data(wv, dt)
     ba = None if bv is None else _float32(bv)
@@ -413,9 +488,9 @@ def conv2d(
     t3 = time.perf_counter()
     try:
         if on_device:
-            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op)
         else:
-            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay)
+            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay, op)
     finally:
         progress.close()
     _timings.record(t0, t1, t2, t3, time.perf_counter(), native_phases=not on_device)
@@ -508,7 +583,8 @@ def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
     return _int(bias, "bias")
 
 
-_PROBLEM_KEYWORDS = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout", "dtype")
+_PROBLEM_KEYWORDS = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout", "dtype",
+                     "transposed", "output_padding")
 
 
 def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywords=None):
@@ -528,11 +604,21 @@ def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywor
     if dtype is None:
         dtype = "float16" if str(getattr(x_shape, "dtype", "")) == "float16" else "float32"
     dtype = _dtype(dtype)
+    # A transposed problem (w is (C, K/groups, R, S)) is named by transposed=True, with an
+    # optional output_padding.
+    transposed = e.pop("transposed", False)
+    if not isinstance(transposed, (bool, np.bool_)):
+        raise TypeError(f"transposed must be a bool, got {type(transposed).__name__}")
+    op = e.pop("output_padding", None)
+    if op is not None and not transposed:
+        raise ValueError("output_padding needs transposed=True")
+    op = _pair(0 if op is None else op, "output_padding") if transposed else None
     spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
     epi = None
     if e:
         epi = _epilogue.normalise(_epilogue.residual_flag(e.pop("z", None)), **e)
-    return spec[:6] + (_bias_len(bias, spec[1]), epi, layout, dtype)
+    k = spec[1][0] if op is None else spec[1][1] * spec[5]
+    return spec[:6] + (_bias_len(bias, (k,)), epi, layout, dtype, op)
 
 
 def default_variant(

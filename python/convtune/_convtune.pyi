@@ -57,9 +57,10 @@ _Padding = Union[str, Tuple[int, int]]
 _Shape4 = Sequence[int]
 #: (alpha1, alpha2, residual, activation, negative_slope, clamp_min, clamp_max).
 _Epilogue = Tuple[float, float, bool, Optional[str], float, float, float]
-#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue, layout, dtype),
-#: already normalised; x_shape in the layout's order; dtype "float32" or "float16".
-_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue], str, str]
+#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue, layout, dtype,
+#: output_padding), already normalised; x_shape in the layout's order; dtype "float32" or
+#: "float16"; an output_padding pair makes it a transposed convolution, None a plain one.
+_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue], str, str, Optional[_Pair]]
 #: float32 data, or float16 data viewed as uint16 (its bits).
 _Data = Union[npt.NDArray[np.float32], npt.NDArray[np.uint16]]
 #: ``progress(done, total, candidate_name, shape_label)``; raising cancels tuning.
@@ -86,6 +87,7 @@ def conv2d(
     epilogue: Optional[_Epilogue] = None,
     z: Optional[_Data] = None,
     layout: Optional[str] = None,
+    output_padding: Optional[_Pair] = None,
 ) -> Union[npt.NDArray[np.float32], npt.NDArray[np.float16]]: ...
 def devices() -> List[Dict[str, Any]]: ...
 def adapter_info() -> Dict[str, Any]: ...
@@ -160,6 +162,7 @@ def conv2d_tensor(
     z: Optional[_Data] = None,
     z_tensor: Optional[Tensor] = None,
     layout: Optional[str] = None,
+    output_padding: Optional[_Pair] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...
 def synchronize() -> None: ...

@@ -1,4 +1,5 @@
-"""A float64 numpy reference for conv2d with PyTorch's semantics (slow; for checking)."""
+"""Float64 numpy references for conv2d and conv_transpose2d with PyTorch's semantics (slow;
+for checking)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,44 @@ def conv2d_reference(
     win = win.reshape(n, groups, cg, oh, ow, r, s)
     wg = w.reshape(groups, k // groups, cg, r, s)
     y = np.einsum("ngchwrs,gkcrs->ngkhw", win, wg, optimize=True).reshape(n, k, oh, ow)
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=np.float64)[None, :, None, None]
+    return y
+
+
+def conv_transpose2d_reference(
+    x: Any,
+    w: Any,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+    bias: Optional[Any] = None,
+) -> np.ndarray:
+    """conv_transpose2d in float64, NCHW, ``torch.nn.functional.conv_transpose2d``'s argument
+    order; w is (C, K/groups, R, S). Each input element scatters x * w into the outputs its
+    taps reach: every tap's products land on a strided grid of the full output, which padding
+    then crops on each side and output padding extends at the bottom and right."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    oph, opw = _pair(output_padding)
+    dh, dw = _pair(dilation)
+    n, c, h, wd = x.shape
+    _, kg, r, s = w.shape
+    cg, k = c // groups, kg * groups
+    oh = (h - 1) * sh - 2 * ph + dh * (r - 1) + oph + 1
+    ow = (wd - 1) * sw - 2 * pw + dw * (s - 1) + opw + 1
+    full = np.zeros((n, k, (h - 1) * sh + dh * (r - 1) + 1 + oph, (wd - 1) * sw + dw * (s - 1) + 1 + opw))
+    xg = x.reshape(n, groups, cg, h, wd)
+    wg = w.reshape(groups, cg, kg, r, s)
+    for i in range(r):
+        for j in range(s):
+            part = np.einsum("ngchw,gck->ngkhw", xg, wg[..., i, j], optimize=True).reshape(n, k, h, wd)
+            full[:, :, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (wd - 1) * sw + 1:sw] += part
+    y = full[:, :, ph:ph + oh, pw:pw + ow]
     if bias is not None:
         y = y + np.asarray(bias, dtype=np.float64)[None, :, None, None]
     return y

@@ -8,6 +8,7 @@ pub mod cost;
 pub mod direct;
 pub mod gemm;
 pub mod implicit;
+pub mod tconv;
 pub mod wino;
 
 use crate::codegen::Kernel;
@@ -73,6 +74,11 @@ pub trait KernelVariant {
     }
     /// Whether the variant runs on cooperative matrices (see `Caps::tensor_cores`).
     fn needs_tensor_cores(&self) -> bool {
+        false
+    }
+    /// Whether the variant computes transposed convolutions (and only those): a family
+    /// serves one kind, and `Variant` keeps every other kind away from it.
+    fn transposed(&self) -> bool {
         false
     }
     /// Whether the variant's results meet `precision`'s error bound by design; the tuner
@@ -178,6 +184,7 @@ families! {
     Gemm(gemm::Gemm),
     Coop(coop::Coop),
     Wino(wino::Wino),
+    Tconv(tconv::Tconv),
 }
 
 impl Variant {
@@ -210,11 +217,15 @@ impl Variant {
     pub fn needs_tensor_cores(&self) -> bool {
         self.ops().needs_tensor_cores()
     }
+    /// Whether the variant is of the kind of convolution `shape` is (plain or transposed).
+    fn kind_matches(&self, shape: &ConvShape) -> bool {
+        self.ops().transposed() == shape.is_transposed()
+    }
     pub fn suits(&self, shape: &ConvShape) -> bool {
-        self.ops().suits(shape)
+        self.kind_matches(shape) && self.ops().suits(shape)
     }
     pub fn computes(&self, shape: &ConvShape) -> bool {
-        self.ops().computes(shape)
+        self.kind_matches(shape) && self.ops().computes(shape)
     }
     pub fn cost(&self, shape: &ConvShape) -> f64 {
         self.ops().cost(shape)
@@ -223,6 +234,13 @@ impl Variant {
     pub fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
         if !self.well_formed() {
             return Err(Error::invalid(format!("variant {self} is not in the generator's space")));
+        }
+        if !self.kind_matches(shape) {
+            let (kind, other) = if shape.is_transposed() { ("a transposed", "tconv") } else { ("a plain", "every family but tconv") };
+            return Err(Error::invalid(format!(
+                "variant {self} cannot run on this shape ({}): {kind} convolution runs on {other}",
+                shape.label()
+            )));
         }
         self.ops().generate(shape)
     }
@@ -252,6 +270,9 @@ impl FromStr for Variant {
 
 /// The untuned choice: a rule on the shape and the adapter's limits.
 pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
+    if shape.is_transposed() {
+        return tconv::default_variant(shape);
+    }
     let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
     let red = shape.cg() * shape.r * shape.s;
     // GEMM tiles pay off once both the pixel and the channel side fill a tile and the

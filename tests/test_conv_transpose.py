@@ -1,0 +1,257 @@
+"""conv_transpose2d against the float64 reference: a seeded random sweep over strides 1-4,
+output padding, dilation, groups, both layouts, epilogues, float16 and bias; every tconv
+variant; device Tensors; the tuner and the introspection functions; bad arguments.
+
+Outputs are poisoned (conftest), so an output a kernel leaves unwritten is NaN and fails.
+Reproduce a sweep case with ``CONVTUNE_TEST_SEED=<base> pytest -k 'transpose_sweep and [<i>]'``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune.reference import apply_epilogue, conv_transpose2d_reference
+from reference import check_close, nhwc
+from tuning_support import tuning_env  # noqa: F401  (a fixture)
+
+BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_260_126))
+N_CASES = 48
+# float16 results are rounded to float16: a few rounding steps of max |y|.
+HALF_BOUND = 4 * 2.0**-11
+F16 = convtune.adapter_info()["features"]["shader_f16"]
+TCONV = [v for v in convtune.variant_space() if v.startswith("tconv_")]
+ACTIVATIONS = (None, "relu", "leaky_relu", "silu", "gelu", "clamp")
+
+
+def out_size(i, st, p, op, d, k):
+    return (i - 1) * st - 2 * p + d * (k - 1) + op + 1
+
+
+def draw_case(index):
+    """Parameters of sweep case ``index``, from default_rng(BASE_SEED + index)."""
+    rng = np.random.default_rng(BASE_SEED + index)
+    while True:
+        st = tuple(int(v) for v in rng.integers(1, 5, 2))
+        d = tuple(int(v) for v in rng.choice([1, 1, 2, 3], 2))
+        r, s = (int(v) for v in rng.integers(1, 6, 2))
+        h, w = (int(v) for v in rng.integers(1, 9, 2))
+        # Output padding below the stride or the dilation (PyTorch's rule), both exercised.
+        op = tuple(int(rng.integers(0, max(a, b))) for a, b in zip(st, d))
+        p = tuple(int(rng.integers(0, 3)) for _ in range(2))
+        oh = out_size(h, st[0], p[0], op[0], d[0], r)
+        ow = out_size(w, st[1], p[1], op[1], d[1], s)
+        if oh >= 1 and ow >= 1:
+            break
+    mode = ("one", "divisor", "depthwise")[index % 3]
+    g = {"one": 1, "divisor": int(rng.choice([2, 3])), "depthwise": int(rng.integers(2, 6))}[mode]
+    cg = 1 if mode == "depthwise" else int(rng.integers(1, 5))
+    kg = 1 if mode == "depthwise" else int(rng.integers(1, 6))
+    act = ACTIVATIONS[index % len(ACTIVATIONS)]
+    return dict(
+        n=int(rng.integers(1, 3)), c=cg * g, kg=kg, g=g, h=h, w=w, r=r, s=s, st=st, p=p, op=op, d=d,
+        layout="NHWC" if index % 2 else "NCHW",
+        half=F16 and index % 4 == 3,
+        bias=bool(rng.random() < 0.6),
+        z=bool(rng.random() < 0.4),
+        alpha1=float(rng.choice([1.0, 0.5, -2.0])),
+        act=act,
+        variant=str(rng.choice(TCONV)) if rng.random() < 0.5 else None,
+        seed=BASE_SEED + index,
+    )
+
+
+def compare(got, want, half, context):
+    if half:
+        assert got.dtype == np.float16, context
+        assert got.shape == want.shape, (got.shape, want.shape, context)
+        g = got.astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(want), err_msg=f"NaN positions {context}")
+        err = np.abs(g - want).max() / max(np.abs(want).max(), 1e-6)
+        assert err <= HALF_BOUND, f"max relative error {err:.3g} {context}"
+    else:
+        check_close(got, want, context)
+
+
+@pytest.mark.parametrize("index", range(N_CASES))
+def test_transpose_sweep(index):
+    c = draw_case(index)
+    rng = np.random.default_rng(c["seed"])
+    dt = np.float16 if c["half"] else np.float32
+    x = rng.standard_normal((c["n"], c["c"], c["h"], c["w"])).astype(dt)
+    w = (rng.standard_normal((c["c"], c["kg"], c["r"], c["s"])) / np.sqrt(c["kg"] * c["r"] * c["s"])).astype(dt)
+    k = c["kg"] * c["g"]
+    b = rng.standard_normal(k).astype(np.float32) if c["bias"] else None
+    conv = conv_transpose2d_reference(x, w, c["st"], c["p"], c["op"], c["g"], c["d"])
+    z = rng.standard_normal(conv.shape).astype(dt) if c["z"] else None
+    clamp = (-0.5, 0.75) if c["act"] == "clamp" else None
+    want = apply_epilogue(conv, b, z=z, alpha1=c["alpha1"], alpha2=0.5, activation=c["act"], clamp=clamp)
+    to = nhwc if c["layout"] == "NHWC" else (lambda a: a)
+    got = convtune.conv_transpose2d(
+        to(x), w, c["st"], c["p"], c["op"], c["g"], c["d"], b,
+        z=None if z is None else to(z), alpha1=c["alpha1"], alpha2=0.5 if c["z"] else 1.0,
+        activation=c["act"], clamp=clamp, layout=c["layout"], variant=c["variant"],
+    )
+    compare(got, to(want), c["half"], f"case {c}")
+
+
+@pytest.mark.parametrize("variant", TCONV)
+def test_every_tconv_variant(variant):
+    # Alternating layouts and data types keep this to one compile per variant.
+    i = TCONV.index(variant)
+    layout = "NHWC" if i % 2 else "NCHW"
+    half = F16 and i % 3 == 0
+    rng = np.random.default_rng(i)
+    dt = np.float16 if half else np.float32
+    x = rng.standard_normal((2, 6, 5, 7)).astype(dt)
+    w = (rng.standard_normal((6, 5, 3, 4)) / 8).astype(dt)
+    kw = dict(stride=(2, 3), padding=(1, 2), output_padding=(1, 0), groups=2, dilation=(2, 1))
+    b = rng.standard_normal(10).astype(np.float32)
+    want = conv_transpose2d_reference(x, w, bias=b, **kw)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    got = convtune.conv_transpose2d(to(x), w, bias=b, layout=layout, variant=variant, **kw)
+    compare(got, to(want), half, f"{variant} {layout}")
+
+
+def test_matches_a_stride_one_conv2d_with_the_flipped_weights():
+    # A second witness besides the reference: at stride 1, conv_transpose2d is conv2d with
+    # padding R - 1 - p and w flipped and swapped to (K, C, R, S).
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((5, 4, 3, 2)).astype(np.float32)
+    got = convtune.conv_transpose2d(x, w, padding=(1, 0))
+    flipped = np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))
+    want = convtune.conv2d(x, flipped, padding=(1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_nan_reaches_only_the_outputs_its_taps_reach():
+    x = np.ones((1, 2, 5, 5), np.float32)
+    x[0, 1, 2, 3] = np.nan
+    w = np.ones((2, 3, 3, 3), np.float32)
+    w[0, 0, 0, 0] = np.inf  # applied to finite inputs only: infinite, never NaN by omission
+    kw = dict(stride=2, padding=1, output_padding=1)
+    got = convtune.conv_transpose2d(x, w, **kw)
+    want = conv_transpose2d_reference(x, w, **kw)
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+def test_outputs_no_input_reaches_hold_the_epilogue_of_zero():
+    # Stride 4 with a 1x1 filter: three of every four rows and columns receive nothing.
+    x = np.random.default_rng(5).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    w = np.ones((3, 2, 1, 1), np.float32)
+    b = np.array([0.25, -1.0], np.float32)
+    got = convtune.conv_transpose2d(x, w, stride=4, output_padding=3, bias=b, activation="relu")
+    assert got.shape == (1, 2, 16, 16)
+    assert (got[:, 0, 1::4, :] == 0.25).all() and (got[:, 1, :, 2::4] == 0.0).all()
+    check_close(got, apply_epilogue(conv_transpose2d_reference(x, w, 4, 0, 3), b, activation="relu"))
+
+
+def test_device_tensors_chain_a_decoder():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    w1 = (rng.standard_normal((8, 4, 4, 4)) / 8).astype(np.float32)
+    w2 = (rng.standard_normal((4, 2, 3, 3)) / 6).astype(np.float32)
+    t = convtune.conv_transpose2d(convtune.to_device(x), w1, stride=2, padding=1, activation="relu")
+    assert isinstance(t, convtune.Tensor) and t.shape == (1, 4, 12, 12)
+    z = rng.standard_normal((1, 2, 24, 24)).astype(np.float32)
+    y = convtune.conv_transpose2d(t, w2, stride=2, padding=1, output_padding=1, z=convtune.to_device(z))
+    h = apply_epilogue(conv_transpose2d_reference(x, w1, 2, 1), activation="relu")
+    want = apply_epilogue(conv_transpose2d_reference(h, w2, 2, 1, 1), z=z)
+    check_close(y.numpy(), want)
+
+
+def test_introspection_names_the_transposed_problem():
+    xs, ws = (1, 8, 6, 6), (8, 8, 3, 3)  # valid both as a conv and as a transpose
+    assert convtune.default_variant(xs, ws, 2, 1, transposed=True, output_padding=1).startswith("tconv_")
+    assert not convtune.default_variant(xs, ws, 2, 1).startswith("tconv_")
+    src = convtune.wgsl("tconv_wg64x1_k4w1", xs, ws, 2, 1, transposed=True, output_padding=1)
+    assert "conv_transpose2d" in src and "T op1" in src
+    with pytest.raises(ValueError, match="cannot run on this shape"):
+        convtune.wgsl("direct_wg64x1_u0_k1w1", xs, ws, 2, 1, transposed=True)
+    with pytest.raises(ValueError, match="cannot run on this shape"):
+        convtune.wgsl("tconv_wg64x1_k4w1", xs, ws, 2, 1)
+    with pytest.raises(ValueError, match="output_padding needs transposed=True"):
+        convtune.default_variant(xs, ws, output_padding=1)
+    with pytest.raises(TypeError, match="transposed"):
+        convtune.default_variant(xs, ws, transposed="yes")
+    name, times = convtune.time_variant(xs, ws, 2, 1, transposed=True, reps=2, warmup=0)
+    assert name.startswith("tconv_") and len(times) == 2
+
+
+def test_forced_variant_of_another_family_is_refused():
+    x = np.ones((1, 4, 5, 5), np.float32)
+    w = np.ones((4, 4, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="cannot run on this shape"):
+        convtune.conv_transpose2d(x, w, variant="gemm_b64x64x8_t4x4")
+    with pytest.raises(ValueError, match="cannot run on this shape"):
+        convtune.conv2d(x, w, variant="tconv_wg64x1_k1w1")
+
+
+def test_tuned_and_cached_as_its_own_problem(tuning_env):
+    xs, ws = (1, 8, 7, 7), (8, 8, 3, 3)
+    e = convtune.explain(xs, ws, 2, 1, transposed=True, output_padding=1, bias=True)
+    assert e.source == "tuned" and e.variant.startswith("tconv_")
+    statuses = {c["name"]: c["status"] for c in e.candidates}
+    assert all(n.startswith("tconv_") for n in statuses) and "ok" in statuses.values()
+    assert convtune.explain(xs, ws, 2, 1, transposed=True, output_padding=1, bias=True).source == "cache"
+    # The same shapes as a plain conv2d are a different problem, of other families.
+    plain = convtune.explain(xs, ws, 2, 1, bias=True)
+    assert plain.source == "tuned" and not plain.variant.startswith("tconv_")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    y = convtune.conv_transpose2d(x, w, 2, 1, 1, bias=b)
+    check_close(y, conv_transpose2d_reference(x, w, 2, 1, 1, bias=b))
+
+
+X = np.ones((1, 4, 5, 5), np.float32)
+W = np.ones((4, 2, 3, 3), np.float32)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(w=np.ones((4, 2, 3), np.float32)), ValueError, r"w must be 4-D \(C, K/groups, R, S\)"),
+    (dict(w=np.ones((3, 2, 3, 3), np.float32)), ValueError, r"w.shape\[0\] must be x's channel count C = 4"),
+    (dict(groups=3), ValueError, "groups"),
+    (dict(groups=0), ValueError, "groups"),
+    (dict(stride=2, output_padding=2), ValueError, "output_padding must be smaller than the stride or the dilation"),
+    (dict(stride=1, dilation=1, output_padding=1), ValueError, "output_padding"),
+    (dict(stride=(2, 1), output_padding=(0, 1)), ValueError, "output_padding .* along the width"),
+    (dict(output_padding=-1), ValueError, "output_padding must be >= 0"),
+    (dict(padding=-1), ValueError, "padding must be >= 0"),
+    (dict(stride=0), ValueError, "stride must be >= 1"),
+    (dict(dilation=(1, -2)), ValueError, "dilation must be >= 1"),
+    (dict(padding=4), ValueError, "padding .* leaves an empty output"),
+    (dict(padding="same"), TypeError, "padding must be an int or an \\(h, w\\) pair"),
+    (dict(output_padding="1"), TypeError, "output_padding"),
+    (dict(output_padding=(1, 1, 1)), ValueError, "output_padding"),
+    (dict(output_padding=1.5), TypeError, "output_padding"),
+    (dict(bias=np.ones(4, np.float32)), ValueError, "bias must have K=2"),
+    (dict(z=np.ones((1, 2, 5, 5), np.float32)), ValueError, r"z must have the output's shape"),
+    (dict(w=np.ones((4, 2, 3, 3), np.float16)), TypeError, "float16"),
+    (dict(variant="tconv_wg64x1_k3w1"), ValueError, "unknown variant"),
+])
+def test_bad_arguments_raise_naming_them(kwargs, exc, match):
+    args = dict(x=X, w=W)
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        convtune.conv_transpose2d(**args)
+
+
+def test_sizes_are_checked_before_any_copy():
+    # A broadcast view of 2^33 elements: refused on its shape, never materialised.
+    x = np.broadcast_to(np.float32(1.0), (8, 1024, 1024, 1024))
+    w = np.ones((1024, 1, 1, 1), np.float32)
+    with pytest.raises((ValueError, convtune.OutOfMemoryError), match="elements|bytes"):
+        convtune.conv_transpose2d(x, w)
+    # The output is what grows: a 2x upsampler of a 2^29-element x.
+    x = np.broadcast_to(np.float32(1.0), (1, 8, 8192, 8192))
+    w = np.ones((8, 8, 2, 2), np.float32)
+    with pytest.raises((ValueError, convtune.OutOfMemoryError), match="elements|bytes"):
+        convtune.conv_transpose2d(x, w, stride=2)
