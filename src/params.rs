@@ -130,6 +130,22 @@ fn pair_at_least(name: &str, v: (i64, i64), min: i64) -> Result<(u32, u32)> {
     Ok((cap(v.0)?, cap(v.1)?))
 }
 
+/// `groups` as a count: at least 1 and within u32.
+fn group_count(groups: i64) -> Result<u32> {
+    if groups < 1 {
+        return Err(Error::invalid(format!("groups must be >= 1, got {groups}")));
+    }
+    u32::try_from(groups).map_err(|_| Error::invalid("groups is too large"))
+}
+
+/// The input channels split evenly into the groups.
+fn channels_divide(c: u32, groups: u32) -> Result<()> {
+    if c % groups != 0 {
+        return Err(Error::invalid(format!("input channels C={c} are not divisible by groups={groups}")));
+    }
+    Ok(())
+}
+
 fn dim(name: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::invalid(format!("{name} = {v} is too large")))
 }
@@ -147,19 +163,12 @@ impl ConvShape {
     ) -> Result<Self> {
         let stride = pair_at_least("stride", stride, 1)?;
         let dilation = pair_at_least("dilation", dilation, 1)?;
-        if groups < 1 {
-            return Err(Error::invalid(format!("groups must be >= 1, got {groups}")));
-        }
-        let groups = u32::try_from(groups).map_err(|_| Error::invalid("groups is too large"))?;
+        let groups = group_count(groups)?;
         let [n, c, h, wd] = x;
         let [k, cg, r, s] = w;
         let (n, c, h, wd) = (dim("N", n)?, dim("C", c)?, dim("H", h)?, dim("W", wd)?);
         let (k, cg, r, s) = (dim("K", k)?, dim("C/groups", cg)?, dim("R", r)?, dim("S", s)?);
-        if c % groups != 0 {
-            return Err(Error::invalid(format!(
-                "input channels C={c} are not divisible by groups={groups}"
-            )));
-        }
+        channels_divide(c, groups)?;
         if k % groups != 0 {
             return Err(Error::invalid(format!(
                 "output channels K={k} (w.shape[0]) are not divisible by groups={groups}"
@@ -266,10 +275,7 @@ impl ConvShape {
                 )));
             }
         }
-        if groups < 1 {
-            return Err(Error::invalid(format!("groups must be >= 1, got {groups}")));
-        }
-        let groups = u32::try_from(groups).map_err(|_| Error::invalid("groups is too large"))?;
+        let groups = group_count(groups)?;
         let [n, c, h, wd] = x;
         let [wc, kg, r, s] = w;
         let (n, c, h, wd) = (dim("N", n)?, dim("C", c)?, dim("H", h)?, dim("W", wd)?);
@@ -280,11 +286,7 @@ impl ConvShape {
                  transposed convolution), got {wc}"
             )));
         }
-        if c % groups != 0 {
-            return Err(Error::invalid(format!(
-                "input channels C={c} are not divisible by groups={groups}"
-            )));
-        }
+        channels_divide(c, groups)?;
         let k = kg
             .checked_mul(groups)
             .ok_or_else(|| Error::invalid(format!("K = w.shape[1] * groups = {kg} * {groups} is too large")))?;
