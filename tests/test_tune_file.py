@@ -211,3 +211,35 @@ def test_cli_tunes_the_layout_and_dtype_a_line_names(tuning_env, tmp_path):
     nchw = parse_spec("1x8x9x7 k4 3x3 s1 p1")
     assert convtune.explain(*nchw.args(), **nchw.kwargs()).source != "cache"
 
+
+
+@pytest.mark.parametrize("spec", [
+    "1x8x9x9 k4 4x4 s2 p1 T",
+    "2x6x7x5 k9 3x3 s2,3 p1,0 d2 T op1,0 g3 +b nhwc",
+])
+def test_transposed_spec_strings_round_trip(spec):
+    assert parse_spec(spec).label() == spec
+
+
+def test_transposed_specs_and_json_describe_conv_transpose2d(tuning_env, tmp_path):
+    s = parse_spec("1x8x9x9 k6 3x3 s2 p1 T op1 g2 +b")
+    # w is (C, K/groups, R, S), as PyTorch's conv_transpose2d takes it.
+    assert s.w == (8, 3, 3, 3) and s.out_channels() == 6 and s.transposed
+    assert s.out_hw() == (18, 18)  # (9 - 1) * 2 - 2 + 2 + 1 + 1
+    assert s.flops() == 2.0 * 1 * 8 * 9 * 9 * 3 * 3 * 3
+    assert s.kwargs() == {"bias": True, "transposed": True, "output_padding": (1, 1)}
+    assert from_json({"x": [1, 8, 9, 9], "w": [8, 3, 3, 3], "stride": 2, "padding": 1, "groups": 2,
+                      "bias": True, "transposed": True, "output_padding": 1}) == s
+    for bad, match in [("1x8x9x9 k6 3x3 s2 op1", "needs T"), ("1x8x9x9 k5 3x3 T g2", "dividing K=5"),
+                       ("1x8x9x9 k6 3x3 psame T", "numeric padding")]:
+        with pytest.raises(ValueError, match=match):
+            parse_spec(bad)
+    with pytest.raises(ValueError, match="needs"):
+        from_json({"x": [1, 8, 9, 9], "w": [8, 3, 3, 3], "output_padding": 1})
+    # What the tuner reports reads back as the same problem, and the CLI tunes it.
+    report = convtune.tune(*s.args(), **s.kwargs(), budget=0)
+    assert parse_spec(report.shape) == s
+    f = tmp_path / "shapes.txt"
+    f.write_text(s.label() + "\n")
+    assert cli.main(["tune", "--file", str(f), "--budget", "0", "--reps", "2"]) == 0
+    assert convtune.explain(*s.args(), **s.kwargs()).source == "cache"

@@ -11,7 +11,7 @@ import os
 import statistics
 import sys
 import time
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -136,14 +136,18 @@ def _e2e(shape: Shape, reps: int, precision: Optional[str]) -> float:
     rng = np.random.default_rng(0)
     x = rng.standard_normal(x_shape).astype(dtype)
     w = rng.standard_normal(w_shape).astype(dtype)
-    bias = rng.standard_normal(w_shape[0]).astype(np.float32) if shape.bias else None
+    bias = rng.standard_normal(shape.out_channels()).astype(np.float32) if shape.bias else None
     kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias,
               layout=shape.layout, precision=precision)
-    convtune.conv2d(x, w, **kw)
+    op: Callable[..., Any] = convtune.conv2d
+    if shape.output_padding is not None:
+        op = convtune.conv_transpose2d
+        kw["output_padding"] = shape.output_padding
+    op(x, w, **kw)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        convtune.conv2d(x, w, **kw)
+        op(x, w, **kw)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

@@ -5,12 +5,15 @@ holding a list of either.
 Spec string: ``NxCxHxW kK RxS`` followed, in any order, by ``sS`` or ``sSH,SW`` (stride,
 default 1), ``pP``, ``pPH,PW``, ``psame`` or ``pvalid`` (padding, default 0), ``dD`` or
 ``dDH,DW`` (dilation, default 1), ``gG`` (groups, default 1), ``+b`` (with bias), ``nhwc``
-(x and y channels-last; the dims stay written N, C, H, W) and ``f16`` (float16 data).
+(x and y channels-last; the dims stay written N, C, H, W), ``f16`` (float16 data) and ``T``
+(a transposed convolution, ``conv_transpose2d``: K is its output channels) with ``opP`` or
+``opPH,PW`` (its output padding, default 0).
 
 JSON object: ``{"x": [N, C, H, W], "w": [K, C/groups, R, S], "stride": 1, "padding": 1,
 "dilation": 1, "groups": 1, "bias": false, "layout": "NCHW", "dtype": "float32"}``; only
 ``x`` and ``w`` are required (x always as N, C, H, W), pairs may be ``[h, w]`` lists and
-padding may be ``"same"`` or ``"valid"``.
+padding may be ``"same"`` or ``"valid"``. A transposed convolution adds ``"transposed": true``
+(and ``"output_padding"``); its ``w`` is then ``[C, K/groups, R, S]``, as PyTorch's.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import json
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 Pair = Tuple[int, int]
 
-SPEC_SYNTAX = "NxCxHxW kK RxS [sS|sSH,SW] [pP|pPH,PW|psame|pvalid] [dD|dDH,DW] [gG] [+b] [nhwc] [f16]"
-JSON_KEYS = ("x", "w", "stride", "padding", "dilation", "groups", "bias", "layout", "dtype")
+SPEC_SYNTAX = ("NxCxHxW kK RxS [sS|sSH,SW] [pP|pPH,PW|psame|pvalid] [dD|dDH,DW] [T [opP|opPH,PW]] "
+               "[gG] [+b] [nhwc] [f16]")
+JSON_KEYS = ("x", "w", "stride", "padding", "dilation", "groups", "bias", "layout", "dtype",
+             "transposed", "output_padding")
 
 
 class ShapeError(ValueError):
@@ -44,6 +49,16 @@ class Shape:
     bias: bool = False
     layout: str = "NCHW"
     dtype: str = "float32"
+    # A transposed convolution's output padding (w is then (C, K/groups, R, S)); None for a
+    # plain one.
+    output_padding: Optional[Pair] = None
+
+    @property
+    def transposed(self) -> bool:
+        return self.output_padding is not None
+
+    def out_channels(self) -> int:
+        return self.w[1] * self.groups if self.transposed else self.w[0]
 
     def args(self) -> tuple:
         """Positional arguments of ``convtune.tune``/``time_variant``/``default_variant``
@@ -58,11 +73,19 @@ class Shape:
             out["layout"] = self.layout
         if self.dtype != "float32":
             out["dtype"] = self.dtype
+        if self.transposed:
+            out.update(transposed=True, output_padding=self.output_padding)
         return out
 
     def out_hw(self) -> Pair:
         (_, _, h, wd), (_, _, r, s) = self.x, self.w
         eff = (self.dilation[0] * (r - 1) + 1, self.dilation[1] * (s - 1) + 1)
+        if self.output_padding is not None:
+            assert isinstance(self.padding, tuple)
+            return (
+                (h - 1) * self.stride[0] - 2 * self.padding[0] + eff[0] + self.output_padding[0],
+                (wd - 1) * self.stride[1] - 2 * self.padding[1] + eff[1] + self.output_padding[1],
+            )
         if self.padding == "same":
             return (h, wd)
         pad = (0, 0) if self.padding == "valid" else self.padding
@@ -73,7 +96,12 @@ class Shape:
         )
 
     def flops(self) -> float:
-        """Multiply-adds times two, as cuDNN and the benchmark tables count them."""
+        """Multiply-adds times two, as cuDNN and the benchmark tables count them (a transposed
+        convolution: one per input element, output channel of its group and tap)."""
+        if self.transposed:
+            n, c, h, wd = self.x
+            _, kg, r, s = self.w
+            return 2.0 * n * c * h * wd * kg * r * s
         oh, ow = self.out_hw()
         k, cg, r, s = self.w
         return 2.0 * self.x[0] * k * oh * ow * cg * r * s
@@ -84,11 +112,13 @@ class Shape:
             return str(p[0]) if p[0] == p[1] else f"{p[0]},{p[1]}"
 
         n, c, h, wd = self.x
-        k, _, r, s = self.w
-        out = f"{n}x{c}x{h}x{wd} k{k} {r}x{s} s{pair(self.stride)}"
+        _, _, r, s = self.w
+        out = f"{n}x{c}x{h}x{wd} k{self.out_channels()} {r}x{s} s{pair(self.stride)}"
         out += f" p{self.padding}" if isinstance(self.padding, str) else f" p{pair(self.padding)}"
         if self.dilation != (1, 1):
             out += f" d{pair(self.dilation)}"
+        if self.output_padding is not None:
+            out += " T" + (f" op{pair(self.output_padding)}" if self.output_padding != (0, 0) else "")
         if self.groups != 1:
             out += f" g{self.groups}"
         out += " +b" if self.bias else ""
@@ -98,10 +128,14 @@ class Shape:
     def with_channels(self, c: int = 0, k: int = 0) -> "Shape":
         """This shape with C and/or K changed (0 keeps one); C/groups follows C."""
         n, c0, h, wd = self.x
-        k0, _, r, s = self.w
-        c, k = c or c0, k or k0
+        _, _, r, s = self.w
+        c, k = c or c0, k or self.out_channels()
         if c % self.groups:
             raise ShapeError(f"groups={self.groups} must divide C={c}")
+        if self.transposed:
+            if k % self.groups:
+                raise ShapeError(f"groups={self.groups} must divide K={k}")
+            return replace(self, x=(n, c, h, wd), w=(c, k // self.groups, r, s))
         return replace(self, x=(n, c, h, wd), w=(k, c // self.groups, r, s))
 
 
@@ -113,6 +147,8 @@ _SPEC_TOKENS = {
     "bias": re.compile(r"\+b"),
     "layout": re.compile(r"nhwc"),
     "dtype": re.compile(r"f16"),
+    "transposed": re.compile(r"T"),
+    "output_padding": re.compile(r"op(\d+)(?:,(\d+))?"),
 }
 
 
@@ -157,9 +193,16 @@ def parse_spec(text: str) -> Shape:
     groups = int(found["groups"].group(1)) if "groups" in found else 1
     if groups < 1 or c % groups:
         raise ShapeError(f"shape spec {text!r}: groups={groups} must be >= 1 and divide C={c}")
+    transposed = "transposed" in found
+    if "output_padding" in found and not transposed:
+        raise ShapeError(f"shape spec {text!r}: an output padding (op) needs T (a transposed convolution)")
+    if transposed and (k % groups or isinstance(padding, str)):
+        raise ShapeError(f"shape spec {text!r}: a transposed convolution needs groups dividing K={k} "
+                         "and a numeric padding")
     return Shape(
         x=(n, c, h, wd),
-        w=(k, c // groups, r, s),
+        w=(c, k // groups, r, s) if transposed else (k, c // groups, r, s),
+        output_padding=pair(found.get("output_padding"), (0, 0)) if transposed else None,
         stride=pair(found.get("stride"), (1, 1)),
         padding=padding,
         dilation=pair(found.get("dilation"), (1, 1)),
@@ -218,6 +261,14 @@ def from_json(item: Any) -> Shape:
     dtype = item.get("dtype", "float32")
     if dtype not in ("float32", "float16"):
         raise ShapeError(f"dtype must be \"float32\" or \"float16\", got {json.dumps(dtype)}")
+    transposed = item.get("transposed", False)
+    if not isinstance(transposed, bool):
+        raise ShapeError(f"transposed must be true or false, got {json.dumps(transposed)}")
+    if "output_padding" in item and not transposed:
+        raise ShapeError("output_padding needs \"transposed\": true")
+    if transposed and isinstance(padding, str):
+        raise ShapeError(f"a transposed convolution's padding must be an integer or a pair, got {json.dumps(p)}")
+    output_padding = _pair(item.get("output_padding", 0), "output_padding") if transposed else None
     return Shape(
         x=_ints(item["x"], 4, "x"),  # type: ignore[arg-type]
         w=_ints(item["w"], 4, "w"),  # type: ignore[arg-type]
@@ -228,6 +279,7 @@ def from_json(item: Any) -> Shape:
         bias=bias,
         layout=layout,
         dtype=dtype,
+        output_padding=output_padding,
     )
 
 
