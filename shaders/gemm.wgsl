@@ -151,5 +151,6 @@ fn finish(
     for (var p = 1; p < i32(SPLITS); p = p + 1) {
         sum = sum + ws[p * YLEN + i];
     }
-    y[i] = DT(epilogue(sum, (i / YSK) % K, i));
+    let yi = ystore(i);
+    y[yi] = DT(epilogue(sum, (i / YSK) % K, yi));
 }

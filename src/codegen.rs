@@ -78,7 +78,8 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
         ("CG", s.cg().to_string()),
         ("KG", s.kg().to_string()),
         ("GROUPS", s.groups.to_string()),
-        ("EPILOGUE", s.epilogue.wgsl(s.bias, s.dtype)),
+        // The store step: the epilogue, then where its value goes (`ystore`).
+        ("EPILOGUE", s.epilogue.wgsl(s.bias, s.dtype) + &store_index_wgsl(s)),
         // The data's element type; float16 needs WGSL's f16 extension (coop.wgsl enables it
         // for its own use in any case).
         ("DT", s.dtype.wgsl().to_string()),
@@ -91,6 +92,44 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
         ("YSK", s.y_strides()[1].to_string()),
         ("YSP", s.y_strides()[2].to_string()),
     ]
+}
+
+/// `fn ystore(yi: i32) -> i32`: where the conv's output element at `yi` (indexed through
+/// YSN, YSK and YSP) is stored, as `ConvShape::y_store_index` computes it. The identity
+/// without a pixel shuffle; with one, a few divisions by constants per stored element. Every
+/// store of the FMA families and the split-K finish passes its index through it, and reads
+/// z there too (z has y's shuffled shape).
+pub fn store_index_wgsl(s: &ConvShape) -> String {
+    let r = s.shuffle();
+    if r == 1 {
+        return "\nfn ystore(yi: i32) -> i32 { return yi; }\n".into();
+    }
+    let (k, oh, ow) = (s.k, s.oh(), s.ow());
+    let img = k * oh * ow;
+    let (chan, pix) = match s.layout {
+        crate::params::Layout::Nchw => (format!("off / {}", oh * ow), format!("off % {}", oh * ow)),
+        crate::params::Layout::Nhwc => (format!("off % {k}"), format!("off / {k}")),
+    };
+    let stored = match s.layout {
+        crate::params::Layout::Nchw => format!("(c * {} + row) * {} + col", oh * r, ow * r),
+        crate::params::Layout::Nhwc => format!("(row * {} + col) * {} + c", ow * r, k / (r * r)),
+    };
+    format!(
+        "
+// Depth-to-space by {r}: conv channel c*{r}*{r} + i*{r} + j at (oh, ow) -> channel c at
+// (oh*{r} + i, ow*{r} + j). Image blocks keep their place.
+fn ystore(yi: i32) -> i32 {{
+    let off = yi % {img};
+    let ch = {chan};
+    let p = {pix};
+    let c = ch / {rr};
+    let row = (p / {ow}) * {r} + (ch / {r}) % {r};
+    let col = (p % {ow}) * {r} + ch % {r};
+    return yi - off + {stored};
+}}
+",
+        rr = r * r
+    )
 }
 
 /// Parses and validates WGSL with naga, the front end wgpu itself uses.
@@ -162,6 +201,18 @@ mod tests {
                 .with_layout(crate::params::Layout::Nhwc)
                 .with_dtype(crate::dtype::DType::F16)
                 .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            // Pixel-shuffled stores, both layouts (3x3 at stride 1 for the Winograd family).
+            ConvShape::new([2, 6, 9, 7], [18, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, Some(18))
+                .unwrap()
+                .with_pixel_shuffle(3)
+                .unwrap(),
+            ConvShape::new([2, 8, 9, 7], [16, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap())
+                .with_pixel_shuffle(2)
+                .unwrap(),
             // Transposed: strided, dilated, grouped, output padding; NHWC float16 with a residual.
             ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 2], (2, 3), (1, 0), (1, 2), (1, 2), 2, Some(4)).unwrap(),
             ConvShape::new_transposed([2, 8, 5, 4], [8, 8, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None)

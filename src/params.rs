@@ -105,6 +105,13 @@ pub struct ConvShape {
     /// and right. Absent from the cache keys of plain convolutions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transposed: Option<(u32, u32)>,
+    /// `Some(r)` (r >= 2) for depth-to-space fused into the store (PyTorch's
+    /// `pixel_shuffle(y, r)` of the conv's output): conv output channel c*r*r + i*r + j at
+    /// pixel (oh, ow) lands at channel c, pixel (oh*r + i, ow*r + j), after the epilogue.
+    /// y (and z) are then (N, K/r^2, OH*r, OW*r) in the problem's layout. Absent from the
+    /// cache keys of problems without it, so caches written before it stay valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pixel_shuffle: Option<u32>,
 }
 
 /// Strides, paddings and dilations beyond this are rejected: kernels do their index
@@ -223,6 +230,7 @@ impl ConvShape {
             layout: Layout::Nchw,
             dtype: DType::F32,
             transposed: None,
+            pixel_shuffle: None,
         };
         let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
         let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
@@ -327,9 +335,68 @@ impl ConvShape {
             layout: Layout::Nchw,
             dtype: DType::F32,
             transposed: Some(op),
+            pixel_shuffle: None,
         };
         shape.check_lens()?;
         Ok(shape)
+    }
+
+    /// The same problem with its output depth-to-space shuffled by `r` (1: none). K must be
+    /// divisible by r^2; transposed problems do not take it.
+    pub fn with_pixel_shuffle(self, r: i64) -> Result<Self> {
+        if r < 1 {
+            return Err(Error::invalid(format!("pixel_shuffle must be >= 1, got {r}")));
+        }
+        if r == 1 {
+            return Ok(ConvShape { pixel_shuffle: None, ..self });
+        }
+        if self.is_transposed() {
+            return Err(Error::invalid("pixel_shuffle is not supported on transposed convolutions"));
+        }
+        let r2 = r.checked_mul(r).filter(|&r2| r2 <= self.k as i64);
+        if r2.is_none_or(|r2| self.k as i64 % r2 != 0) {
+            return Err(Error::invalid(format!(
+                "pixel_shuffle={r} needs output channels K divisible by {r}^2, got K={}",
+                self.k
+            )));
+        }
+        let shape = ConvShape { pixel_shuffle: Some(r as u32), ..self };
+        // Output rows and columns grow by r: they must still index in 32 bits.
+        if shape.oh() as u64 * r as u64 > i32::MAX as u64 || shape.ow() as u64 * r as u64 > i32::MAX as u64 {
+            return Err(Error::invalid(format!("pixel_shuffle={r} makes the output too large")));
+        }
+        Ok(shape)
+    }
+
+    /// The depth-to-space factor of the output (1 when there is none).
+    pub fn shuffle(&self) -> u32 {
+        self.pixel_shuffle.unwrap_or(1)
+    }
+
+    /// Where the conv's output element at `yi` is stored: `yi` indexes the unshuffled output
+    /// through [`y_strides`](Self::y_strides); the result indexes y as stored (identity
+    /// without a pixel shuffle). Image blocks keep their place: only the offset within an
+    /// image moves. The kernels do the same through `ystore` (`store_index_wgsl`).
+    pub fn y_store_index(&self, yi: u64) -> u64 {
+        let r = self.shuffle() as u64;
+        if r == 1 {
+            return yi;
+        }
+        let (k, oh, ow) = (self.k as u64, self.oh() as u64, self.ow() as u64);
+        let img = k * oh * ow;
+        let (n, off) = (yi / img, yi % img);
+        let (ch, p) = match self.layout {
+            Layout::Nchw => (off / (oh * ow), off % (oh * ow)),
+            Layout::Nhwc => (off % k, off / k),
+        };
+        let (c, i, j) = (ch / (r * r), ch / r % r, ch % r);
+        let (row, col) = ((p / ow) * r + i, (p % ow) * r + j);
+        let (kc, w2) = (k / (r * r), ow * r);
+        n * img
+            + match self.layout {
+                Layout::Nchw => (c * oh * r + row) * w2 + col,
+                Layout::Nhwc => (row * w2 + col) * kc + c,
+            }
     }
 
     /// Whether the problem is a transposed convolution.
@@ -393,9 +460,10 @@ impl ConvShape {
         self.n as u64 * self.k as u64 * self.oh() as u64 * self.ow() as u64
     }
 
-    /// y's dims in the problem's layout.
+    /// y's dims in the problem's layout, after any pixel shuffle.
     pub fn y_dims(&self) -> [usize; 4] {
-        self.layout.dims([self.n as usize, self.k as usize, self.oh() as usize, self.ow() as usize])
+        let r = self.shuffle() as usize;
+        self.layout.dims([self.n as usize, self.k as usize / (r * r), self.oh() as usize * r, self.ow() as usize * r])
     }
 
     /// The same problem with x and y in `layout`.
@@ -404,7 +472,8 @@ impl ConvShape {
     }
 
     /// Element strides (image, channel, row, column) of x, and (image, channel, pixel) of y,
-    /// where a pixel is oh * OW + ow: the direct and implicit-GEMM kernels index through
+    /// where a pixel is oh * OW + ow (of the conv's output before any pixel shuffle, which
+    /// `y_store_index` then applies): the direct and implicit-GEMM kernels index through
     /// these, so they read and write either layout natively (the tensor-core kernels are
     /// NCHW only and refuse NHWC problems).
     pub fn x_strides(&self) -> [u64; 4] {
@@ -458,6 +527,9 @@ impl ConvShape {
         if self.groups != 1 {
             s += &format!(" g{}", self.groups);
         }
+        if let Some(r) = self.pixel_shuffle {
+            s += &format!(" ps{r}");
+        }
         if self.bias {
             s += " +b";
         }
@@ -502,6 +574,36 @@ mod tests {
         let s = shape([1, 1, 8, 8], [1, 1, 4, 4], Padding::Same).unwrap();
         assert_eq!((s.pad, s.pad_end), ((1, 1), (2, 2)));
         assert_eq!((s.oh(), s.ow()), (8, 8));
+    }
+
+    /// The stored index is PyTorch's pixel_shuffle written out, in both layouts, and a
+    /// permutation of the output.
+    #[test]
+    fn store_index_is_pixel_shuffle() {
+        let base = ConvShape::new([2, 3, 4, 5], [18, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap();
+        let s = base.with_pixel_shuffle(3).unwrap();
+        let (kc, h2, w2) = (2u64, 12u64, 15u64);
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let s = s.with_layout(layout);
+            let ys = s.y_strides();
+            let mut seen = vec![false; s.y_len() as usize];
+            for n in 0..2u64 {
+                for k in 0..18u64 {
+                    for p in 0..20u64 {
+                        let at = s.y_store_index(n * ys[0] + k * ys[1] + p * ys[2]);
+                        let (c, row, col) = (k / 9, p / 5 * 3 + k / 3 % 3, p % 5 * 3 + k % 3);
+                        let want = match layout {
+                            Layout::Nchw => ((n * kc + c) * h2 + row) * w2 + col,
+                            Layout::Nhwc => ((n * h2 + row) * w2 + col) * kc + c,
+                        };
+                        assert_eq!(at, want);
+                        seen[at as usize] = true;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&b| b));
+        }
+        assert_eq!(base.y_store_index(17), 17);
     }
 
     #[test]

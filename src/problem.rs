@@ -69,6 +69,7 @@ pub struct Conv2dBuilder {
     residual: bool,
     activation: Activation,
     output_padding: Option<Hw>,
+    pixel_shuffle: i64,
 }
 
 impl Conv2d {
@@ -92,6 +93,7 @@ impl Conv2d {
             residual: false,
             activation: Activation::None,
             output_padding: None,
+            pixel_shuffle: 1,
         }
     }
 
@@ -121,8 +123,8 @@ impl Conv2d {
         self.shape.is_transposed()
     }
 
-    /// The output's dims as laid out in memory: (N, K, OH, OW), or (N, OH, OW, K) for NHWC.
-    /// A residual `z` has the same.
+    /// The output's dims as laid out in memory: (N, K, OH, OW), or (N, OH, OW, K) for NHWC;
+    /// with a pixel shuffle by r, (N, K/r², OH·r, OW·r) (or NHWC). A residual `z` has the same.
     pub fn y_dims(&self) -> [usize; 4] {
         self.shape.y_dims()
     }
@@ -304,6 +306,15 @@ impl Conv2dBuilder {
         self
     }
 
+    /// Depth-to-space fused into the store, PyTorch's `pixel_shuffle(y, r)` of the output
+    /// (default 1, none): conv output channel c·r² + i·r + j at pixel (oh, ow) is stored at
+    /// channel c, pixel (oh·r + i, ow·r + j), after the epilogue (bias per conv channel,
+    /// activation per element). K must be divisible by r²; not for transposed problems.
+    pub fn pixel_shuffle(mut self, r: i64) -> Self {
+        self.pixel_shuffle = r;
+        self
+    }
+
     /// The activation applied last (default none).
     pub fn activation(mut self, a: Activation) -> Self {
         self.activation = a;
@@ -344,7 +355,8 @@ impl Conv2dBuilder {
             }
         }
         .with_layout(self.layout)
-            .with_dtype(self.dtype);
+            .with_dtype(self.dtype)
+            .with_pixel_shuffle(self.pixel_shuffle)?;
         let epilogue = Epilogue::new(self.alpha1, self.alpha2, self.residual, self.activation)?;
         Ok(Conv2d::from_shape(shape.with_epilogue(epilogue), precision))
     }
@@ -391,6 +403,23 @@ mod tests {
         assert!(e.contains("w.shape[0]"), "{e}");
         // Output padding below the dilation is allowed even at stride 1, as in PyTorch.
         assert!(Conv2d::builder([1, 4, 5, 5], [4, 2, 3, 3]).dilation(2).transposed(1).build().is_ok());
+    }
+
+    #[test]
+    fn pixel_shuffle_moves_channels_into_pixels() {
+        let p = Conv2d::builder([2, 8, 10, 12], [36, 8, 3, 3]).padding(1).pixel_shuffle(3).build().unwrap();
+        assert_eq!(p.y_dims(), [2, 4, 30, 36]);
+        assert!(p.label().ends_with(" ps3"), "{}", p.label());
+        let nhwc = Conv2d::builder([2, 10, 12, 8], [16, 8, 3, 3]).layout(Layout::Nhwc).pixel_shuffle(2).build().unwrap();
+        assert_eq!(nhwc.y_dims(), [2, 16, 20, 4]);
+        let plain = Conv2d::builder([2, 8, 10, 12], [36, 8, 3, 3]).pixel_shuffle(1).build().unwrap();
+        assert_eq!(plain.shape.pixel_shuffle, None);
+        for (k, r) in [(36, 4), (8, 0), (8, -2), (2, 2)] {
+            let e = Conv2d::builder([1, 8, 6, 6], [k, 8, 3, 3]).pixel_shuffle(r).build().unwrap_err().to_string();
+            assert!(e.contains("pixel_shuffle"), "{e}");
+        }
+        let e = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3]).transposed(0).pixel_shuffle(2).build().unwrap_err().to_string();
+        assert!(e.contains("pixel_shuffle"), "{e}");
     }
 
     #[test]

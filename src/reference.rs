@@ -39,7 +39,7 @@ pub fn conv2d_f64(problem: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>, 
                             }
                         }
                     }
-                    let yi = n * ys[0] + k * ys[1] + (i * ow + j) as usize * ys[2];
+                    let yi = s.y_store_index((n * ys[0] + k * ys[1] + (i * ow + j) as usize * ys[2]) as u64) as usize;
                     let mut v = e.alpha1 as f64 * acc;
                     if let Some(z) = z {
                         v += e.alpha2 as f64 * z[yi] as f64;

@@ -860,6 +860,35 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every variant that computes a pixel-shuffled problem stores each output where
+    /// `y_store_index` puts it (a strided grouped shape, and 3x3 at stride 1 for Winograd).
+    #[test]
+    fn every_variant_stores_pixel_shuffled_outputs() {
+        let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let shapes = [
+            ConvShape::new([2, 6, 9, 7], [8, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(8)).unwrap(),
+            ConvShape::new([2, 6, 9, 7], [18, 3, 3, 3], (1, 1), Padding::Explicit(1, 2), (1, 1), 2, Some(18)).unwrap(),
+        ];
+        let shapes = [shapes[0].with_pixel_shuffle(2).unwrap(), shapes[1].with_pixel_shuffle(3).unwrap()];
+        let mut ran = 0;
+        for v in all_variants().into_iter().filter(|v| v.fits(&e.caps)) {
+            let Some(s) = shapes.iter().find(|s| v.computes(s)) else { continue };
+            let x = random_data(s.x_len() as usize, 1);
+            let w = random_data(s.w_len() as usize, 2);
+            let b = random_data(s.k as usize, 3);
+            let conv = reference(s, &x, &w, Some(&b));
+            let mut want = vec![f64::NAN; conv.len()];
+            conv.iter().enumerate().for_each(|(i, v)| want[s.y_store_index(i as u64) as usize] = *v);
+            // Poisoned finite: max_rel_err would pass over a NaN left unwritten.
+            let mut got = vec![1e30f32; s.y_len() as usize];
+            conv2d(&e, s, &v, &x, &w, Some(&b), None, &mut got, true).unwrap();
+            let err = max_rel_err(&got, &want);
+            assert!(err <= 1e-5, "{v} on {}: max relative error {err}", s.label());
+            ran += 1;
+        }
+        assert!(ran > 10);
+    }
+
     #[test]
     fn gpu_comparison_sees_right_wrong_and_unwritten_outputs() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");

@@ -66,6 +66,14 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
             })
             .collect());
     }
+    if let Some(r) = s.pixel_shuffle {
+        // A band of conv rows lands on every r-th group of r stored rows: not one run per
+        // channel or per image, and not worth the bookkeeping for images this large.
+        return Err(Error::invalid(format!(
+            "with pixel_shuffle={r} an image must fit one storage binding ({max_binding} bytes): \
+             x needs {x_img} bytes and the output {y_img} per image; bands of rows are not supported"
+        )));
+    }
     if s.is_transposed() {
         return Err(Error::invalid(format!(
             "a transposed convolution's image must fit one storage binding ({max_binding} bytes): \

@@ -241,7 +241,17 @@ impl KernelVariant for Coop {
         matches!((self.split, precision), (1, Precision::High) | (3, Precision::Highest))
     }
 
+    /// A pixel-shuffled store is not written for tensor cores yet (their stores go a quad
+    /// of pixels or channels at a time, and nothing here can test one): the FMA families
+    /// take those problems.
+    fn computes(&self, shape: &ConvShape) -> bool {
+        shape.pixel_shuffle.is_none()
+    }
+
     fn suits(&self, shape: &ConvShape) -> bool {
+        if !self.computes(shape) {
+            return false;
+        }
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
@@ -342,6 +352,12 @@ fn reads_x_in_place(shape: &ConvShape) -> bool {
 }
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
+    if shape.pixel_shuffle.is_some() {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: the tensor-core family does not fuse pixel_shuffle; the FMA families do",
+            v.name()
+        )));
+    }
     if shape.layout != Layout::Nchw && !v.channels_last() {
         return Err(Error::invalid(format!(
             "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1, _l2)",

@@ -297,7 +297,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         writeln!(store, "        let k = g * KG + kk0 + {i} * KSTEP;").unwrap();
         writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
-            writeln!(store, "        if (ow0 + {j} < OW) {{ let yi = yrow + (ow0 + {j}) * YSP; y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }}")
+            writeln!(store, "        if (ow0 + {j} < OW) {{ let yi = ystore(yrow + (ow0 + {j}) * YSP); y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }}")
                 .unwrap();
         }
         writeln!(store, "    }}").unwrap();

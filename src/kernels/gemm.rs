@@ -299,7 +299,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             }
         } else {
             for i in 0..gm.tm {
-                writeln!(s, "            if (om{i} < M) {{ y[ym{i} + k * YSK] = DT(epilogue(acc{i}_{j}, k, ym{i} + k * YSK)); }}").unwrap();
+                writeln!(s, "            if (om{i} < M) {{ let yi = ystore(ym{i} + k * YSK); y[yi] = DT(epilogue(acc{i}_{j}, k, yi)); }}").unwrap();
             }
         }
         writeln!(s, "        }}").unwrap();

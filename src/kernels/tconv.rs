@@ -182,7 +182,7 @@ fn generate(t: &Tconv, shape: &ConvShape) -> Result<Kernel> {
         writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
             writeln!(store, "        {{ let ow = phase + (q * {tw} + {j}) * SW;").unwrap();
-            writeln!(store, "          if (ow < OW) {{ let yi = yrow + ow * YSP; y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }} }}")
+            writeln!(store, "          if (ow < OW) {{ let yi = ystore(yrow + ow * YSP); y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }} }}")
                 .unwrap();
         }
         writeln!(store, "    }}").unwrap();

@@ -467,7 +467,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
                         .map(|(d, what)| format!("{what}{i}_{d}"))
                         .collect();
                     let body = format!(
-                        "let yi = sy{i} + k * YSK + ({a} * OW + {b}) * YSP; let v = {sum}; \
+                        "let yi = ystore(sy{i} + k * YSK + ({a} * OW + {b}) * YSP); let v = {sum}; \
                          bad = bad || nonfinite(v); y[yi] = DT(epilogue(v, k, yi));"
                     );
                     if guards.is_empty() {
