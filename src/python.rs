@@ -83,6 +83,7 @@ fn builder_of(
     layout: Layout,
     dtype: DType,
     output_padding: Option<(i64, i64)>,
+    pixel_shuffle: i64,
 ) -> PyResult<Conv2dBuilder> {
     let b = Conv2d::builder(x_shape, w_shape);
     // `None`: a plain convolution; a pair: a transposed one with that output padding.
@@ -97,7 +98,8 @@ fn builder_of(
         .groups(groups)
         .bias_len(bias_len)
         .layout(layout)
-        .dtype(dtype))
+        .dtype(dtype)
+        .pixel_shuffle(pixel_shuffle))
 }
 
 /// The epilogue as the Python layer normalises it: (alpha1, alpha2, residual, activation,
@@ -127,18 +129,18 @@ fn problem_of(b: Conv2dBuilder, precision: Precision, epilogue: Option<EpilogueA
 
 /// The shape arguments the Python layer passes as one normalised tuple: (x_shape, w_shape,
 /// stride, padding, dilation, groups, bias_len, epilogue or None, layout, dtype, output
-/// padding or None), x_shape in the layout's order; an output padding makes the problem a
-/// transposed convolution.
+/// padding or None, pixel shuffle), x_shape in the layout's order; an output padding makes
+/// the problem a transposed convolution; a pixel shuffle of 1 is none.
 #[derive(FromPyObject)]
-struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String, Option<(i64, i64)>);
+struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String, Option<(i64, i64)>, i64);
 
 impl Spec {
     /// The problem, in `precision` (the functions that take none pass the default).
     fn problem(self, precision: Precision) -> PyResult<Conv2d> {
-        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype, transposed) = self;
+        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype, transposed, shuffle) = self;
         let layout = Layout::parse(&layout).py_err()?;
         let dtype = DType::parse(&dtype).py_err()?;
-        problem_of(builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype, transposed)?, precision, epilogue)
+        problem_of(builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype, transposed, shuffle)?, precision, epilogue)
     }
 }
 
@@ -152,7 +154,7 @@ fn residual_dims(z: &[usize], problem: &Conv2d) -> PyResult<()> {
     let want = problem.y_dims();
     if z != want {
         return Err(PyValueError::new_err(format!(
-            "z must have the output's shape (N, K, OH, OW) = {want:?}, got {z:?}"
+            "z must have the output's shape (N, K, OH, OW), after any pixel_shuffle = {want:?}, got {z:?}"
         )));
     }
     Ok(())
@@ -337,7 +339,7 @@ fn weight_slices<'a, T: HostElem>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, layout=None, output_padding=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, layout=None, output_padding=None, pixel_shuffle=1))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
@@ -355,17 +357,18 @@ fn conv2d<'py>(
     z: Option<Data4<'py>>,
     layout: Option<&str>,
     output_padding: Option<(i64, i64)>,
+    pixel_shuffle: i64,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding);
+    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
     match x.dtype() {
         DType::F32 => conv2d_typed::<f32>(py, &x, &w, bias, z.as_ref(), args),
         DType::F16 => conv2d_typed::<u16>(py, &x, &w, bias, z.as_ref(), args),
     }
 }
 
-/// conv2d's arguments other than the arrays (the last, an output padding, for a transposed
-/// convolution).
-type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>, Option<(i64, i64)>);
+/// conv2d's arguments other than the arrays (the last two: an output padding, for a
+/// transposed convolution, and the pixel shuffle, 1 for none).
+type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>, Option<(i64, i64)>, i64);
 
 fn conv2d_typed<'py, T: HostElem>(
     py: Python<'py>,
@@ -373,7 +376,7 @@ fn conv2d_typed<'py, T: HostElem>(
     w: &Data4<'py>,
     bias: Option<PyReadonlyArray1<'py, f32>>,
     z: Option<&Data4<'py>>,
-    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut ph = Phases::start();
     let (x, w) = (typed::<T>(x, "x")?, typed::<T>(w, "w")?);
@@ -391,6 +394,7 @@ fn conv2d_typed<'py, T: HostElem>(
         layout,
         T::DTYPE,
         output_padding,
+        pixel_shuffle,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
     if let Some(z) = &z {
@@ -782,7 +786,7 @@ fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims:
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None, output_padding=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None, output_padding=None, pixel_shuffle=1))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
@@ -801,8 +805,9 @@ fn conv2d_tensor(
     z_tensor: Option<PyRef<'_, PyTensor>>,
     layout: Option<&str>,
     output_padding: Option<(i64, i64)>,
+    pixel_shuffle: i64,
 ) -> PyResult<PyTensor> {
-    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding);
+    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
     match x.inner.dtype() {
         DType::F32 => conv2d_tensor_typed::<f32>(py, x, &w, bias, z.as_ref(), z_tensor, args),
         DType::F16 => conv2d_tensor_typed::<u16>(py, x, &w, bias, z.as_ref(), z_tensor, args),
@@ -816,7 +821,7 @@ fn conv2d_tensor_typed<T: HostElem>(
     bias: Option<PyReadonlyArray1<'_, f32>>,
     z: Option<&Data4<'_>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
-    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
 ) -> PyResult<PyTensor> {
     let w = typed::<T>(w, "w")?;
     let z = z.map(|z| typed::<T>(z, "z")).transpose()?;
@@ -850,6 +855,7 @@ fn conv2d_tensor_typed<T: HostElem>(
         layout,
         T::DTYPE,
         output_padding,
+        pixel_shuffle,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
     let (ws, bs) = weight_slices(w, &bias)?;

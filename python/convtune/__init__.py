@@ -132,6 +132,21 @@ def _pair(value: Any, name: str) -> Tuple[int, int]:
     return (v, v)
 
 
+def _shuffle(value: Any) -> int:
+    """``pixel_shuffle`` as the native layer takes it: an int >= 1 (1, or ``None``: none)."""
+    if value is None:
+        return 1
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("pixel_shuffle must be an int, got bool")
+    try:
+        r = operator.index(value)
+    except TypeError:
+        raise TypeError(f"pixel_shuffle must be an int, got {type(value).__name__}") from None
+    if not 1 <= r <= 65535:
+        raise ValueError(f"pixel_shuffle must be an int >= 1 (at most 65535), got {r}")
+    return r
+
+
 def _padding(value: Any) -> Union[str, Tuple[int, int]]:
     if isinstance(value, str):
         if value not in ("same", "valid"):
@@ -293,9 +308,10 @@ def _dim(d: Any, name: str, dims: tuple) -> int:
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
           bias_len: Optional[int], epilogue: Optional[_epilogue.Normalised] = None,
           layout: str = "NCHW", dtype: str = "float32",
-          output_padding: Optional[Tuple[int, int]] = None) -> _Spec:
+          output_padding: Optional[Tuple[int, int]] = None, pixel_shuffle: int = 1) -> _Spec:
     """The normalised shape tuple; an ``output_padding`` pair makes it a transposed
-    convolution's (``None``: a plain one)."""
+    convolution's (``None``: a plain one); ``pixel_shuffle`` (1: none) as ``_shuffle``
+    returns it."""
     return (
         _shape4(x_shape, "x_shape"),
         _shape4(w_shape, "w_shape"),
@@ -308,6 +324,7 @@ def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, 
         _layout(layout),
         dtype,
         output_padding,
+        pixel_shuffle,
     )
 
 
@@ -329,6 +346,7 @@ def conv2d(
     layout: Optional[str] = None,
     variant: Optional[str] = None,
     precision: Optional[str] = None,
+    pixel_shuffle: Optional[int] = None,
 ) -> np.ndarray:
     """2-D convolution with PyTorch's semantics, computed on the GPU with float32 sums, with an
     optional fused epilogue: ``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)``.
@@ -360,9 +378,18 @@ def conv2d(
             tuned or default one.
         precision: ``"highest"`` (float32-class) or ``"high"`` (TF32-class, may use tensor
             cores); default ``CONVTUNE_PRECISION`` or ``"highest"``.
+        pixel_shuffle: ``r`` >= 1 (``None`` or 1: none): depth-to-space fused into the
+            store, ``torch.nn.functional.pixel_shuffle(y, r)`` without its pass or copy. Conv
+            output channel c*r*r + i*r + j at pixel (oh, ow) is stored at channel c, pixel
+            (oh*r + i, ow*r + j), after the epilogue: bias is per conv output channel and the
+            activation applies per element, ``pixel_shuffle(act(alpha1 * conv + bias + ...))``,
+            with ``z`` of the shuffled shape. K must be divisible by r*r. Runs on the FMA
+            families (not the tensor-core one); an image that needs more than one storage
+            binding is a ValueError.
 
     Returns:
-        A new array of shape (N, K, OH, OW) ((N, OH, OW, K) in NHWC), float16 for float16
+        A new array of shape (N, K, OH, OW) ((N, OH, OW, K) in NHWC), or with
+        ``pixel_shuffle=r`` (N, K/r², OH·r, OW·r) ((N, OH·r, OW·r, K/r²)); float16 for float16
         x and w (then z must be float16 too; float16 mixed with other dtypes is a
         TypeError, as in PyTorch), else float32; a
         ``convtune.Tensor`` on the GPU when ``x`` is one, returned as soon as its kernel is
@@ -381,7 +408,7 @@ def conv2d(
             variant is used then).
     """
     return _conv(x, w, stride, padding, dilation, groups, bias, z, alpha1, alpha2, activation,
-                 negative_slope, clamp, layout, variant, precision, None)
+                 negative_slope, clamp, layout, variant, precision, None, _shuffle(pixel_shuffle))
 
 
 def conv_transpose2d(
@@ -447,7 +474,7 @@ def conv_transpose2d(
 def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any, bias: Any,
           z: Any, alpha1: Any, alpha2: Any, activation: Any, negative_slope: Any, clamp: Any,
           layout: Any, variant: Any, precision: Any,
-          output_padding: Optional[Tuple[int, int]]) -> Any:
+          output_padding: Optional[Tuple[int, int]], pixel_shuffle: int = 1) -> Any:
     """``conv2d``, or ``conv_transpose2d`` with an ``output_padding`` pair."""
     w_dims = "(K, C/groups, R, S)" if output_padding is None else "(C, K/groups, R, S)"
     t0 = time.perf_counter()
@@ -473,13 +500,13 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     zv, zt = _residual(z, on_device)
     dt = _data_dtype(xv, wv, zt if zt is not None else zv)
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
-                 None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding)
+                 None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding, pixel_shuffle)
     copies = [("w", wv), ("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
     t1 = time.perf_counter()
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
-    _, _, s, p, d, g, _, _, _, _, op = spec
+    _, _, s, p, d, g, _, _, _, _, op, ps = spec
     xa = x if on_device else _host_data(xv, dt)
     wa = _host_data(wv, dt)
     ba = None if bv is None else _float32(bv)
@@ -488,9 +515,9 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     t3 = time.perf_counter()
     try:
         if on_device:
-            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op, ps)
         else:
-            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay, op)
+            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay, op, ps)
     finally:
         progress.close()
     _timings.record(t0, t1, t2, t3, time.perf_counter(), native_phases=not on_device)
@@ -508,7 +535,7 @@ def _residual(z: Any, on_device: bool) -> Tuple[Optional[np.ndarray], Optional[T
         z = z.numpy()
     zv = _view(z, "z")
     if zv.ndim != 4:
-        raise ValueError(f"z must be 4-D, the output's shape (N, K, OH, OW), got shape {zv.shape}")
+        raise ValueError(f"z must be 4-D, the output's shape (N, K, OH, OW) (after any pixel_shuffle), got shape {zv.shape}")
     if zv.size and not np.isfinite(zv).all():
         raise ValueError("z contains NaN or Inf; the residual must be finite")
     return zv, None
@@ -584,7 +611,7 @@ def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
 
 
 _PROBLEM_KEYWORDS = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout", "dtype",
-                     "transposed", "output_padding")
+                     "transposed", "output_padding", "pixel_shuffle")
 
 
 def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywords=None):
@@ -613,12 +640,14 @@ def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywor
     if op is not None and not transposed:
         raise ValueError("output_padding needs transposed=True")
     op = _pair(0 if op is None else op, "output_padding") if transposed else None
+    # A pixel-shuffled problem is its own (pixel_shuffle=r, 1 or None: none).
+    ps = _shuffle(e.pop("pixel_shuffle", None))
     spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
     epi = None
     if e:
         epi = _epilogue.normalise(_epilogue.residual_flag(e.pop("z", None)), **e)
     k = spec[1][0] if op is None else spec[1][1] * spec[5]
-    return spec[:6] + (_bias_len(bias, (k,)), epi, layout, dtype, op)
+    return spec[:6] + (_bias_len(bias, (k,)), epi, layout, dtype, op, ps)
 
 
 def default_variant(

@@ -134,6 +134,16 @@ def apply_epilogue(
     raise ValueError(f"unknown activation {activation!r}")
 
 
+def pixel_shuffle_reference(y: Any, r: int) -> np.ndarray:
+    """PyTorch's ``pixel_shuffle(y, r)`` of an (N, K, H, W) array in float64: channel
+    c*r*r + i*r + j at (h, w) goes to channel c at (h*r + i, w*r + j)."""
+    y = np.asarray(y, dtype=np.float64)
+    n, k, h, w = y.shape
+    if k % (r * r):
+        raise ValueError(f"pixel_shuffle={r} needs channels divisible by {r * r}, got {k}")
+    return y.reshape(n, k // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, k // (r * r), h * r, w * r)
+
+
 def max_relative_error(got: np.ndarray, want: np.ndarray) -> float:
     """max |got - want| scaled by the largest |want| (NaN where both are NaN counts as equal)."""
     got = np.asarray(got, dtype=np.float64)
