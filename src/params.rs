@@ -606,6 +606,21 @@ mod tests {
         assert_eq!(base.y_store_index(17), 17);
     }
 
+    /// A plain problem's key has no pixel_shuffle entry (caches written before it stay
+    /// valid); a shuffled one's keeps it.
+    #[test]
+    fn pixel_shuffle_is_left_out_of_plain_keys() {
+        let s = ConvShape::new([1, 3, 4, 5], [8, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap();
+        let plain = serde_json::to_string(&s).unwrap();
+        assert!(!plain.contains("pixel_shuffle"), "{plain}");
+        assert_eq!(serde_json::from_str::<ConvShape>(&plain).unwrap(), s);
+        let shuffled = s.with_pixel_shuffle(2).unwrap();
+        let key = serde_json::to_string(&shuffled).unwrap();
+        assert!(key.contains("\"pixel_shuffle\":2"), "{key}");
+        assert_eq!(serde_json::from_str::<ConvShape>(&key).unwrap(), shuffled);
+        assert_eq!(shuffled.with_pixel_shuffle(1).unwrap(), s);
+    }
+
     #[test]
     fn rejects_bad_parameters() {
         assert!(shape([1, 4, 8, 8], [2, 3, 3, 3], Padding::Valid).is_err());

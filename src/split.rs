@@ -175,6 +175,20 @@ mod tests {
         assert!(covered.iter().all(|&c| c == 1));
     }
 
+    /// Shuffled problems split into whole images (which keep their place in y) but never
+    /// into bands of rows.
+    #[test]
+    fn shuffled_problems_split_into_images_only() {
+        let s = ConvShape::new([4, 2, 10, 6], [8, 2, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_pixel_shuffle(2)
+            .unwrap();
+        let p = plan(&s, 2000).unwrap();
+        assert!(p.len() > 1 && p.iter().all(|p| p.rows == s.oh() && p.shape.unwrap().pixel_shuffle == Some(2)));
+        let e = plan(&s, 1000).unwrap_err().to_string();
+        assert!(e.contains("pixel_shuffle=2") && e.contains("bands of rows"), "{e}");
+    }
+
     #[test]
     fn band_in_padding_only_has_no_shape() {
         let s = ConvShape::new([1, 1, 2, 2], [1, 1, 1, 1], (1, 1), Padding::Explicit(5, 0), (1, 1), 1, None).unwrap();

@@ -803,6 +803,10 @@ def tune(
         layout: ``"NCHW"`` or ``"NHWC"`` (x_shape then in that order), as for ``conv2d``.
         dtype: ``"float32"`` or ``"float16"`` (or a numpy dtype); arrays given as shapes
             bring their own. Each layout and dtype is its own tuning problem.
+        pixel_shuffle: r, as for ``conv2d``: the shuffled problem is its own tuning problem
+            (``default_variant``, ``wgsl``, ``time_variant`` and ``explain`` take it too).
+        transposed, output_padding: a transposed convolution's problem (w_shape then
+            (C, K/groups, R, S)).
     """
     return _tune_with(
         None, (x_shape, w_shape, stride, padding, dilation, groups),
