@@ -1006,6 +1006,23 @@ mod tests {
         assert!(e.to_string().contains("CONVTUNE_FAMILIES=coop") && e.to_string().contains("cooperative"), "{e}");
     }
 
+    /// With tensor cores at hand, a pixel-shuffled problem is still tuned on the FMA
+    /// families only, and restricting it to the tensor-core family is a clear error.
+    #[test]
+    fn shuffled_problems_keep_away_from_tensor_cores() {
+        let mut caps = h100_caps();
+        caps.tensor_cores = true;
+        let plain = shape([8, 64, 32, 32], [256, 64, 3, 3], 1, 1);
+        assert!(ranked_candidates(&plain, &caps).iter().any(|v| v.family() == "coop"));
+        let s = plain.with_pixel_shuffle(2).unwrap();
+        let ranked = ranked_candidates(&s, &caps);
+        assert!(!ranked.is_empty() && ranked.iter().all(|v| v.family() != "coop"));
+        assert_ne!(default_choice(&s, &caps, Precision::High, &Families::all()).unwrap().family(), "coop");
+        let coop = Families::parse("coop").unwrap();
+        let e = default_choice(&s, &caps, Precision::High, &coop).unwrap_err().to_string();
+        assert!(e.contains("no variant computes this shape") && e.contains("ps2"), "{e}");
+    }
+
     #[test]
     fn tuning_picks_a_valid_winner_and_never_the_faulty_candidate() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
