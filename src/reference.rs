@@ -83,3 +83,45 @@ pub fn max_relative_error(got: &[f32], want: &[f64]) -> f64 {
     };
     got.iter().zip(want).map(err).fold(0.0, f64::max)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Layout;
+
+    /// With a pixel shuffle the reference stores each conv output where PyTorch's
+    /// `pixel_shuffle` puts it, reading z there too, after the bias and before the activation.
+    #[test]
+    fn shuffled_reference_is_the_plain_one_moved() {
+        let data = |len: usize, seed: u32| -> Vec<f32> {
+            (0..len).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0).collect()
+        };
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let b = |r| {
+                Conv2d::builder(layout.dims([2, 3, 5, 4]), [8, 3, 3, 3])
+                    .layout(layout)
+                    .padding(1)
+                    .bias(true)
+                    .activation(Activation::Relu)
+                    .pixel_shuffle(r)
+                    .build()
+                    .unwrap()
+            };
+            let (plain, shuffled) = (b(1), b(2));
+            let [xl, wl, yl] = plain.lens();
+            let (x, w, bias) = (data(xl as usize, 1), data(wl as usize, 2), data(8, 3));
+            let want = conv2d_f64(&plain, &x, &w, Some(&bias), None).unwrap();
+            let got = conv2d_f64(&shuffled, &x, &w, Some(&bias), None).unwrap();
+            for (i, v) in want.iter().enumerate() {
+                assert_eq!(got[shuffled.shape.y_store_index(i as u64) as usize], *v);
+            }
+            // z is read at the stored index: a residual that is the stored index itself.
+            let zb = Conv2d::builder(layout.dims([2, 3, 5, 4]), [8, 3, 3, 3]).layout(layout).padding(1).residual(1.0);
+            let z: Vec<f32> = (0..yl).map(|i| i as f32).collect();
+            let zp = zb.pixel_shuffle(2).build().unwrap();
+            let zero_w = vec![0f32; wl as usize];
+            let got = conv2d_f64(&zp, &x, &zero_w, None, Some(&z)).unwrap();
+            assert!(got.iter().enumerate().all(|(i, v)| *v == i as f64));
+        }
+    }
+}
