@@ -220,7 +220,7 @@ def _float32(arr: np.ndarray) -> np.ndarray:
 
 _Spec = Tuple[
     Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
-    Optional[int], Optional["_epilogue.Normalised"], str, str, Optional[Tuple[int, int]],
+    Optional[int], Optional["_epilogue.Normalised"], str, str, Optional[Tuple[int, int]], int,
 ]
 
 DTYPES = ("float32", "float16")
