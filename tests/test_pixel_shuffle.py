@@ -273,3 +273,22 @@ def test_images_larger_than_a_binding_are_refused_not_banded(monkeypatch):
     w = np.ones((4, 1, 1, 1), np.float32)
     with pytest.raises((ValueError, convtune.OutOfMemoryError), match="pixel_shuffle|bytes"):
         convtune.conv2d(x, w, pixel_shuffle=2)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_split_into_whole_images_under_a_small_binding(monkeypatch, layout):
+    # One image's output (16*6*5 floats = 1920 bytes) fits a 2000-byte binding, three do
+    # not: the call runs image by image, each piece storing its shuffled image in place.
+    monkeypatch.setenv("CONVTUNE_MAX_BINDING", "2000")
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 2, 6, 5)).astype(np.float32)
+    w = rng.standard_normal((16, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    z = rng.standard_normal((3, 1, 24, 20)).astype(np.float32)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    got = convtune.conv2d(to(x), w, padding=1, bias=b, z=to(z), activation="silu", layout=layout, pixel_shuffle=4)
+    check_close(got, to(want_of(x, w, 4, padding=1, bias=b, z=z, activation="silu")), layout)
+    # An image larger than the binding would need bands of rows: refused, naming the option.
+    monkeypatch.setenv("CONVTUNE_MAX_BINDING", "1200")
+    with pytest.raises(ValueError, match="pixel_shuffle=4 an image must fit one storage binding"):
+        convtune.conv2d(to(x), w, padding=1, bias=b, layout=layout, pixel_shuffle=4)
