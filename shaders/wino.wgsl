@@ -199,7 +199,9 @@ fn redo_direct(t0: i32, tx: i32, n0: i32, ty: i32, g: i32, pad0: f32) {
         if (tile < TILES && n < KG && oh < OH && ow < OW) {
             let k = g * KG + n;
             let yi = ystore(img * YSN + k * YSK + (oh * OW + ow) * YSP);
-            y[yi] = DT(epilogue(direct_sum(img, g, k, oh, ow, pad0), k, yi));
+            if (yi >= 0) {
+                y[yi] = DT(epilogue(direct_sum(img, g, k, oh, ow, pad0), k, yi));
+            }
         }
     }
 }

@@ -23,12 +23,25 @@ pub struct Kernel {
     pub workspace: [u64; 2],
     /// Workgroups of the module's `finish` entry point, run after `main` (split-K sums).
     pub finish: Option<u64>,
+    /// A pass of its own module run first, rewriting w into the weights `main` reads (a
+    /// transposed convolution computed in its lowered form).
+    pub wprep: Option<WeightPrep>,
+}
+
+/// A weight-rearranging pass: its module's `main` reads w (binding 1) and writes the
+/// kernel's weights (binding 3, a pooled buffer of `bytes`), which the kernel's own passes
+/// then read as w.
+#[derive(Clone, Debug)]
+pub struct WeightPrep {
+    pub source: String,
+    pub workgroups: u64,
+    pub bytes: u64,
 }
 
 impl Kernel {
     /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
     pub fn plain(source: String, workgroups: u64) -> Kernel {
-        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0], finish: None }
+        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0], finish: None, wprep: None }
     }
 }
 
@@ -79,7 +92,7 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
         ("KG", s.kg().to_string()),
         ("GROUPS", s.groups.to_string()),
         // The store step: the epilogue, then where its value goes (`ystore`).
-        ("EPILOGUE", s.epilogue.wgsl(s.bias, s.dtype) + &store_index_wgsl(s)),
+        ("EPILOGUE", s.epilogue.wgsl(s.bias, s.dtype, s.scatter.map(|_| "ybias")) + &store_index_wgsl(s)),
         // The data's element type; float16 needs WGSL's f16 extension (coop.wgsl enables it
         // for its own use in any case).
         ("DT", s.dtype.wgsl().to_string()),
@@ -100,6 +113,9 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
 /// store of the FMA families and the split-K finish passes its index through it, and reads
 /// z there too (z has y's shuffled shape).
 pub fn store_index_wgsl(s: &ConvShape) -> String {
+    if let Some(sc) = s.scatter {
+        return scatter_wgsl(s, &sc);
+    }
     let r = s.shuffle();
     if r == 1 {
         return "\nfn ystore(yi: i32) -> i32 { return yi; }\n".into();
@@ -130,6 +146,65 @@ fn ystore(yi: i32) -> i32 {{
 ",
         rr = r * r
     )
+}
+
+/// `ystore` for a transposed convolution's lowered form ([`crate::params::Scatter`]): the
+/// transposed output's index of the lowered output at `yi`, or -1 where it falls outside
+/// (every store then skips it), and `ybias`: the bias channel of a lowered channel.
+fn scatter_wgsl(s: &ConvShape, sc: &crate::params::Scatter) -> String {
+    let (k, oh, ow) = (s.k, s.oh(), s.ow());
+    let (sh, sw) = sc.phases;
+    let (fh, fw) = sc.out;
+    let kf = sc.kg * s.groups;
+    let (chan, pix) = match s.layout {
+        crate::params::Layout::Nchw => (format!("off / {}", oh * ow), format!("off % {}", oh * ow)),
+        crate::params::Layout::Nhwc => (format!("off % {k}"), format!("off / {k}")),
+    };
+    let stored = match s.layout {
+        crate::params::Layout::Nchw => format!("(c * {fh} + row) * {fw} + col"),
+        crate::params::Layout::Nhwc => format!("(row * {fw} + col) * {kf} + c"),
+    };
+    format!(
+        "
+// The lowered transposed convolution's scatter: channel (g, phase, c) at (oh, ow) -> channel
+// g * {kgf} + c at (oh * {sh} + phase / {sw} - {oh0}, ow * {sw} + phase % {sw} - {ow0}).
+fn ybias(k: i32) -> i32 {{
+    return (k / {gk}) * {kgf} + k % {kgf};
+}}
+fn ystore(yi: i32) -> i32 {{
+    let img = yi / {img};
+    let off = yi % {img};
+    let ch = {chan};
+    let p = {pix};
+    let phase = (ch % {gk}) / {kgf};
+    let c = ybias(ch);
+    let row = (p / {ow}) * {sh} + phase / {sw} - {oh0};
+    let col = (p % {ow}) * {sw} + phase % {sw} - {ow0};
+    if (row < 0 || row >= {fh} || col < 0 || col >= {fw}) {{
+        return -1;
+    }}
+    return img * {fimg} + {stored};
+}}
+",
+        img = k * oh * ow,
+        fimg = kf * fh * fw,
+        gk = s.kg(),
+        kgf = sc.kg,
+        oh0 = sc.off.0,
+        ow0 = sc.off.1,
+    )
+}
+
+/// One output element's store: `value` (an f32 sum) through the epilogue into y at the
+/// conv's output index `at` (moved by `ystore`), for channel `k`. Problems whose stores can
+/// fall outside y (a lowered transposed convolution) skip those.
+pub fn store_stmt(s: &ConvShape, at: &str, value: &str, k: &str) -> String {
+    let store = format!("y[yi] = DT(epilogue({value}, {k}, yi));");
+    if s.scatter.is_some() {
+        format!("let yi = ystore({at}); if (yi >= 0) {{ {store} }}")
+    } else {
+        format!("let yi = ystore({at}); {store}")
+    }
 }
 
 /// Parses and validates WGSL with naga, the front end wgpu itself uses.
@@ -220,6 +295,9 @@ mod tests {
                 .with_layout(crate::params::Layout::Nhwc)
                 .with_dtype(crate::dtype::DType::F16)
                 .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            // Lowered to plain convolutions by stride phases (every family): kernels short of
+            // a stride multiple, grouped, with a bias.
+            ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 3], (2, 3), (1, 0), (1, 2), (1, 1), 2, Some(4)).unwrap(),
         ];
         for shape in &shapes {
             for v in all_variants() {
@@ -234,8 +312,10 @@ mod tests {
                     }
                     Err(e) => panic!("{v} on {}: {e}", shape.label()),
                 };
-                if let Err(e) = validate(&k.source) {
-                    panic!("{v} on {}: {e}", shape.label());
+                for source in std::iter::once(&k.source).chain(k.wprep.as_ref().map(|p| &p.source)) {
+                    if let Err(e) = validate(source) {
+                        panic!("{v} on {}: {e}", shape.label());
+                    }
                 }
             }
         }

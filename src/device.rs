@@ -62,6 +62,8 @@ pub struct Compiled {
     pub workspace: [u64; 2],
     /// The module's `finish` entry point and its workgroups (`Kernel::finish`).
     pub finish: Option<(wgpu::ComputePipeline, u64)>,
+    /// The weight pass (`Kernel::wprep`): its pipeline, workgroups and output bytes.
+    pub wprep: Option<(wgpu::ComputePipeline, u64, u64)>,
     /// The element type of the output it writes (its poison pattern depends on it).
     pub dtype: DType,
     /// Bytes of its WGSL (the tuner predicts compile times from them).
@@ -568,11 +570,54 @@ impl Engine {
         }
         let kernel = variant.generate(shape)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.shader_module(&kernel.source);
+        let wprep_module = kernel.wprep.as_ref().map(|p| self.shader_module(&p.source));
+        let entry_of = |module: &wgpu::ShaderModule, name: &str| {
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("convtune conv2d"),
+                layout: Some(&self.pipeline_layout),
+                module,
+                entry_point: Some(name),
+                // Every kernel writes workgroup memory before reading it.
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: self.runtime_checks,
+                    ..Default::default()
+                },
+                cache: None,
+            })
+        };
+        let entry = |name: &str| entry_of(&module, name);
+        let pipeline = entry("main");
+        let prologue = kernel.prologue.map(|groups| (entry("prologue"), groups));
+        let finish = kernel.finish.map(|groups| (entry("finish"), groups));
+        let wprep = kernel
+            .wprep
+            .as_ref()
+            .zip(wprep_module.as_ref())
+            .map(|(p, m)| (entry_of(m, "main"), p.workgroups, p.bytes));
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
+        }
+        Ok(Compiled {
+            pipeline,
+            workgroups: kernel.workgroups,
+            scaled: kernel.scaled,
+            prologue,
+            workspace: kernel.workspace,
+            finish,
+            wprep,
+            dtype: shape.dtype,
+            source_bytes: kernel.source.len() + kernel.wprep.as_ref().map_or(0, |p| p.source.len()),
+        })
+    }
+
+    /// A shader module of generated WGSL.
+    fn shader_module(&self, source: &str) -> wgpu::ShaderModule {
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some("convtune conv2d"),
-            source: wgpu::ShaderSource::Wgsl(kernel.source.as_str().into()),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
         };
-        let module = if self.runtime_checks {
+        if self.runtime_checks {
             self.device.create_shader_module(desc)
         } else {
             // SAFETY: generated kernels index in bounds by construction: every global read
@@ -585,37 +630,7 @@ impl Engine {
                 self.device
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
             }
-        };
-        let entry = |name: &str| {
-            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("convtune conv2d"),
-                layout: Some(&self.pipeline_layout),
-                module: &module,
-                entry_point: Some(name),
-                // Every kernel writes workgroup memory before reading it.
-                compilation_options: wgpu::PipelineCompilationOptions {
-                    zero_initialize_workgroup_memory: self.runtime_checks,
-                    ..Default::default()
-                },
-                cache: None,
-            })
-        };
-        let pipeline = entry("main");
-        let prologue = kernel.prologue.map(|groups| (entry("prologue"), groups));
-        let finish = kernel.finish.map(|groups| (entry("finish"), groups));
-        if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
         }
-        Ok(Compiled {
-            pipeline,
-            workgroups: kernel.workgroups,
-            scaled: kernel.scaled,
-            prologue,
-            workspace: kernel.workspace,
-            finish,
-            dtype: shape.dtype,
-            source_bytes: kernel.source.len(),
-        })
     }
 }
 

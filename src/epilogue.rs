@@ -204,7 +204,9 @@ impl Epilogue {
     /// The WGSL every family's template takes as `{{EPILOGUE}}`: the residual's binding
     /// when there is one, and `epilogue(acc, k, i)`, the value stored at output element `i`
     /// of channel `k` for the convolution's sum `acc`. Plain, it is `acc + bias[k]` as before.
-    pub fn wgsl(&self, bias: bool, dtype: DType) -> String {
+    /// `bias_of` names the function giving a channel's bias entry (`None`: the channel
+    /// itself).
+    pub fn wgsl(&self, bias: bool, dtype: DType, bias_of: Option<&str>) -> String {
         let mut s = String::from("// The store step: y = act(alpha1 * conv + alpha2 * z + bias).\n");
         if self.residual {
             s += &format!("@group(0) @binding(7) var<storage, read> z: array<{}>;\n", dtype.wgsl());
@@ -215,7 +217,10 @@ impl Epilogue {
             s += &if self.alpha2 == 1.0 { "    v = v + f32(z[i]);\n".to_string() } else { format!("    v = v + {} * f32(z[i]);\n", lit(self.alpha2)) };
         }
         if bias {
-            s += "    v = v + bias[k];\n";
+            s += &match bias_of {
+                Some(f) => format!("    v = v + bias[{f}(k)];\n"),
+                None => "    v = v + bias[k];\n".into(),
+            };
         }
         if self.activation.tests_nan() {
             s += "    let nan = (bitcast<u32>(v) & 0x7FFFFFFFu) > 0x7F800000u;\n";
@@ -258,7 +263,7 @@ mod tests {
         let e = Epilogue::default();
         assert!(e.is_plain());
         assert_eq!(e.label(), "");
-        let w = e.wgsl(true, DType::F32);
+        let w = e.wgsl(true, DType::F32, None);
         assert!(w.contains("v = v + bias[k]") && !w.contains("binding(7)"), "{w}");
         // alpha2 without a residual changes nothing.
         assert!(Epilogue::new(1.0, 0.5, false, Activation::None).unwrap().is_plain());

@@ -112,6 +112,29 @@ pub struct ConvShape {
     /// cache keys of problems without it, so caches written before it stay valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pixel_shuffle: Option<u32>,
+    /// `Some` only on the plain convolution a transposed one is lowered to (see
+    /// [`lowered`](Self::lowered)): where each of its outputs lands in the transposed
+    /// problem's y. Never part of a cache key: the transposed problem is the key.
+    #[serde(skip)]
+    pub scatter: Option<Scatter>,
+}
+
+/// Where the outputs of a transposed convolution's lowered form land. The lowered conv has
+/// `phases.0 * phases.1` times the output channels, ordered within each group as (phase,
+/// channel): its channel `g * P * KG + ph * KG + c` at pixel (oh, ow) is the transposed
+/// output's channel `g * KG + c` at (oh * st_h + ph / st_w - off.0, ow * st_w + ph % st_w -
+/// off.1), dropped when that falls outside `out`. Within a phase the channels stay
+/// contiguous, so channels-last stores keep whole quads together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Scatter {
+    /// The transposed convolution's stride: one output phase per (row, column) residue.
+    pub phases: (u32, u32),
+    /// How far the lowered grid starts before the output's first row and column.
+    pub off: (u32, u32),
+    /// The transposed convolution's output height and width.
+    pub out: (u32, u32),
+    /// Its output channels per group.
+    pub kg: u32,
 }
 
 /// Strides, paddings and dilations beyond this are rejected: kernels do their index
@@ -231,6 +254,7 @@ impl ConvShape {
             dtype: DType::F32,
             transposed: None,
             pixel_shuffle: None,
+            scatter: None,
         };
         let padded_h = h as u64 + pad.0 as u64 + pad_end.0 as u64;
         let padded_w = wd as u64 + pad.1 as u64 + pad_end.1 as u64;
@@ -336,6 +360,7 @@ impl ConvShape {
             dtype: DType::F32,
             transposed: Some(op),
             pixel_shuffle: None,
+            scatter: None,
         };
         shape.check_lens()?;
         Ok(shape)
@@ -397,6 +422,50 @@ impl ConvShape {
                 Layout::Nchw => (c * oh * r + row) * w2 + col,
                 Layout::Nhwc => (row * w2 + col) * kc + c,
             }
+    }
+
+    /// The plain convolution that computes this transposed one by stride phases, or `None`
+    /// where there is none (not transposed, dilated, or padding so large that the lowered
+    /// conv would need negative padding). Output row oy = Y * st + i - p (0 <= i < st) sums
+    /// x[Y - a'] * w[i + a' * st] over a' < ceil(R / st): per phase, a stride-1 conv of x
+    /// with the taps i, i + st, ... flipped. Stacking the st_h * st_w phases as output
+    /// channels makes one conv of stride 1 with a ceil(R/st) x ceil(S/st) kernel (taps past
+    /// R or S are zero), whose store scatters each phase to its rows and columns
+    /// ([`Scatter`]). Every family computes it; its weights are w rearranged
+    /// (`kernels::phases`).
+    pub fn lowered(&self) -> Option<ConvShape> {
+        self.transposed?;
+        if self.dilation != (1, 1) {
+            return None;
+        }
+        // Per axis: kernel taps, padding before and after, the grid's offset, given the
+        // input extent, stride, padding taken off and output extent.
+        let axis = |len: u32, st: u32, p: u32, taps: u32, out: u32| -> Option<(u32, u32, u32, u32)> {
+            let a = taps.div_ceil(st);
+            let first = p / st;
+            let pad = (a - 1).checked_sub(first)?;
+            let rows = (out - 1 + p) / st - first + 1;
+            let pad_end = (rows + a - 1).saturating_sub(pad + len);
+            Some((a, pad, pad_end, p - first * st))
+        };
+        let (oh, ow) = (self.oh(), self.ow());
+        let (r, ph, ph_end, off_h) = axis(self.h, self.stride.0, self.pad.0, self.r, oh)?;
+        let (s, pw, pw_end, off_w) = axis(self.w, self.stride.1, self.pad.1, self.s, ow)?;
+        let phases = self.stride.0 * self.stride.1;
+        let lowered = ConvShape {
+            k: self.k.checked_mul(phases)?,
+            r,
+            s,
+            stride: (1, 1),
+            pad: (ph, pw),
+            pad_end: (ph_end, pw_end),
+            transposed: None,
+            pixel_shuffle: None,
+            scatter: Some(Scatter { phases: self.stride, off: (off_h, off_w), out: (oh, ow), kg: self.kg() }),
+            ..*self
+        };
+        lowered.check_lens().ok()?;
+        Some(lowered)
     }
 
     /// Whether the problem is a transposed convolution.

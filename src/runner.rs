@@ -148,13 +148,16 @@ pub(crate) struct Bindings<'a> {
     w: View<'a>,
     scales: Option<PooledBuffer>,
     workspace: Vec<Option<PooledBuffer>>,
+    /// The weight pass's bind group (w in, the kernel's weights out) and those weights.
+    wprep: Option<(wgpu::BindGroup, PooledBuffer)>,
 }
 
 impl Bindings<'_> {
     /// The pooled buffers the kernel writes besides y: they must stay out of the pool until
     /// the GPU has run the passes that use them.
     pub(crate) fn into_workspace(self) -> Vec<PooledBuffer> {
-        self.scales.into_iter().chain(self.workspace.into_iter().flatten()).collect()
+        let weights = self.wprep.map(|(_, buf)| buf);
+        self.scales.into_iter().chain(self.workspace.into_iter().flatten()).chain(weights).collect()
     }
 }
 
@@ -191,12 +194,33 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         .iter()
         .map(|&bytes| (bytes > 0).then(|| engine.pool.take(OUTPUT, bytes.max(16))).transpose())
         .collect::<Result<Vec<_>>>()?;
+    // A lowered transposed convolution reads the weights its weight pass writes, which
+    // binds w as its input and the new weights where a kernel's y goes.
+    let weights = kernel.wprep.as_ref().map(|(_, _, bytes)| engine.pool.take(OUTPUT, (*bytes).max(16))).transpose()?;
+    let wprep = weights.map(|buf| {
+        let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("convtune weights"),
+            layout: &engine.bind_layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: or_input(engine, None) },
+                wgpu::BindGroupEntry { binding: 3, resource: buf.binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, None) },
+                wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, None) },
+                wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, None) },
+                wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, None) },
+            ],
+        });
+        (group, buf)
+    });
+    let kernel_w = wprep.as_ref().map_or_else(|| w.binding(), |(_, buf)| buf.binding());
     let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("convtune conv2d"),
         layout: &engine.bind_layout,
         entries: &[
             wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: kernel_w },
             wgpu::BindGroupEntry { binding: 2, resource: or_input(engine, bias) },
             wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
             wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, scales.as_ref()) },
@@ -205,7 +229,7 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
             wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, z) },
         ],
     });
-    Ok(Bindings { group, x, w, scales, workspace })
+    Ok(Bindings { group, x, w, scales, workspace, wprep })
 }
 
 /// `buf`'s binding, or the stand-in for an input the call does not have (bias, z).
@@ -245,15 +269,19 @@ pub(crate) fn encode(
     timestamps: Option<(&wgpu::QuerySet, u32)>,
 ) -> Result<()> {
     let mut began = false;
+    if let (Some((pipeline, groups, _)), Some((group, _))) = (&kernel.wprep, &b.wprep) {
+        record_pass(engine, encoder, "convtune weights", pipeline, group, *groups, timestamps, true, false)?;
+        began = true;
+    }
     if let Some((pipeline, groups)) = &kernel.prologue {
         if let Some(scales) = &b.scales {
             encoder.clear_buffer(scales, 0, Some(16));
         }
-        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, true, false)?;
+        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, !began, false)?;
         began = true;
     } else if let Some(scales) = &b.scales {
         let checker = engine.checker()?;
-        checker.maxabs(&engine.device, encoder, b.x, b.w, scales, timestamps);
+        checker.maxabs(&engine.device, encoder, b.x, b.w, scales, timestamps.filter(|_| !began));
         began = true;
     }
     let last = kernel.finish.is_none();

@@ -1006,21 +1006,24 @@ mod tests {
         assert!(e.to_string().contains("CONVTUNE_FAMILIES=coop") && e.to_string().contains("cooperative"), "{e}");
     }
 
-    /// With tensor cores at hand, a pixel-shuffled problem is still tuned on the FMA
-    /// families only, and restricting it to the tensor-core family is a clear error.
+    /// With tensor cores at hand, pixel-shuffled and transposed problems are tuned on the
+    /// tensor-core family too (its stores go through `ystore`), but never on its split-K
+    /// variants, whose finishing pass stores in place; a dilated transposed problem (no
+    /// lowered form) stays on its own family.
     #[test]
-    fn shuffled_problems_keep_away_from_tensor_cores() {
+    fn moved_outputs_reach_tensor_cores_but_not_split_k() {
         let mut caps = h100_caps();
         caps.tensor_cores = true;
         let plain = shape([8, 64, 32, 32], [256, 64, 3, 3], 1, 1);
-        assert!(ranked_candidates(&plain, &caps).iter().any(|v| v.family() == "coop"));
-        let s = plain.with_pixel_shuffle(2).unwrap();
-        let ranked = ranked_candidates(&s, &caps);
-        assert!(!ranked.is_empty() && ranked.iter().all(|v| v.family() != "coop"));
-        assert_ne!(default_choice(&s, &caps, Precision::High, &Families::all()).unwrap().family(), "coop");
-        let coop = Families::parse("coop").unwrap();
-        let e = default_choice(&s, &caps, Precision::High, &coop).unwrap_err().to_string();
-        assert!(e.contains("no variant computes this shape") && e.contains("ps2"), "{e}");
+        let t = ConvShape::new_transposed([8, 64, 32, 32], [64, 64, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None).unwrap();
+        for s in [plain.with_pixel_shuffle(2).unwrap(), t] {
+            let ranked = ranked_candidates(&s, &caps);
+            assert!(ranked.iter().any(|v| v.family() == "coop"), "{}", s.label());
+            assert!(ranked.iter().all(|v| !matches!(v, Variant::Coop(c) if c.splits > 1)), "{}", s.label());
+        }
+        assert!(ranked_candidates(&t, &caps).iter().any(|v| v.family() == "tconv"));
+        let dilated = ConvShape::new_transposed([8, 64, 32, 32], [64, 64, 3, 3], (2, 2), (1, 1), (0, 0), (2, 2), 1, None).unwrap();
+        assert!(ranked_candidates(&dilated, &caps).iter().all(|v| v.family() == "tconv"));
     }
 
     #[test]

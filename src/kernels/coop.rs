@@ -241,11 +241,10 @@ impl KernelVariant for Coop {
         matches!((self.split, precision), (1, Precision::High) | (3, Precision::Highest))
     }
 
-    /// A pixel-shuffled store is not written for tensor cores yet (their stores go a quad
-    /// of pixels or channels at a time, and nothing here can test one): the FMA families
-    /// take those problems.
+    /// Stores that move y's elements (pixel shuffle, a lowered transposed convolution) go
+    /// through `ystore` in the store step; the split-K finishing pass has no such store.
     fn computes(&self, shape: &ConvShape) -> bool {
-        shape.pixel_shuffle.is_none()
+        self.splits == 1 || !moves_y(shape)
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -335,9 +334,23 @@ fn pixel_quads(shape: &ConvShape) -> bool {
 }
 
 /// Whether the store step writes y four neighbours at a time: whole quads of pixels in
-/// every image (NCHW) or of channels in every group (NHWC), 16-byte aligned either way.
+/// every image (NCHW) or of channels in every group (NHWC), 16-byte aligned either way. A
+/// pixel shuffle moves neighbours apart; a lowered transposed convolution keeps an NHWC
+/// quad together where each phase's channels are whole quads.
 fn stores_quads(shape: &ConvShape) -> bool {
+    if shape.pixel_shuffle.is_some() {
+        return false;
+    }
+    if let Some(sc) = shape.scatter {
+        return shape.layout == Layout::Nhwc && sc.kg % 4 == 0;
+    }
     if shape.layout == Layout::Nchw { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 }
+}
+
+/// Whether y's elements move on the way out (`ystore`): a pixel shuffle or a lowered
+/// transposed convolution's scatter.
+fn moves_y(shape: &ConvShape) -> bool {
+    shape.pixel_shuffle.is_some() || shape.scatter.is_some()
 }
 
 /// float16 NHWC x whose groups' channels are whole runs of 8: layout 2 reads it in place,
@@ -352,9 +365,9 @@ fn reads_x_in_place(shape: &ConvShape) -> bool {
 }
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
-    if shape.pixel_shuffle.is_some() {
+    if moves_y(shape) && v.splits > 1 {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: the tensor-core family does not fuse pixel_shuffle; the FMA families do",
+            "variant {} cannot run on this shape: split-K variants of the tensor-core family do not fuse a pixel shuffle or a transposed convolution's scatter",
             v.name()
         )));
     }
@@ -699,7 +712,14 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
                 writeln!(s, "            let k = g * KG + n;").unwrap();
-                writeln!(s, "            let yi = (m / OHW) * YSN + k * YSK + (m % OHW) * YSP;").unwrap();
+                let at = "(m / OHW) * YSN + k * YSK + (m % OHW) * YSP";
+                if moves_y(shape) {
+                    writeln!(s, "            let yi = ystore({at});").unwrap();
+                    writeln!(s, "            if (yi >= 0) {{").unwrap();
+                } else {
+                    writeln!(s, "            let yi = {at};").unwrap();
+                    writeln!(s, "            {{").unwrap();
+                }
                 // The smaller factor first: an intermediate overflows only if the result does.
                 let one = |at: &str, k: &str, yi: &str| {
                     format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), {k}, {yi}))", sum(at))
@@ -725,6 +745,7 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
                 } else {
                     writeln!(s, "            y[yi] = {};", one("sbase + e", "k", "yi")).unwrap();
                 }
+                writeln!(s, "            }}").unwrap();
                 writeln!(s, "        }}").unwrap();
                 writeln!(s, "    }}").unwrap();
             }

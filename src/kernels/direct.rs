@@ -3,7 +3,7 @@
 
 use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, Kernel};
+use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::Result;
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -297,8 +297,8 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         writeln!(store, "        let k = g * KG + kk0 + {i} * KSTEP;").unwrap();
         writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
-            writeln!(store, "        if (ow0 + {j} < OW) {{ let yi = ystore(yrow + (ow0 + {j}) * YSP); y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }}")
-                .unwrap();
+            let put = store_stmt(shape, &format!("yrow + (ow0 + {j}) * YSP"), &format!("a{i}_{j}"), "k");
+            writeln!(store, "        if (ow0 + {j} < OW) {{ {put} }}").unwrap();
         }
         writeln!(store, "    }}").unwrap();
     }

@@ -6,7 +6,7 @@ use super::cost::{
 };
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, Kernel};
+use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -299,7 +299,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             }
         } else {
             for i in 0..gm.tm {
-                writeln!(s, "            if (om{i} < M) {{ let yi = ystore(ym{i} + k * YSK); y[yi] = DT(epilogue(acc{i}_{j}, k, yi)); }}").unwrap();
+                let put = store_stmt(shape, &format!("ym{i} + k * YSK"), &format!("acc{i}_{j}"), "k");
+                writeln!(s, "            if (om{i} < M) {{ {put} }}").unwrap();
             }
         }
         writeln!(s, "        }}").unwrap();

@@ -8,6 +8,7 @@ pub mod cost;
 pub mod direct;
 pub mod gemm;
 pub mod implicit;
+pub mod phases;
 pub mod tconv;
 pub mod wino;
 
@@ -217,32 +218,45 @@ impl Variant {
     pub fn needs_tensor_cores(&self) -> bool {
         self.ops().needs_tensor_cores()
     }
-    /// Whether the variant is of the kind of convolution `shape` is (plain or transposed).
-    fn kind_matches(&self, shape: &ConvShape) -> bool {
-        self.ops().transposed() == shape.is_transposed()
+    /// The shape the variant's own generator sees for `shape`: the shape itself where the
+    /// variant's kind (plain or transposed) matches, a transposed problem's lowered form
+    /// for the plain families (`kernels::phases`), else none.
+    fn target(&self, shape: &ConvShape) -> Option<ConvShape> {
+        match (self.ops().transposed(), shape.is_transposed()) {
+            (a, b) if a == b => Some(*shape),
+            (false, true) => shape.lowered(),
+            _ => None,
+        }
     }
     pub fn suits(&self, shape: &ConvShape) -> bool {
-        self.kind_matches(shape) && self.ops().suits(shape)
+        self.target(shape).is_some_and(|t| self.ops().suits(&t))
     }
     pub fn computes(&self, shape: &ConvShape) -> bool {
-        self.kind_matches(shape) && self.ops().computes(shape)
+        self.target(shape).is_some_and(|t| self.ops().computes(&t))
     }
+    /// The lowered form's cost where the variant computes one: its zero taps (a kernel side
+    /// short of a stride multiple) are work like any other.
     pub fn cost(&self, shape: &ConvShape) -> f64 {
-        self.ops().cost(shape)
+        self.ops().cost(&self.target(shape).unwrap_or(*shape))
     }
     /// The WGSL for this variant on `shape`; an error for names outside the generator's space.
     pub fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
         if !self.well_formed() {
             return Err(Error::invalid(format!("variant {self} is not in the generator's space")));
         }
-        if !self.kind_matches(shape) {
-            let (kind, other) = if shape.is_transposed() { ("a transposed", "tconv") } else { ("a plain", "every family but tconv") };
-            return Err(Error::invalid(format!(
-                "variant {self} cannot run on this shape ({}): {kind} convolution runs on {other}",
-                shape.label()
-            )));
+        let Some(target) = self.target(shape) else {
+            let why = if shape.is_transposed() {
+                "a transposed convolution with dilation, or padding past its kernel's reach, runs on tconv only"
+            } else {
+                "a plain convolution runs on every family but tconv"
+            };
+            return Err(Error::invalid(format!("variant {self} cannot run on this shape ({}): {why}", shape.label())));
+        };
+        let mut kernel = self.ops().generate(&target)?;
+        if target.scatter.is_some() {
+            kernel.wprep = Some(phases::weight_prep(shape, &target, &self.to_string())?);
         }
-        self.ops().generate(shape)
+        Ok(kernel)
     }
 }
 

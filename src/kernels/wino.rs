@@ -7,7 +7,7 @@
 
 use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, Kernel};
+use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use std::fmt::Write as _;
@@ -466,10 +466,8 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
                         .filter(|(d, _)| *d > 0)
                         .map(|(d, what)| format!("{what}{i}_{d}"))
                         .collect();
-                    let body = format!(
-                        "let yi = ystore(sy{i} + k * YSK + ({a} * OW + {b}) * YSP); let v = {sum}; \
-                         bad = bad || nonfinite(v); y[yi] = DT(epilogue(v, k, yi));"
-                    );
+                    let put = store_stmt(shape, &format!("sy{i} + k * YSK + ({a} * OW + {b}) * YSP"), "v", "k");
+                    let body = format!("let v = {sum}; bad = bad || nonfinite(v); {put}");
                     if guards.is_empty() {
                         writeln!(s, "            {{ {body} }}").unwrap();
                     } else {

@@ -1,0 +1,45 @@
+// convtune {{VARIANT}}'s weights for the transposed convolution {{SHAPE}}, lowered to a
+// stride-1 convolution with {{PHASES}} output phases stacked as channels. Lowered weight
+// (k', c, a, b), with k' = g * P * KG + phase * KG + kk, is the transposed weight
+// (g * CG + c, kk, i + (A - 1 - a) * SH, j + (B - 1 - b) * SW) for the phase's row and
+// column residues i = phase / SW and j = phase % SW, or zero past the kernel's edge.
+{{ENABLES}}
+@group(0) @binding(1) var<storage, read> w: array<{{DT}}>;
+@group(0) @binding(3) var<storage, read_write> lowered: array<{{DT}}>;
+
+const LEN: i32 = {{LEN}};
+const P: i32 = {{PHASES}};
+const KG: i32 = {{KG}};
+const CG: i32 = {{CG}};
+const A: i32 = {{A}};
+const B: i32 = {{B}};
+const R: i32 = {{R}};
+const S: i32 = {{S}};
+const SH: i32 = {{SH}};
+const SW: i32 = {{SW}};
+
+@compute @workgroup_size(256, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let e = i32((wid.y * nwg.x + wid.x) * 256u + lidx);
+    if (e >= LEN) {
+        return;
+    }
+    let b = e % B;
+    let a = (e / B) % A;
+    let c = (e / (A * B)) % CG;
+    let kl = e / (A * B * CG);
+    let g = kl / (P * KG);
+    let phase = (kl % (P * KG)) / KG;
+    let kk = kl % KG;
+    let r = phase / SW + (A - 1 - a) * SH;
+    let s = phase % SW + (B - 1 - b) * SW;
+    var v = {{DT}}(0.0);
+    if (r < R && s < S) {
+        v = w[(((g * CG + c) * KG + kk) * R + r) * S + s];
+    }
+    lowered[e] = v;
+}

@@ -1,0 +1,172 @@
+//! Transposed convolutions on every family: a transposed problem is computed as its lowered
+//! form ([`ConvShape::lowered`]), a stride-1 convolution whose output channels are the
+//! stride phases and whose store scatters each phase to its rows and columns. This module
+//! writes the pass that rearranges the transposed weights (C, K/groups, R, S) into the
+//! lowered ones (phases * K, C/groups, ceil(R/SH), ceil(S/SW)); the families generate the
+//! convolution itself on the lowered shape as on any other.
+
+use crate::codegen::{render, shape_vars, WeightPrep};
+use crate::error::{Error, Result};
+use crate::params::ConvShape;
+
+const TEMPLATE: &str = include_str!("../../shaders/phases.wgsl");
+
+/// The weight pass for `transposed`, whose lowered form is `lowered`.
+pub fn weight_prep(transposed: &ConvShape, lowered: &ConvShape, variant: &str) -> Result<WeightPrep> {
+    let sc = lowered
+        .scatter
+        .ok_or_else(|| Error::invalid(format!("{} is not a lowered transposed convolution", lowered.label())))?;
+    let len = lowered.w_len();
+    let mut vars = shape_vars(transposed, variant);
+    vars.retain(|(k, _)| matches!(*k, "VARIANT" | "SHAPE" | "ENABLES" | "DT" | "KG" | "CG" | "R" | "S" | "SH" | "SW"));
+    vars.extend([
+        ("LEN", len.to_string()),
+        ("PHASES", (sc.phases.0 * sc.phases.1).to_string()),
+        ("A", lowered.r.to_string()),
+        ("B", lowered.s.to_string()),
+    ]);
+    Ok(WeightPrep {
+        source: render(TEMPLATE, &vars)?,
+        workgroups: len.div_ceil(256),
+        bytes: lowered.dtype.buffer_bytes(len),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transposed(x: [usize; 4], w: [usize; 4], st: i64, p: i64, op: i64, groups: i64) -> ConvShape {
+        ConvShape::new_transposed(x, w, (st, st), (p, p), (op, op), (1, 1), groups, None).unwrap()
+    }
+
+    /// The lowered convolution, its weights rearranged and its outputs scattered as the WGSL
+    /// does, gives the transposed convolution's float64 result, across strides, paddings,
+    /// output paddings, kernel sizes past and short of a stride multiple, and groups.
+    #[test]
+    fn lowered_form_computes_the_transposed_convolution() {
+        let cases = [
+            ([2, 4, 5, 6], [4, 3, 4, 4], 2, 1, 0, 1),
+            ([1, 3, 4, 4], [3, 2, 3, 3], 2, 1, 1, 1),
+            ([1, 2, 3, 5], [2, 3, 2, 2], 2, 0, 0, 1),
+            ([1, 4, 4, 3], [4, 1, 5, 5], 3, 2, 2, 2),
+            ([1, 2, 6, 6], [2, 2, 3, 3], 1, 1, 0, 1),
+            ([2, 6, 3, 4], [6, 2, 4, 4], 4, 0, 3, 3),
+            ([1, 1, 2, 2], [1, 1, 7, 7], 2, 3, 1, 1),
+        ];
+        for (x, w, st, p, op, g) in cases {
+            let t = transposed(x, w, st, p, op, g);
+            let lo = t.lowered().unwrap_or_else(|| panic!("{} has no lowered form", t.label()));
+            let xs: Vec<f64> = (0..t.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
+            let ws: Vec<f64> = (0..t.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
+            let want = transposed_f64(&t, &xs, &ws);
+            let wl = lowered_weights(&t, &lo, &ws);
+            let got_lo = conv_f64(&lo, &xs, &wl);
+            let mut got = vec![f64::NAN; t.y_len() as usize];
+            for (i, v) in got_lo.iter().enumerate() {
+                if let Some(at) = scatter_index(&lo, i as u64) {
+                    got[at as usize] = *v;
+                }
+            }
+            assert_eq!(got, want, "{}", t.label());
+        }
+    }
+
+    /// PyTorch's conv_transpose2d by its definition (each input scatters into the outputs its
+    /// taps reach), NCHW.
+    fn transposed_f64(t: &ConvShape, x: &[f64], w: &[f64]) -> Vec<f64> {
+        let (oh, ow, cg, kg) = (t.oh() as i64, t.ow() as i64, t.cg() as usize, t.kg() as usize);
+        let (h, wd, r, s) = (t.h as i64, t.w as i64, t.r as usize, t.s as usize);
+        let mut y = vec![0f64; t.y_len() as usize];
+        for n in 0..t.n as usize {
+            for c in 0..t.c as usize {
+                let g = c / cg;
+                for ih in 0..h {
+                    for iw in 0..wd {
+                        let xv = x[((n * t.c as usize + c) * h as usize + ih as usize) * wd as usize + iw as usize];
+                        for kk in 0..kg {
+                            for a in 0..r {
+                                for b in 0..s {
+                                    let oy = ih * t.stride.0 as i64 - t.pad.0 as i64 + a as i64;
+                                    let ox = iw * t.stride.1 as i64 - t.pad.1 as i64 + b as i64;
+                                    if oy < 0 || ox < 0 || oy >= oh || ox >= ow {
+                                        continue;
+                                    }
+                                    let k = g * kg + kk;
+                                    let yi = ((n * t.k as usize + k) * oh as usize + oy as usize) * ow as usize + ox as usize;
+                                    y[yi] += xv * w[((c * kg + kk) * r + a) * s + b];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// A plain convolution (stride 1, no dilation, as lowered forms are), NCHW.
+    fn conv_f64(l: &ConvShape, x: &[f64], w: &[f64]) -> Vec<f64> {
+        let (oh, ow, cg, kg) = (l.oh() as i64, l.ow() as i64, l.cg() as usize, l.kg() as usize);
+        let (h, wd, r, s) = (l.h as i64, l.w as i64, l.r as i64, l.s as i64);
+        let mut y = vec![0f64; l.y_len() as usize];
+        for n in 0..l.n as usize {
+            for k in 0..l.k as usize {
+                let g = k / kg;
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let mut acc = 0.0;
+                        for c in 0..cg {
+                            for a in 0..r {
+                                for b in 0..s {
+                                    let (ih, iw) = (i - l.pad.0 as i64 + a, j - l.pad.1 as i64 + b);
+                                    if ih < 0 || iw < 0 || ih >= h || iw >= wd {
+                                        continue;
+                                    }
+                                    let xv = x[((n * l.c as usize + g * cg + c) * h as usize + ih as usize) * wd as usize + iw as usize];
+                                    acc += xv * w[(((k * cg + c) * r as usize + a as usize) * s as usize) + b as usize];
+                                }
+                            }
+                        }
+                        y[((n * l.k as usize + k) * oh as usize + i as usize) * ow as usize + j as usize] = acc;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// What shaders/phases.wgsl computes, on the host.
+    fn lowered_weights(t: &ConvShape, lo: &ConvShape, w: &[f64]) -> Vec<f64> {
+        let (p, kg, cg, a, b) = ((t.stride.0 * t.stride.1) as u64, t.kg() as u64, t.cg() as u64, lo.r as u64, lo.s as u64);
+        let (r, s, sh, sw) = (t.r as u64, t.s as u64, t.stride.0 as u64, t.stride.1 as u64);
+        (0..lo.w_len())
+            .map(|e| {
+                let (bb, aa, c, kl) = (e % b, (e / b) % a, (e / (a * b)) % cg, e / (a * b * cg));
+                let (g, phase, kk) = (kl / (p * kg), (kl % (p * kg)) / kg, kl % kg);
+                let (rr, ss) = (phase / sw + (a - 1 - aa) * sh, phase % sw + (b - 1 - bb) * sw);
+                if rr < r && ss < s { w[((((g * cg + c) * kg + kk) * r + rr) * s + ss) as usize] } else { 0.0 }
+            })
+            .collect()
+    }
+
+    /// What `ystore` (codegen's scatter) computes, on the host: NCHW only.
+    fn scatter_index(lo: &ConvShape, yi: u64) -> Option<u64> {
+        let sc = lo.scatter.unwrap();
+        let (k, oh, ow) = (lo.k as i64, lo.oh() as i64, lo.ow() as i64);
+        let (gk, kgf) = (lo.kg() as i64, sc.kg as i64);
+        let yi = yi as i64;
+        let (img, off) = (yi / (k * oh * ow), yi % (k * oh * ow));
+        let (ch, p) = (off / (oh * ow), off % (oh * ow));
+        let phase = (ch % gk) / kgf;
+        let c = (ch / gk) * kgf + ch % kgf;
+        let row = (p / ow) * sc.phases.0 as i64 + phase / sc.phases.1 as i64 - sc.off.0 as i64;
+        let col = (p % ow) * sc.phases.1 as i64 + phase % sc.phases.1 as i64 - sc.off.1 as i64;
+        let (fh, fw) = (sc.out.0 as i64, sc.out.1 as i64);
+        if row < 0 || row >= fh || col < 0 || col >= fw {
+            return None;
+        }
+        let kf = kgf * lo.groups as i64;
+        Some((img * kf * fh * fw + (c * fh + row) * fw + col) as u64)
+    }
+}
