@@ -7,6 +7,7 @@ per axis, ``total // 2`` at the top/left and the rest at the bottom/right.
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Tuple, Union
 
 import numpy as np
@@ -150,3 +151,21 @@ FMA_SAMPLE = [
     "gemm_b64x64x16_t4x8",
     "gemm_b32x32x16_t4x4_k4",
 ]
+
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+def readme_examples(test: str) -> list:
+    """The code of every README ``python`` block marked ``<!-- run by tests/...::<test> ...
+    -->`` on the line above it, in order: tests run the documented code itself, so the docs
+    cannot drift from what works."""
+    with open(README, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    blocks = []
+    for i, line in enumerate(lines):
+        if line.startswith("<!-- run by ") and f"::{test} " in line + " " and lines[i + 1] == "```python":
+            end = lines.index("```", i + 2)
+            blocks.append("\n".join(lines[i + 2:end]) + "\n")
+    assert blocks, f"README.md has no python block marked for {test}"
+    return blocks

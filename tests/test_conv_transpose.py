@@ -15,7 +15,7 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv_transpose2d_reference
-from reference import check_close, nhwc
+from reference import check_close, nhwc, readme_examples
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_260_126))
@@ -302,3 +302,22 @@ def test_sizes_are_checked_before_any_copy():
     w = np.ones((8, 8, 2, 2), np.float32)
     with pytest.raises((ValueError, convtune.OutOfMemoryError), match="elements|bytes"):
         convtune.conv_transpose2d(x, w, stride=2)
+
+
+def test_readme_examples(tuning_env):
+    # README.md's conv_transpose2d examples, run as written on small arrays.
+    run, tuning = readme_examples("test_readme_examples")
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)
+    w = (rng.standard_normal((8, 4, 4, 4)) / 8).astype(np.float32)
+    w3 = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    scope = {"convtune": convtune, "x": x, "w": w, "w3": w3, "b": b}
+    exec(compile(run, "README.md", "exec"), scope)
+    assert isinstance(scope["t"], convtune.Tensor) and scope["y"].shape == (2, 4, 10, 12)
+    check_close(scope["y"], conv_transpose2d_reference(x, w, 2, 1), "README: the Tensor call")
+    exec(compile(tuning, "README.md", "exec"), scope)
+    report = convtune.tune(x, w3, stride=2, padding=1, transposed=True, output_padding=1, bias=True,
+                           activation="relu")
+    assert report.shape.startswith("2x8x5x6 k4 3x3 s2 p1 T op1 +b")
+    assert convtune.default_variant(x.shape, w.shape, stride=2, padding=1, transposed=True).startswith("tconv_")

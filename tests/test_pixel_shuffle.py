@@ -17,7 +17,7 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference, pixel_shuffle_reference
-from reference import check_close, nhwc
+from reference import check_close, nhwc, readme_examples
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_261_126))
@@ -187,6 +187,23 @@ def test_edsr_x4_upsampler_on_device_tensors():
         h = want_of(x, w1, 2, padding=1)
         want = want_of(h, w2, 2, padding=1, z=np.ones((1, 16, 24, 20)), activation="relu")
         check_close(y.numpy(), to(want), layout)
+
+
+def test_readme_edsr_x4_upsampler():
+    # README.md's example, run as written: EDSR's x4 upsampler (conv 64 -> 256 then shuffle 2,
+    # twice) on device Tensors, with its 64 channels scaled down to 16 for lavapipe.
+    (code,) = readme_examples("test_readme_edsr_x4_upsampler")
+    assert "convtune.to_device(features)" in code and code.count("pixel_shuffle=2") == 2
+    rng = np.random.default_rng(12)
+    features = rng.standard_normal((1, 16, 5, 7)).astype(np.float32)
+    w1 = (rng.standard_normal((64, 16, 3, 3)) / 12).astype(np.float32)
+    w2 = (rng.standard_normal((64, 16, 3, 3)) / 12).astype(np.float32)
+    scope = {"convtune": convtune, "features": features, "w1": w1, "w2": w2}
+    exec(compile(code, "README.md", "exec"), scope)
+    y = scope["y"]
+    assert isinstance(y, np.ndarray) and y.dtype == np.float32 and y.shape == (1, 16, 20, 28)
+    want = want_of(want_of(features, w1, 2, padding=1), w2, 2, padding=1)
+    check_close(y, want, "README EDSR x4 upsampler")
 
 
 def test_shuffle_of_one_is_the_plain_conv():

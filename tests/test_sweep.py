@@ -60,6 +60,17 @@ def test_points_set_one_parameter():
         _sweep.at(base, "C", 65)
 
 
+def test_sweeps_around_a_pixel_shuffled_base_keep_the_shuffle():
+    base = parse_spec("1x8x12x12 k16 3x3 s1 p1 ps2")
+    assert _sweep.at(base, "HW", 10).label() == "1x8x10x10 k16 3x3 s1 p1 ps2"
+    assert _sweep.at(base, "K", 20).kwargs() == {"pixel_shuffle": 2}
+    assert [s.label() for s in _sweep.points(base, "K", [12, 16])] == [
+        "1x8x12x12 k12 3x3 s1 p1 ps2", "1x8x12x12 k16 3x3 s1 p1 ps2"]
+    # A point whose K the shuffle cannot divide is named before anything is tuned.
+    with pytest.raises(ValueError, match="sweep point K=14: .*pixel_shuffle=2"):
+        _sweep.points(base, "K", [12, 14])
+
+
 def test_summary_finds_the_extremes_and_the_worst_cliff():
     times = {4: 1.0, 5: 3.0, 6: 1.2, 7: 1.1, 8: 2.0}
     pts = [{"value": v, "lib": {"s_per_flop": t}} for v, t in times.items()]

@@ -243,3 +243,53 @@ def test_transposed_specs_and_json_describe_conv_transpose2d(tuning_env, tmp_pat
     f.write_text(s.label() + "\n")
     assert cli.main(["tune", "--file", str(f), "--budget", "0", "--reps", "2"]) == 0
     assert convtune.explain(*s.args(), **s.kwargs()).source == "cache"
+
+
+@pytest.mark.parametrize("spec", [
+    "1x8x9x9 k16 3x3 s1 p1 ps2",
+    "2x6x7x5 k18 3x3 s2,1 p1,0 d2 g3 ps3 +b nhwc f16",
+    "1x64x36x64 k1024 3x3 s1 p1 ps4",
+])
+def test_pixel_shuffle_spec_strings_round_trip(spec):
+    assert parse_spec(spec).label() == spec
+
+
+def test_pixel_shuffle_specs_and_json_describe_conv2d_pixel_shuffle(tuning_env, tmp_path):
+    s = parse_spec("1x4x6x5 k8 3x3 s1 p1 ps2 +b")
+    # w, K and the FLOPs are the conv's; the shuffle only moves where outputs are stored.
+    assert s.pixel_shuffle == 2 and s.w == (8, 4, 3, 3) and s.out_channels() == 8
+    assert s.flops() == 2.0 * 1 * 8 * 6 * 5 * 4 * 3 * 3
+    assert s.kwargs() == {"bias": True, "pixel_shuffle": 2}
+    assert from_json({"x": [1, 4, 6, 5], "w": [8, 4, 3, 3], "padding": 1, "bias": True,
+                      "pixel_shuffle": 2}) == s
+    # ps1 is no shuffle: the same problem, the same label (and cache key) as without it.
+    assert parse_spec("1x4x6x5 k8 3x3 s1 p1 ps1 +b") == parse_spec("1x4x6x5 k8 3x3 s1 p1 +b")
+    assert parse_spec("1x4x6x5 k8 3x3 s1 p1 ps1").label() == "1x4x6x5 k8 3x3 s1 p1"
+    assert "ps" not in parse_spec("1x4x6x5 k8 3x3 s1 psame").label().replace("psame", "")
+    for bad, match in [
+        ("1x4x6x5 k8 3x3 p1 ps0", "r must be >= 1"),
+        ("1x4x6x5 k8 3x3 p1 ps-2", "unrecognised 'ps-2'"),
+        ("1x4x6x5 k8 3x3 p1 ps3", r"divisible by r\*r = 9, got K=8"),
+        ("1x4x6x5 k8 3x3 p1 ps2 ps2", "pixel_shuffle given twice"),
+        ("1x4x6x5 k8 4x4 s2 p1 T ps2", "cannot be combined with T"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            parse_spec(bad)
+    for bad, match in [
+        ({"x": [1, 4, 6, 5], "w": [8, 4, 3, 3], "pixel_shuffle": 0}, "r must be >= 1"),
+        ({"x": [1, 4, 6, 5], "w": [6, 4, 3, 3], "pixel_shuffle": 2}, "got K=6"),
+        ({"x": [1, 4, 6, 5], "w": [4, 4, 3, 3], "pixel_shuffle": 2.0}, "pixel_shuffle must be an integer"),
+        ({"x": [1, 8, 6, 5], "w": [8, 2, 4, 4], "transposed": True, "pixel_shuffle": 2}, "combined with T"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            from_json(bad)
+    # The tuner's report names the shuffled problem the same way, and the CLI tunes what a
+    # line (or a JSON item) names: the shuffled problem, not its unshuffled namesake.
+    report = convtune.tune(*s.args(), **s.kwargs(), budget=0)
+    assert report.shape == s.label() and parse_spec(report.shape) == s
+    f = tmp_path / "shapes.json"
+    f.write_text(json.dumps([s.label()]))
+    assert cli.main(["tune", "--file", str(f), "--budget", "0", "--reps", "2", "--force"]) == 0
+    assert convtune.explain(*s.args(), **s.kwargs()).source == "cache"
+    plain = parse_spec("1x4x6x5 k8 3x3 s1 p1 +b")
+    assert convtune.explain(*plain.args(), **plain.kwargs()).source != "cache"

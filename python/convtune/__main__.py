@@ -143,6 +143,8 @@ def _e2e(shape: Shape, reps: int, precision: Optional[str]) -> float:
     if shape.output_padding is not None:
         op = convtune.conv_transpose2d
         kw["output_padding"] = shape.output_padding
+    if shape.pixel_shuffle != 1:
+        kw["pixel_shuffle"] = shape.pixel_shuffle
     op(x, w, **kw)
     times = []
     for _ in range(reps):
@@ -339,7 +341,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         description="Tunes every shape under one progress display, then times each winner against the "
                     "default variant. --file takes a JSON list of objects {\"x\": [N,C,H,W], \"w\": "
                     "[K,C/groups,R,S], \"stride\": 1, \"padding\": 1, \"dilation\": 1, \"groups\": 1, "
-                    "\"bias\": false} or spec strings, or a text file of one spec string per line "
+                    "\"bias\": false, \"pixel_shuffle\": 1} or spec strings, or a text file of one spec string per line "
                     f"({_shapes.SPEC_SYNTAX}; '#' starts a comment).",
     )
     source = tune.add_mutually_exclusive_group()

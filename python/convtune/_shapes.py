@@ -7,13 +7,19 @@ default 1), ``pP``, ``pPH,PW``, ``psame`` or ``pvalid`` (padding, default 0), ``
 ``dDH,DW`` (dilation, default 1), ``gG`` (groups, default 1), ``+b`` (with bias), ``nhwc``
 (x and y channels-last; the dims stay written N, C, H, W), ``f16`` (float16 data) and ``T``
 (a transposed convolution, ``conv_transpose2d``: K is its output channels) with ``opP`` or
-``opPH,PW`` (its output padding, default 0).
+``opPH,PW`` (its output padding, default 0), and ``psR`` (``conv2d(..., pixel_shuffle=R)``:
+depth-to-space by R fused into the store; K is the conv's output channels, divisible by R²,
+the result has K/R² channels; ``ps1`` is no shuffle and reads as if absent; not with ``T``).
 
 JSON object: ``{"x": [N, C, H, W], "w": [K, C/groups, R, S], "stride": 1, "padding": 1,
 "dilation": 1, "groups": 1, "bias": false, "layout": "NCHW", "dtype": "float32"}``; only
 ``x`` and ``w`` are required (x always as N, C, H, W), pairs may be ``[h, w]`` lists and
 padding may be ``"same"`` or ``"valid"``. A transposed convolution adds ``"transposed": true``
-(and ``"output_padding"``); its ``w`` is then ``[C, K/groups, R, S]``, as PyTorch's.
+(and ``"output_padding"``); its ``w`` is then ``[C, K/groups, R, S]``, as PyTorch's. A fused
+pixel shuffle adds ``"pixel_shuffle": R``.
+
+Labels print the tokens in the order convtune's reports do (``T``/``op`` after ``d``, ``ps``
+after ``g``, then ``+b``, ``nhwc``, ``f16``); a problem without a shuffle prints no ``ps``.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 Pair = Tuple[int, int]
 
 SPEC_SYNTAX = ("NxCxHxW kK RxS [sS|sSH,SW] [pP|pPH,PW|psame|pvalid] [dD|dDH,DW] [T [opP|opPH,PW]] "
-               "[gG] [+b] [nhwc] [f16]")
+               "[gG] [psR] [+b] [nhwc] [f16]")
 JSON_KEYS = ("x", "w", "stride", "padding", "dilation", "groups", "bias", "layout", "dtype",
-             "transposed", "output_padding")
+             "transposed", "output_padding", "pixel_shuffle")
 
 
 class ShapeError(ValueError):
@@ -52,6 +58,9 @@ class Shape:
     # A transposed convolution's output padding (w is then (C, K/groups, R, S)); None for a
     # plain one.
     output_padding: Optional[Pair] = None
+    # Depth-to-space by this factor fused into the store (``conv2d(..., pixel_shuffle=r)``); 1:
+    # none. w, out_channels() and flops() stay the conv's (K before the shuffle).
+    pixel_shuffle: int = 1
 
     @property
     def transposed(self) -> bool:
@@ -75,6 +84,8 @@ class Shape:
             out["dtype"] = self.dtype
         if self.transposed:
             out.update(transposed=True, output_padding=self.output_padding)
+        if self.pixel_shuffle != 1:
+            out["pixel_shuffle"] = self.pixel_shuffle
         return out
 
     def out_hw(self) -> Pair:
@@ -121,6 +132,8 @@ class Shape:
             out += " T" + (f" op{pair(self.output_padding)}" if self.output_padding != (0, 0) else "")
         if self.groups != 1:
             out += f" g{self.groups}"
+        if self.pixel_shuffle != 1:
+            out += f" ps{self.pixel_shuffle}"
         out += " +b" if self.bias else ""
         out += " nhwc" if self.layout == "NHWC" else ""
         return out + (" f16" if self.dtype == "float16" else "")
@@ -149,7 +162,21 @@ _SPEC_TOKENS = {
     "dtype": re.compile(r"f16"),
     "transposed": re.compile(r"T"),
     "output_padding": re.compile(r"op(\d+)(?:,(\d+))?"),
+    "pixel_shuffle": re.compile(r"ps(\d+)"),
 }
+
+
+def _check_shuffle(r: int, k: int, transposed: bool) -> None:
+    """The pixel shuffle rules ``conv2d`` applies, checked while reading the shape."""
+    if r < 1:
+        raise ShapeError(f"pixel shuffle r must be >= 1, got {r}")
+    if r == 1:
+        return
+    if transposed:
+        raise ShapeError(f"a pixel shuffle (ps{r}) cannot be combined with T: transposed "
+                         "convolutions do not take pixel_shuffle")
+    if k % (r * r):
+        raise ShapeError(f"pixel shuffle ps{r} needs K divisible by r*r = {r * r}, got K={k}")
 
 
 def parse_spec(text: str) -> Shape:
@@ -199,6 +226,11 @@ def parse_spec(text: str) -> Shape:
     if transposed and (k % groups or isinstance(padding, str)):
         raise ShapeError(f"shape spec {text!r}: a transposed convolution needs groups dividing K={k} "
                          "and a numeric padding")
+    shuffle = int(found["pixel_shuffle"].group(1)) if "pixel_shuffle" in found else 1
+    try:
+        _check_shuffle(shuffle, k, transposed)
+    except ShapeError as e:
+        raise ShapeError(f"shape spec {text!r}: {e}") from None
     return Shape(
         x=(n, c, h, wd),
         w=(c, k // groups, r, s) if transposed else (k, c // groups, r, s),
@@ -210,6 +242,7 @@ def parse_spec(text: str) -> Shape:
         bias="bias" in found,
         layout="NHWC" if "layout" in found else "NCHW",
         dtype="float16" if "dtype" in found else "float32",
+        pixel_shuffle=shuffle,
     )
 
 
@@ -269,17 +302,22 @@ def from_json(item: Any) -> Shape:
     if transposed and isinstance(padding, str):
         raise ShapeError(f"a transposed convolution's padding must be an integer or a pair, got {json.dumps(p)}")
     output_padding = _pair(item.get("output_padding", 0), "output_padding") if transposed else None
+    w = _ints(item["w"], 4, "w")
+    shuffle = _int(item.get("pixel_shuffle", 1), "pixel_shuffle")
+    groups = _int(item.get("groups", 1), "groups")
+    _check_shuffle(shuffle, w[1] * groups if transposed else w[0], transposed)
     return Shape(
         x=_ints(item["x"], 4, "x"),  # type: ignore[arg-type]
-        w=_ints(item["w"], 4, "w"),  # type: ignore[arg-type]
+        w=w,  # type: ignore[arg-type]
         stride=_pair(item.get("stride", 1), "stride"),
         padding=padding,
         dilation=_pair(item.get("dilation", 1), "dilation"),
-        groups=_int(item.get("groups", 1), "groups"),
+        groups=groups,
         bias=bias,
         layout=layout,
         dtype=dtype,
         output_padding=output_padding,
+        pixel_shuffle=shuffle,
     )
 
 
