@@ -157,6 +157,47 @@ def test_lowered_form_on_other_families(variant):
     compare(got, to(want), half, f"{variant} {layout} {kw}")
 
 
+TC = convtune.adapter_info()["features"]["tensor_cores"]
+COOP_SAMPLE = [v for v in convtune.variant_space()
+               if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1][1::4]
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", COOP_SAMPLE)
+def test_lowered_form_on_tensor_cores(variant):
+    # The decoder layers the family is for: 4x4 stride 2 (no zero taps) and 3x3 stride 2
+    # with output padding (zero taps, cropped phases), 16-channel groups of output.
+    knobs = convtune.variant_knobs(variant)
+    layout = "NHWC" if knobs["layout"] > 0 else "NCHW"
+    i = COOP_SAMPLE.index(variant)
+    half = knobs["layout"] == 2 or i % 2 == 0
+    precision = "highest" if knobs["split"] == 3 else "high"
+    rng = np.random.default_rng(200 + i)
+    dt = np.float16 if half else np.float32
+    if i % 3 == 2:
+        xs, ws, kw = (2, 16, 7, 6), (16, 16, 3, 3), dict(stride=2, padding=1, output_padding=1)
+    else:
+        xs, ws, kw = (2, 32, 6, 7), (32, 16, 4, 4), dict(stride=2, padding=1)
+    x = rng.standard_normal(xs).astype(dt)
+    w = (rng.standard_normal(ws) / 12).astype(dt)
+    b = rng.standard_normal(16).astype(np.float32)
+    conv = conv_transpose2d_reference(x, w, bias=b, **kw)
+    z = rng.standard_normal(conv.shape).astype(dt)
+    want = conv + 0.5 * z.astype(np.float64)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    try:
+        got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
+                                        precision=None if half else precision, **kw)
+    except ValueError as e:
+        if "cannot run on this shape" in str(e) or "the adapter allows" in str(e):
+            pytest.skip(f"{variant}: {e}")
+        raise
+    g = got.astype(np.float64)
+    bound = HALF_BOUND if half else (1e-5 if precision == "highest" else 4e-3)
+    err = np.abs(g - to(want)).max() / np.abs(want).max()
+    assert np.isfinite(g).all() and err <= bound, f"{variant} {layout} half={half} {kw}: error {err:.3g}"
+
+
 def test_matches_a_stride_one_conv2d_with_the_flipped_weights():
     # A second witness besides the reference: at stride 1, conv_transpose2d is conv2d with
     # padding R - 1 - p and w flipped and swapped to (K, C, R, S).
