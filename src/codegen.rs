@@ -148,9 +148,9 @@ fn ystore(yi: i32) -> i32 {{
     )
 }
 
-/// `ystore` for a transposed convolution's lowered form ([`crate::params::Scatter`]): the
-/// transposed output's index of the lowered output at `yi`, or -1 where it falls outside
-/// (every store then skips it), and `ybias`: the bias channel of a lowered channel.
+/// `ystore` for a scatter ([`crate::params::Scatter`]: a transposed convolution's lowered
+/// form, or a pixel shuffle's): the output index of the lowered output at `yi`, or -1 where
+/// it falls outside (every store then skips it), and `ybias`: a lowered channel's bias entry.
 fn scatter_wgsl(s: &ConvShape, sc: &crate::params::Scatter) -> String {
     let (k, oh, ow) = (s.k, s.oh(), s.ow());
     let (sh, sw) = sc.phases;
@@ -169,7 +169,7 @@ fn scatter_wgsl(s: &ConvShape, sc: &crate::params::Scatter) -> String {
 // The lowered transposed convolution's scatter: channel (g, phase, c) at (oh, ow) -> channel
 // g * {kgf} + c at (oh * {sh} + phase / {sw} - {oh0}, ow * {sw} + phase % {sw} - {ow0}).
 fn ybias(k: i32) -> i32 {{
-    return (k / {gk}) * {kgf} + k % {kgf};
+    return {bias};
 }}
 fn ystore(yi: i32) -> i32 {{
     let img = yi / {img};
@@ -177,17 +177,26 @@ fn ystore(yi: i32) -> i32 {{
     let ch = {chan};
     let p = {pix};
     let phase = (ch % {gk}) / {kgf};
-    let c = ybias(ch);
+    let c = (ch / {gk}) * {kgf} + ch % {kgf};
     let row = (p / {ow}) * {sh} + phase / {sw} - {oh0};
     let col = (p % {ow}) * {sw} + phase % {sw} - {ow0};
-    if (row < 0 || row >= {fh} || col < 0 || col >= {fw}) {{
-        return -1;
-    }}
-    return img * {fimg} + {stored};
+{crop}    return img * {fimg} + {stored};
 }}
 ",
         img = k * oh * ow,
         fimg = kf * fh * fw,
+        crop = if sc.crops() {
+            format!("    if (row < 0 || row >= {fh} || col < 0 || col >= {fw}) {{\n        return -1;\n    }}\n")
+        } else {
+            String::new()
+        },
+        // A shuffle's lowered channel (g, phase, c) came from conv channel
+        // g * KG + c * phases + phase, which has its own bias.
+        bias = if sc.shuffle {
+            format!("(k / {gk}) * {gk} + (k % {kgf}) * {p} + (k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg, p = sh * sw)
+        } else {
+            format!("(k / {gk}) * {kgf} + k % {kgf}", gk = s.kg(), kgf = sc.kg)
+        },
         gk = s.kg(),
         kgf = sc.kg,
         oh0 = sc.off.0,
@@ -200,7 +209,7 @@ fn ystore(yi: i32) -> i32 {{
 /// fall outside y (a lowered transposed convolution) skip those.
 pub fn store_stmt(s: &ConvShape, at: &str, value: &str, k: &str) -> String {
     let store = format!("y[yi] = DT(epilogue({value}, {k}, yi));");
-    if s.scatter.is_some() {
+    if s.scatter.is_some_and(|sc| sc.crops()) {
         format!("let yi = ystore({at}); if (yi >= 0) {{ {store} }}")
     } else {
         format!("let yi = ystore({at}); {store}")

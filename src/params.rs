@@ -135,6 +135,16 @@ pub struct Scatter {
     pub out: (u32, u32),
     /// Its output channels per group.
     pub kg: u32,
+    /// A pixel shuffle's form: each lowered channel has its own bias entry (the conv
+    /// channel it came from), where a transposed convolution's phases share theirs.
+    pub shuffle: bool,
+}
+
+impl Scatter {
+    /// Whether some lowered outputs fall outside y (a transposed convolution's edges).
+    pub fn crops(&self) -> bool {
+        !self.shuffle
+    }
 }
 
 /// Strides, paddings and dilations beyond this are rejected: kernels do their index
@@ -461,11 +471,34 @@ impl ConvShape {
             pad_end: (ph_end, pw_end),
             transposed: None,
             pixel_shuffle: None,
-            scatter: Some(Scatter { phases: self.stride, off: (off_h, off_w), out: (oh, ow), kg: self.kg() }),
+            scatter: Some(Scatter { phases: self.stride, off: (off_h, off_w), out: (oh, ow), kg: self.kg(), shuffle: false }),
             ..*self
         };
         lowered.check_lens().ok()?;
         Some(lowered)
+    }
+
+    /// A pixel-shuffled problem as a scatter ([`Scatter`]): the same convolution with its
+    /// output channels reordered from PyTorch's (c, i, j) to (i, j, c) within each group
+    /// (its weight pass permutes w's rows, `kernels::phases`), so that in NHWC a phase's
+    /// channels land side by side and stores keep whole quads together. `None` where a
+    /// group's channels are not whole sets of r^2 phases, or without a shuffle.
+    pub fn shuffle_lowered(&self) -> Option<ConvShape> {
+        let r = self.pixel_shuffle?;
+        if self.kg() % (r * r) != 0 {
+            return None;
+        }
+        Some(ConvShape {
+            pixel_shuffle: None,
+            scatter: Some(Scatter {
+                phases: (r, r),
+                off: (0, 0),
+                out: (self.oh() * r, self.ow() * r),
+                kg: self.kg() / (r * r),
+                shuffle: true,
+            }),
+            ..*self
+        })
     }
 
     /// Whether the problem is a transposed convolution.
@@ -598,6 +631,12 @@ impl ConvShape {
         }
         if let Some(r) = self.pixel_shuffle {
             s += &format!(" ps{r}");
+        }
+        // Scatter forms are never keys; their labels head the WGSL they generate.
+        match self.scatter {
+            Some(sc) if sc.shuffle => s += &format!(" ps{} (phase-major)", sc.phases.0),
+            Some(sc) => s += &format!(" (lowered from a stride {} transposed convolution)", pair(sc.phases)),
+            None => {}
         }
         if self.bias {
             s += " +b";

@@ -714,6 +714,8 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
                 writeln!(s, "            let k = g * KG + n;").unwrap();
                 let at = "(m / OHW) * YSN + k * YSK + (m % OHW) * YSP";
                 if moves_y(shape) {
+                    // ystore gives -1 for an output past y's edges (a transposed
+                    // convolution's lowered form), and never does otherwise.
                     writeln!(s, "            let yi = ystore({at});").unwrap();
                     writeln!(s, "            if (yi >= 0) {{").unwrap();
                 } else {

@@ -218,12 +218,13 @@ impl Variant {
     pub fn needs_tensor_cores(&self) -> bool {
         self.ops().needs_tensor_cores()
     }
-    /// The shape the variant's own generator sees for `shape`: the shape itself where the
-    /// variant's kind (plain or transposed) matches, a transposed problem's lowered form
-    /// for the plain families (`kernels::phases`), else none.
+    /// The shape the variant's own generator sees for `shape`: a transposed problem's
+    /// lowered form for the plain families, a pixel shuffle's scatter form where it has one
+    /// (`kernels::phases`), the shape itself for the variant's own kind, else none.
     fn target(&self, shape: &ConvShape) -> Option<ConvShape> {
         match (self.ops().transposed(), shape.is_transposed()) {
-            (a, b) if a == b => Some(*shape),
+            (false, false) => Some(shape.shuffle_lowered().unwrap_or(*shape)),
+            (true, true) => Some(*shape),
             (false, true) => shape.lowered(),
             _ => None,
         }

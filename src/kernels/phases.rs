@@ -1,8 +1,10 @@
-//! Transposed convolutions on every family: a transposed problem is computed as its lowered
-//! form ([`ConvShape::lowered`]), a stride-1 convolution whose output channels are the
-//! stride phases and whose store scatters each phase to its rows and columns. This module
-//! writes the pass that rearranges the transposed weights (C, K/groups, R, S) into the
-//! lowered ones (phases * K, C/groups, ceil(R/SH), ceil(S/SW)); the families generate the
+//! Scattered stores on every family. A transposed problem is computed as its lowered form
+//! ([`ConvShape::lowered`]), a stride-1 convolution whose output channels are the stride
+//! phases and whose store scatters each phase to its rows and columns; a pixel-shuffled one
+//! as the same conv with its channels reordered phase-major ([`ConvShape::shuffle_lowered`]),
+//! so that channels-last stores stay contiguous. This module writes the pass that
+//! rearranges w into the lowered weights (transposed: (C, K/groups, R, S) into (phases * K,
+//! C/groups, ceil(R/SH), ceil(S/SW)); shuffled: w's rows permuted); the families generate the
 //! convolution itself on the lowered shape as on any other.
 
 use crate::codegen::{render, shape_vars, WeightPrep};
@@ -10,23 +12,30 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 
 const TEMPLATE: &str = include_str!("../../shaders/phases.wgsl");
+const SHUFFLE_TEMPLATE: &str = include_str!("../../shaders/shuffle_weights.wgsl");
 
-/// The weight pass for `transposed`, whose lowered form is `lowered`.
-pub fn weight_prep(transposed: &ConvShape, lowered: &ConvShape, variant: &str) -> Result<WeightPrep> {
+/// The weight pass for `shape` (transposed, or pixel-shuffled), whose scatter form is
+/// `lowered`.
+pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Result<WeightPrep> {
     let sc = lowered
         .scatter
-        .ok_or_else(|| Error::invalid(format!("{} is not a lowered transposed convolution", lowered.label())))?;
+        .ok_or_else(|| Error::invalid(format!("{} is not a scatter form", lowered.label())))?;
     let len = lowered.w_len();
-    let mut vars = shape_vars(transposed, variant);
+    let mut vars = shape_vars(shape, variant);
     vars.retain(|(k, _)| matches!(*k, "VARIANT" | "SHAPE" | "ENABLES" | "DT" | "KG" | "CG" | "R" | "S" | "SH" | "SW"));
-    vars.extend([
-        ("LEN", len.to_string()),
-        ("PHASES", (sc.phases.0 * sc.phases.1).to_string()),
-        ("A", lowered.r.to_string()),
-        ("B", lowered.s.to_string()),
-    ]);
+    vars.extend([("LEN", len.to_string()), ("PHASES", (sc.phases.0 * sc.phases.1).to_string())]);
+    let template = if sc.shuffle {
+        vars.extend([
+            ("ROW", (lowered.cg() * lowered.r * lowered.s).to_string()),
+            ("KGF", sc.kg.to_string()),
+        ]);
+        SHUFFLE_TEMPLATE
+    } else {
+        vars.extend([("A", lowered.r.to_string()), ("B", lowered.s.to_string())]);
+        TEMPLATE
+    };
     Ok(WeightPrep {
-        source: render(TEMPLATE, &vars)?,
+        source: render(template, &vars)?,
         workgroups: len.div_ceil(256),
         bytes: lowered.dtype.buffer_bytes(len),
     })
@@ -69,6 +78,38 @@ mod tests {
                 }
             }
             assert_eq!(got, want, "{}", t.label());
+        }
+    }
+
+    /// A pixel shuffle's scatter form, its rows permuted as shaders/shuffle_weights.wgsl
+    /// does and its outputs scattered as `ystore` does, stores what the shuffle does.
+    #[test]
+    fn shuffle_form_stores_the_pixel_shuffle() {
+        use crate::params::Padding;
+        for (x, w, r, g) in [([2, 4, 5, 3], [8, 4, 3, 3], 2, 1), ([1, 6, 3, 4], [36, 3, 1, 2], 3, 2)] {
+            let s = ConvShape::new(x, w, (1, 1), Padding::Explicit(1, 0), (1, 1), g, None).unwrap().with_pixel_shuffle(r).unwrap();
+            let lo = s.shuffle_lowered().unwrap();
+            let xs: Vec<f64> = (0..s.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
+            let ws: Vec<f64> = (0..s.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
+            let plain = ConvShape { pixel_shuffle: None, ..s };
+            let mut want = vec![f64::NAN; s.y_len() as usize];
+            for (i, v) in conv_f64(&plain, &xs, &ws).iter().enumerate() {
+                want[s.y_store_index(i as u64) as usize] = *v;
+            }
+            let sc = lo.scatter.unwrap();
+            let (kg, kgf, p, row) = (lo.kg() as u64, sc.kg as u64, (r * r) as u64, (lo.cg() * lo.r * lo.s) as u64);
+            let wl: Vec<f64> = (0..lo.w_len())
+                .map(|e| {
+                    let kl = e / row;
+                    let (gi, phase, c) = (kl / kg, (kl % kg) / kgf, kl % kgf);
+                    ws[((gi * kg + c * p + phase) * row + e % row) as usize]
+                })
+                .collect();
+            let mut got = vec![f64::NAN; s.y_len() as usize];
+            for (i, v) in conv_f64(&lo, &xs, &wl).iter().enumerate() {
+                got[scatter_index(&lo, i as u64).unwrap() as usize] = *v;
+            }
+            assert_eq!(got, want, "{}", s.label());
         }
     }
 
