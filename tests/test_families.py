@@ -48,7 +48,7 @@ def test_unknown_names_raise_value_error_naming_the_accepted_ones(tuning_env, mo
 def test_names_are_case_and_space_insensitive(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_FAMILIES", " GEMM , ")
     assert convtune.default_variant(X, W, **KW).startswith("gemm_")
-    assert _convtune.families() == (["gemm"], ["direct", "coop", "wino", "tconv"])
+    assert _convtune.families() == (["gemm"], ["direct", "coop", "wino", "tconv", "wgemm"])
     monkeypatch.setenv("CONVTUNE_FAMILIES", "  ")  # blank: no restriction
     assert _convtune.families()[1] == []
 
@@ -105,11 +105,11 @@ def test_a_hand_edited_entry_with_an_excluded_winner_is_ignored(tuning_env, monk
 def test_explain_names_excluded_families_and_a_forced_variant_still_runs(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_TUNE", "off")
     e = explain(SMALL)
-    assert e.excluded == [] and e.families == ["direct", "gemm", "coop", "wino", "tconv"]
+    assert e.excluded == [] and e.families == ["direct", "gemm", "coop", "wino", "tconv", "wgemm"]
     assert "CONVTUNE_FAMILIES" not in str(e)
     monkeypatch.setenv("CONVTUNE_FAMILIES", "gemm")
     e = explain(SMALL)
-    assert e.families == ["gemm"] and e.excluded == ["direct", "coop", "wino", "tconv"]
+    assert e.families == ["gemm"] and e.excluded == ["direct", "coop", "wino", "tconv", "wgemm"]
     assert "CONVTUNE_FAMILIES excludes direct, coop, wino, tconv" in str(e)
     forced = explain(SMALL, variant="direct_wg64x1_u1_k4w1")
     assert (forced.source, forced.family) == ("forced", "direct")

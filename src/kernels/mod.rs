@@ -10,6 +10,7 @@ pub mod gemm;
 pub mod implicit;
 pub mod tconv;
 pub mod wino;
+pub mod winogemm;
 
 use crate::codegen::Kernel;
 use crate::error::{Error, Result};
@@ -185,6 +186,7 @@ families! {
     Coop(coop::Coop),
     Wino(wino::Wino),
     Tconv(tconv::Tconv),
+    Wgemm(winogemm::WinoGemm),
 }
 
 impl Variant {
