@@ -539,7 +539,8 @@ def test_variant_space_has_both_families():
     assert any(v.startswith("gemm_") for v in VARIANTS)
     assert any(v.startswith("coop_") for v in VARIANTS)
     assert any(v.startswith("wino_") for v in VARIANTS)
-    assert all(v.startswith(("direct_", "gemm_", "coop_", "wino_")) for v in VARIANTS)
+    assert any(v.startswith("wgemm_") for v in VARIANTS)
+    assert all(v.startswith(("direct_", "gemm_", "coop_", "wino_", "wgemm_")) for v in VARIANTS)
     assert any(v.startswith("tconv_") for v in convtune.variant_space())
 
 
@@ -591,8 +592,8 @@ def test_default_variant_is_in_space_and_wgsl_names_it(x_shape, w_shape, kw):
 
 def test_wgsl_for_every_variant():
     for name in VARIANTS:
-        if name.startswith("wino_"):
-            # Winograd F(2x2, 3x3) takes 3x3 filters at stride 1 and dilation 1 only.
+        if name.startswith(("wino_", "wgemm_")):
+            # Winograd F(mxm, 3x3), fused or not, takes 3x3 filters at stride 1 and dilation 1 only.
             src = convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2)
             with pytest.raises(ValueError, match="cannot run on this shape"):
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)

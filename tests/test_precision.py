@@ -227,3 +227,46 @@ def test_tuned_tensor_core_modes_meet_their_bounds(precision, tuning_env):
     got = convtune.conv2d(x, w, padding=1, precision=precision)
     bound = {"highest": 1e-5, "high": 4e-3}[precision]
     assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= bound
+
+
+# ---- Winograd (FMA units, any adapter) -----------------------------------------------------
+
+# The fused family's F(2x2) and F(4x4), and the non-fused one's three tile sizes (F(6x6)
+# serves "high" only). tests/test_winogemm.py runs every non-fused variant.
+WINOGRAD = ["wino_t32x32_c4_r1x4", "wino_t32x32_c2_r1x4_m4", "wgemm_m2_b32x32x8_t4x4",
+            "wgemm_m4_b32x32x8_t4x4", "wgemm_m6_b32x32x8_t4x4"]
+
+
+def _winograd_mode(variant):
+    return "high" if variant.startswith("wgemm_m6") else "highest"
+
+
+@pytest.mark.parametrize("xs, wsc", [(1e-30, 1.0), (1e30, 1e-30), (1e-20, 1e-15), (1e18, 1e15)])
+@pytest.mark.parametrize("variant", WINOGRAD)
+def test_winograd_meets_its_bound_on_any_value_range(variant, xs, wsc):
+    """The transforms scale values by up to 32 (F(6x6)'s A^T) and 1/90 (its G): where one
+    overflows, the direct re-sum gives the finite result; nothing flushes to zero."""
+    assert variant in convtune.variant_space()
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((2, 24, 10, 10)) * xs).astype(np.float32)
+    w = (rng.standard_normal((16, 24, 3, 3)) * wsc).astype(np.float32)
+    mode = _winograd_mode(variant)
+    got = convtune.conv2d(x, w, padding=1, variant=variant, precision=mode)
+    want = reference_conv2d(x, w, padding=1)
+    assert np.all(np.isfinite(got))
+    big = np.abs(want) > 1e-3 * np.abs(want).max()
+    assert np.all(got[big] != 0)
+    # "high"'s bound is 4e-3; F(6x6) measures ~1e-5 here, so hold it to 1e-4.
+    assert _rel_err(got, want) <= (1e-4 if mode == "high" else 1e-5), variant
+
+
+@pytest.mark.parametrize("variant", WINOGRAD)
+def test_winograd_mixed_channel_magnitudes_meet_the_bound(variant):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 24, 10, 10)).astype(np.float32)
+    x *= np.logspace(-6, 6, 24, dtype=np.float32)[None, :, None, None]
+    w = rng.standard_normal((16, 24, 3, 3)).astype(np.float32)
+    w *= np.logspace(3, -3, 24, dtype=np.float32)[None, :, None, None]
+    mode = _winograd_mode(variant)
+    got = convtune.conv2d(x, w, padding=1, variant=variant, precision=mode)
+    assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= (1e-4 if mode == "high" else 1e-5), variant

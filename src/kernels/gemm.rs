@@ -211,11 +211,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    var pb{i}: f32;").unwrap();
     }
     let mut acc = String::new();
-    for i in 0..gm.tm {
-        for j in 0..gm.tn {
-            writeln!(acc, "    var acc{i}_{j}: f32 = 0.0;").unwrap();
-        }
-    }
+    write_accumulators(&mut acc, gm.tm, gm.tn);
     let mut fetch = String::new();
     for i in 0..a_slots {
         let s = &mut fetch;
@@ -252,33 +248,9 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         )
         .unwrap();
     }
-    // The reduction over one staged step, written out: register index = 4 * group + lane.
-    let lanes = ["x", "y", "z", "w"];
+    // The reduction over one staged step, written out.
     let mut inner = String::new();
-    for kk in 0..gm.bk {
-        let s = &mut inner;
-        writeln!(s, "        {{").unwrap();
-        for q in 0..gm.tm / 4 {
-            writeln!(s, "            let a{q} = a_tile[a_base + {} + tx];", kk * a_row + q * tx).unwrap();
-        }
-        for q in 0..gm.tn / 4 {
-            writeln!(s, "            let b{q} = b_tile[b_base + {} + ty];", kk * gm.bn / 4 + q * ty).unwrap();
-        }
-        for i in 0..gm.tm {
-            for j in 0..gm.tn {
-                writeln!(
-                    s,
-                    "            acc{i}_{j} = fma(a{}.{}, b{}.{}, acc{i}_{j});",
-                    i / 4,
-                    lanes[(i % 4) as usize],
-                    j / 4,
-                    lanes[(j % 4) as usize]
-                )
-                .unwrap();
-            }
-        }
-        writeln!(s, "        }}").unwrap();
-    }
+    write_inner(&mut inner, gm.bk, (gm.tm, gm.tn), (tx, ty), a_row, gm.bn);
     // Register (i, j) holds pixel m0 + 4*TX*(i/4) + 4*tx + i%4 and channel likewise.
     let mut store = String::new();
     for i in 0..gm.tm {
@@ -349,4 +321,46 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         kernel.finish = Some(finish_groups);
     }
     Ok(kernel)
+}
+
+/// The `tm` x `tn` scalar accumulators `acc{i}_{j}` of a register tile, zeroed.
+pub(crate) fn write_accumulators(s: &mut String, tm: u32, tn: u32) {
+    for i in 0..tm {
+        for j in 0..tn {
+            writeln!(s, "    var acc{i}_{j}: f32 = 0.0;").unwrap();
+        }
+    }
+}
+
+/// The reduction over one staged step of `bk` terms, written out (no WGSL loop indexes a
+/// register): `a_tile` holds rows of `a_row` vec4s from `a_base`, `b_tile` rows of `bn / 4`
+/// from `b_base`, four consecutive rows (columns) per vec4. Invocation (tx, ty) of (TX, TY) reads
+/// vec4 q of a row at q * TX + tx (q * TY + ty), so register (i, j) holds row
+/// 4*TX*(i/4) + 4*tx + i%4 and column 4*TY*(j/4) + 4*ty + j%4 of the tile: conflict-free
+/// vec4 reads. The `gemm` family's inner loop, and the batched GEMMs of `wgemm`'s.
+pub(crate) fn write_inner(s: &mut String, bk: u32, (tm, tn): (u32, u32), (tx, ty): (u32, u32), a_row: u32, bn: u32) {
+    let lanes = ["x", "y", "z", "w"];
+    for kk in 0..bk {
+        writeln!(s, "        {{").unwrap();
+        for q in 0..tm / 4 {
+            writeln!(s, "            let a{q} = a_tile[a_base + {} + tx];", kk * a_row + q * tx).unwrap();
+        }
+        for q in 0..tn / 4 {
+            writeln!(s, "            let b{q} = b_tile[b_base + {} + ty];", kk * bn / 4 + q * ty).unwrap();
+        }
+        for i in 0..tm {
+            for j in 0..tn {
+                writeln!(
+                    s,
+                    "            acc{i}_{j} = fma(a{}.{}, b{}.{}, acc{i}_{j});",
+                    i / 4,
+                    lanes[(i % 4) as usize],
+                    j / 4,
+                    lanes[(j % 4) as usize]
+                )
+                .unwrap();
+            }
+        }
+        writeln!(s, "        }}").unwrap();
+    }
 }

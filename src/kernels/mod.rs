@@ -11,6 +11,7 @@ pub mod implicit;
 pub mod phases;
 pub mod tconv;
 pub mod wino;
+pub mod winogemm;
 
 use crate::codegen::Kernel;
 use crate::error::{Error, Result};
@@ -186,6 +187,7 @@ families! {
     Coop(coop::Coop),
     Wino(wino::Wino),
     Tconv(tconv::Tconv),
+    Wgemm(winogemm::WinoGemm),
 }
 
 impl Variant {

@@ -250,7 +250,7 @@ fn matrices(m: u32) -> &'static Matrices {
 }
 
 /// A WGSL linear combination of the variables `name(j)` with `coeffs`, zero terms left out.
-fn lincomb(coeffs: &[f64], name: impl Fn(usize) -> String) -> String {
+pub(super) fn lincomb(coeffs: &[f64], name: impl Fn(usize) -> String) -> String {
     let mut s = String::new();
     for (j, &c) in coeffs.iter().enumerate().filter(|(_, c)| **c != 0.0) {
         let sign = if c < 0.0 { "-" } else { "+" };

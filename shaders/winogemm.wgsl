@@ -1,0 +1,254 @@
+// convtune: non-fused Winograd F(mxm, 3x3) convolution, m = {{MT}} (3x3 filters, stride 1,
+// dilation 1), in three passes over workspace, as ncnn's Vulkan winograd shaders do.
+//
+// Each mxm block of outputs ("tile") of one image comes from the pxp input patch above it
+// (p = m + 2 = {{P}}): with d that patch and g a 3x3 filter, the tile is
+// A^T [(G g G^T) * (B^T d B)] A, where * multiplies elementwise. Summing the products over
+// a group's input channels before the inverse transform makes the reduction p*p = {{P2}}
+// independent GEMMs, one per element xi of the transformed tile and group g:
+// M[g][xi][tile][n] = sum_c V[g][xi][c][tile] * U[g][xi][c][n].
+//
+// `prologue`: its first F_BLOCKS workgroups transform the filters, U = G g G^T, one (g, c, n)
+//   per invocation; the others transform the input patches, V = B^T d B, one (g, c, tile) per
+//   invocation (zero outside the image). Both go to `ws`, padded with zeros to CP channels,
+//   NP output channels and TP tiles (whole GEMM tiles and steps: the GEMM needs no bounds).
+// `main`: the {{P2}} x {{GROUPS}} batched GEMMs, {{BM}} tiles x {{BN}} channels per workgroup,
+//   {{BK}}-deep steps double-buffered in workgroup memory, {{TM}} x {{TN}} scalar accumulators
+//   per invocation (the gemm family's written-out inner loop), into `mw`.
+// `finish`: the inverse transform A^T M A of one (g, n, tile) per invocation and the fused
+//   epilogue in its store. Where an output comes out Inf or NaN (the transforms subtract an
+//   infinite input from itself and mix a NaN into neighbouring outputs; a transform may
+//   overflow where the direct sum does not), the invocation sums its outputs again the
+//   direct way, so the result is the direct method's, +-Inf and NaN alike.
+//
+// Variant: {{VARIANT}}
+// Shape:   {{SHAPE}}
+
+{{ENABLES}}
+// x, w, y (and z) hold {{DT}}: loads convert to f32, the workspaces and sums are f32, stores
+// convert back.
+alias DT = {{DT}};
+@group(0) @binding(0) var<storage, read> x: array<DT>;
+@group(0) @binding(1) var<storage, read> w: array<DT>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<DT>;
+// U (GROUPS x P2 x CP x NP) then V (GROUPS x P2 x CP x TP), written by `prologue`.
+@group(0) @binding(5) var<storage, read_write> ws: array<f32>;
+// M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.
+@group(0) @binding(6) var<storage, read_write> mw: array<f32>;
+
+{{EPILOGUE}}
+const XSN: i32 = {{XSN}};       // x's strides: image, channel, row, column (NCHW or NHWC)
+const XSC: i32 = {{XSC}};
+const XSH: i32 = {{XSH}};
+const XSW: i32 = {{XSW}};
+const YSN: i32 = {{YSN}};       // y's strides: image, channel, pixel (oh * OW + ow)
+const YSK: i32 = {{YSK}};
+const YSP: i32 = {{YSP}};
+const H: i32 = {{H}};
+const W: i32 = {{W}};
+const OH: i32 = {{OH}};
+const OW: i32 = {{OW}};
+const PH: i32 = {{PH}};
+const PW: i32 = {{PW}};
+const CG: i32 = {{CG}};
+const KG: i32 = {{KG}};
+const MT: i32 = {{MT}};            // output tile side
+const P2: i32 = {{P2}};            // elements of a transformed tile
+const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / MT)
+const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW
+const TILES: i32 = {{TILES}};      // N * THW
+const CP: i32 = {{CP}};            // CG padded to whole steps of BK
+const NP: i32 = {{NP}};            // KG padded to whole tiles of BN
+const TP: i32 = {{TP}};            // TILES padded to whole tiles of BM
+const VOFF: i32 = {{VOFF}};        // where V starts in `ws`
+const MSX: i32 = NP * TP;          // M's strides: (g, xi), channel, tile
+const MSN: i32 = {{MSN}};
+const MST: i32 = {{MST}};
+
+// Whether v is Inf or NaN (by its bits: no compiler may assume it away).
+fn nonfinite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7F800000u) == 0x7F800000u;
+}
+
+// The first output row and column of tile t (< TILES) and its image.
+fn tile_origin(t: i32) -> vec3<i32> {
+    let r = t % THW;
+    return vec3<i32>(t / THW, MT * (r / TW), MT * (r % TW));
+}
+
+// ---------------------------------------------------------------------------------------
+// The transforms of the filters and the input patches.
+
+const F_JOBS: i32 = {{F_JOBS}};        // GROUPS * CP * NP filters
+const F_BLOCKS: u32 = {{F_BLOCKS}}u;   // ceil(F_JOBS / 256)
+const V_JOBS: i32 = {{V_JOBS}};        // GROUPS * CP * TP patches
+
+@compute @workgroup_size(256, 1, 1)
+fn prologue(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let block = wid.y * nwg.x + wid.x;
+    if (block < F_BLOCKS) {
+        let i = i32(block * 256u + lidx);
+        if (i >= F_JOBS) {
+            return;
+        }
+        // Consecutive invocations take consecutive output channels (coalesced stores).
+        let n = i % NP;
+        let c = (i / NP) % CP;
+        let g = i / (NP * CP);
+        let ok = n < KG && c < CG;
+        let src = select(0, ((g * KG + n) * CG + c) * 9, ok);
+        let dst = (g * P2 * CP + c) * NP + n;
+        // h = G g (p x 3), then U = h G^T (p x p), G as in src/kernels/winogemm.rs.
+{{FILTER_TRANSFORM}}
+        return;
+    }
+    let i = i32((block - F_BLOCKS) * 256u + lidx);
+    if (i >= V_JOBS) {
+        return;
+    }
+    // Consecutive invocations take consecutive tiles of one channel (coalesced stores).
+    let t = i % TP;
+    let c = (i / TP) % CP;
+    let g = i / (TP * CP);
+    let tok = t < TILES && c < CG;
+    let o = tile_origin(min(t, TILES - 1));
+    let ih = o.y - PH;
+    let iw = o.z - PW;
+    let xb = o.x * XSN + (g * CG + min(c, CG - 1)) * XSC + ih * XSH + iw * XSW;
+    let dst = VOFF + (g * P2 * CP + c) * TP + t;
+    // d, the pxp patch (zero outside the image), then e = B^T d and V = e B.
+{{INPUT_TRANSFORM}}
+}
+
+// ---------------------------------------------------------------------------------------
+// The batched GEMMs.
+
+const BM: i32 = {{BM}};
+const BN: i32 = {{BN}};
+const BK: i32 = {{BK}};
+const TX: i32 = {{TX}};            // invocations along the tiles (BM / TM)
+const TY: i32 = {{TY}};            // invocations along the channels (BN / TN)
+const A_ROW: i32 = {{A_ROW}};      // vec4s in one staged row of V (BM / 4)
+const A_STAGE: i32 = BK * A_ROW;
+const B_STAGE: i32 = BK * BN / 4;
+const M_BLOCKS: u32 = {{M_BLOCKS}}u;   // TP / BM
+const N_BLOCKS: u32 = {{N_BLOCKS}}u;   // NP / BN
+const BLOCKS: u32 = {{BLOCKS}}u;       // M_BLOCKS * N_BLOCKS * GROUPS * P2
+
+// Two stages each: V as [c][tile] and U as [c][n], four consecutive tiles (channels) per vec4.
+var<workgroup> a_tile: array<vec4<f32>, {{A_TILE}}>;
+var<workgroup> b_tile: array<vec4<f32>, {{B_TILE}}>;
+
+@compute @workgroup_size({{THREADS}}, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    // The grid is folded into 2D to stay under the per-dimension workgroup limit; the test
+    // is uniform across the workgroup, so the barriers below stay in uniform flow.
+    let block = wid.y * nwg.x + wid.x;
+    if (block >= BLOCKS) {
+        return;
+    }
+    let m0 = i32(block % M_BLOCKS) * BM;
+    let rest = block / M_BLOCKS;
+    let n0 = i32(rest % N_BLOCKS) * BN;
+    let gx = i32(rest / N_BLOCKS);     // g * P2 + xi
+    let lid = i32(lidx);
+{{LANES}}
+    // This GEMM's V ([c][tile]) and U ([c][n]).
+    let a_src = VOFF + gx * CP * TP + m0;
+    let b_src = gx * CP * NP + n0;
+
+    // Per load slot: which element of a staged step this invocation copies.
+{{A_SETUP}}
+{{B_SETUP}}
+{{ACC_DECL}}
+
+    // Stage the first step.
+    var stage: i32 = 0;
+    var k_next: i32 = 0;
+{{FETCH}}
+{{STAGE_STORE}}
+    workgroupBarrier();
+
+    for (var k0: i32 = 0; k0 < CP; k0 = k0 + BK) {
+        // Issue the next step's loads now; after the last step they load it again, unused.
+        k_next = min(k0 + BK, CP - BK);
+{{FETCH}}
+        let a_base = stage * A_STAGE;
+        let b_base = stage * B_STAGE;
+{{INNER}}
+        // The other stage was last read before the previous barrier: safe to overwrite.
+        stage = 1 - stage;
+{{STAGE_STORE}}
+        workgroupBarrier();
+    }
+
+    // Register (i, j) holds tile m0 + 4*TX*(i/4) + 4*tx + i%4 and channel likewise.
+    let m_dst = gx * MSX;
+{{STORE}}
+}
+
+// ---------------------------------------------------------------------------------------
+// The inverse transform and the epilogue.
+
+const O_JOBS: i32 = {{O_JOBS}};        // GROUPS * KG * TILES
+
+// One output as the direct method sums it, padding products included (zero times an
+// infinite weight is NaN there too; `pad0` is a zero the compiler cannot see).
+fn direct_sum(img: i32, g: i32, k: i32, oh: i32, ow: i32, pad0: f32) -> f32 {
+    var acc = 0.0;
+    for (var c: i32 = 0; c < CG; c = c + 1) {
+        let xc = img * XSN + (g * CG + c) * XSC;
+        let wc = (k * CG + c) * 9;
+        for (var r: i32 = 0; r < 3; r = r + 1) {
+            for (var q: i32 = 0; q < 3; q = q + 1) {
+                let ih = oh - PH + r;
+                let iw = ow - PW + q;
+                let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                let xv = select(pad0, f32(x[select(0, xc + ih * XSH + iw * XSW, ok)]), ok);
+                acc = acc + xv * f32(w[wc + r * 3 + q]);
+            }
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn finish(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let i = i32((wid.y * nwg.x + wid.x) * 256u + lidx);
+    if (i >= O_JOBS) {
+        return;
+    }
+    // Zero, as a value the compiler cannot see (the dispatch is one workgroup deep in z).
+    let pad0 = bitcast<f32>(nwg.z - 1u);
+{{O_DECODE}}
+    let k = g * KG + n;
+    let o = tile_origin(t);
+    let src = g * P2 * MSX + n * MSN + t * MST;
+    let yb = o.x * YSN + k * YSK + (o.y * OW + o.z) * YSP;
+    var bad = false;
+    // M's p x p values, then A^T M and (A^T M) A, each output where it exists.
+{{OUTPUT_TRANSFORM}}
+    if (bad) {
+        for (var q: i32 = 0; q < MT * MT; q = q + 1) {
+            let oh = o.y + q / MT;
+            let ow = o.z + q % MT;
+            if (oh < OH && ow < OW) {
+                let yi = ystore(o.x * YSN + k * YSK + (oh * OW + ow) * YSP);
+                y[yi] = DT(epilogue(direct_sum(o.x, g, k, oh, ow, pad0), k, yi));
+            }
+        }
+    }
+}

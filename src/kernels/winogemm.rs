@@ -1,0 +1,710 @@
+//! The non-fused Winograd family, F(mxm, 3x3) with m = 2, 4 or 6, on FMA units: 3x3 filters
+//! at stride 1 and dilation 1 only. Three passes over two workspaces, as ncnn's Vulkan
+//! winograd shaders (transform_input, gemm, transform_output) do:
+//!
+//! - `prologue` transforms the filters, U = G g G^T, and the input patches, V = B^T d B, into
+//!   workspace 5 (its workgroups split between the two jobs), both zero-padded to whole GEMM
+//!   tiles and steps;
+//! - `main` runs the (m+2)^2 x groups batched GEMMs M = V U (tiles x input channels times
+//!   input channels x output channels) with the gemm family's register tiles, double-buffered
+//!   workgroup staging and written-out inner loop (`gemm::write_inner`), into workspace 6;
+//! - `finish` applies the inverse transform A^T M A and the fused epilogue (bias, alpha1,
+//!   residual z, activation, both layouts, float16 out, pixel shuffle through `ystore`) in
+//!   its store, and sums an invocation's outputs again the direct way where one comes out
+//!   Inf or NaN.
+//!
+//! Against the fused family (`wino`) it pays a round trip of V and M through memory, and
+//! gains large GEMM tiles with few registers per invocation, whatever m.
+//!
+//! Transforms: Toom-Cook at the interpolation points
+//! - m = 2: 0, 1, -1, infinity (Lavin & Gray 2016);
+//! - m = 4: 0, 1, -1, 1/2, -2, infinity, the set Barabasz et al. ("Error analysis and
+//!   improving the accuracy of Winograd convolution", 2020) recommend. A search over
+//!   {0, +-1} plus two of +-1/4, +-1/2, +-2/3, +-3/4, +-3/2, +-2, +-3, +-4 (a float32
+//!   simulation of these passes, C = 48) found nothing clearly better (0, +-1, 2/3, -2 came
+//!   out 20% lower there and 30% higher at C = 256), and its error is a third of Lavin's and
+//!   ncnn's 0, +-1, +-2 (C = 256: 4.6e-6 against 1.4e-5). Its B^T is denser (26 non-zero
+//!   entries against 22), a few more adds in the input transform;
+//! - m = 6: 0, 1, -1, 2, -2, 1/2, -1/2, infinity (NNPACK's and ncnn's winograd63; the same
+//!   search over four extra points found nothing clearly better),
+//!
+//! with the scale of each point in G (G's row j is a_j^k / prod_{l != j} (a_j - a_l), sign
+//! flipped on row 0 where negative, so B^T has small dyadic entries: wincnn's "fractions in
+//! G"); B^T is solved from A^T and G (`transforms`).
+//!
+//! Accuracy, max |error| / max |y| against the float64 reference, float32 standard normal x
+//! and w, 2 x C x 12 x 12 -> 32 channels, padding 0 and 1, 3 seeds, lavapipe:
+//!
+//! | C   | m = 2  | m = 4  | m = 6  | gemm   | m = 4 at 0, +-1, +-2 (`wino`'s) |
+//! |-----|--------|--------|--------|--------|--------------------------------|
+//! | 8   | 2.3e-7 | 1.5e-6 | 5.6e-6 | 3.4e-7 | 3.3e-6                         |
+//! | 37  | 3.1e-7 | 1.9e-6 | 7.8e-6 | 8.3e-7 | 5.5e-6                         |
+//! | 64  | 4.3e-7 | 3.0e-6 | 1.2e-5 | 1.1e-6 | 7.8e-6                         |
+//! | 256 | 8.5e-7 | 4.1e-6 | 2.4e-5 | 2.1e-6 | 1.3e-5                         |
+//!
+//! m = 2 and 4 serve "highest" (1e-5, validated at 5e-6: the tuner still checks each
+//! candidate); m = 6 only "high" (4e-3).
+
+use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD};
+use super::gemm::{write_accumulators, write_inner};
+use super::wino::lincomb;
+use super::{Family, KernelVariant};
+use crate::codegen::{render, shape_vars, Kernel};
+use crate::error::{Error, Result};
+use crate::params::{ConvShape, Layout};
+use crate::precision::Precision;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WinoGemm {
+    /// Output tile side: 2, 4 or 6.
+    pub m: u32,
+    /// GEMM workgroup tile: `bm` Winograd tiles x `bn` output channels, `bk` input channels
+    /// per step.
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    /// Register tile per invocation: `tm` tiles x `tn` channels.
+    pub tm: u32,
+    pub tn: u32,
+}
+
+/// (m, bm, bn, bk, tm, tn): per m a 64x64 and a 32x32 GEMM tile of 4x4 registers and 8-deep
+/// steps (the gemm family's fastest shape on the H100, and a smaller one for short grids),
+/// plus a 128x64 tile for F(2x2), whose GEMMs have the most rows, and a 16-deep one for
+/// F(4x4). No GPU has timed them yet: the space is kept small on purpose.
+const SPACE: [(u32, u32, u32, u32, u32, u32); 8] = [
+    (2, 64, 64, 8, 4, 4),
+    (2, 32, 32, 8, 4, 4),
+    (2, 128, 64, 8, 8, 4),
+    (4, 64, 64, 8, 4, 4),
+    (4, 32, 32, 8, 4, 4),
+    (4, 64, 32, 16, 4, 4),
+    (6, 64, 64, 8, 4, 4),
+    (6, 32, 32, 8, 4, 4),
+];
+
+/// Each workspace beyond this would not fit one binding on every adapter (lavapipe:
+/// 128 MiB); larger problems are refused (`computes`), and run on other families.
+const MAX_WORKSPACE: u64 = 128 << 20;
+
+/// Per value written to a workspace and read back (V and M): memory traffic the GEMMs'
+/// multiply-adds do not hide. An H100 does ~10 f32 multiply-adds in the time it moves a
+/// byte from DRAM, so a write and a read of an f32 take ~80; the L2 cache keeps part of the
+/// workspaces and the traffic overlaps other work: half that. A guess, untimed.
+const ROUND_TRIP: f64 = 40.0;
+/// Per add of a transform (about 2p per transformed value, in the prologue and finish).
+const TRANSFORM_ADD: f64 = 1.0;
+/// Per output: tile decoding, the epilogue and the store.
+const SETUP: f64 = 8.0;
+/// The GEMM's barrier per multiply-add of the step it closes, as in gemm.
+const GEMM_BARRIER: f64 = 5.0;
+/// Registers besides accumulators, operands and staged loads (as gemm's guess).
+const BASE_REGISTERS: f64 = 16.0;
+/// The three passes' launches and the dependency between them, in multiply-adds.
+const PASSES: f64 = 3.0 * 16384.0;
+
+impl WinoGemm {
+    fn p(&self) -> u32 {
+        self.m + 2
+    }
+
+    fn p2(&self) -> u32 {
+        self.p() * self.p()
+    }
+
+    fn threads(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    /// (tiles per output row, tiles per image, tiles in all images).
+    fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
+        let m = self.m as u64;
+        let tw = (shape.ow() as u64).div_ceil(m);
+        let thw = (shape.oh() as u64).div_ceil(m) * tw;
+        (tw, thw, shape.n as u64 * thw)
+    }
+
+    /// The GEMMs' padded sizes: (tiles TP, input channels CP, output channels NP).
+    fn padded(&self, shape: &ConvShape) -> (u64, u64, u64) {
+        let (_, _, tiles) = self.tiles(shape);
+        (ceil_to(tiles, self.bm as u64), ceil_to(shape.cg() as u64, self.bk as u64), ceil_to(shape.kg() as u64, self.bn as u64))
+    }
+
+    /// Bytes of the two workspaces: U and V, then M.
+    fn workspace(&self, shape: &ConvShape) -> [u64; 2] {
+        let (tp, cp, np) = self.padded(shape);
+        let planes = shape.groups as u64 * self.p2() as u64;
+        [planes * cp * (np + tp) * 4, planes * np * tp * 4]
+    }
+
+    /// Registers per invocation, as gemm counts them.
+    fn registers(&self) -> f64 {
+        let staged = (self.bm + self.bn) * self.bk / self.threads();
+        (self.tm * self.tn + self.tm + self.tn + 2 * staged) as f64 + BASE_REGISTERS
+    }
+
+    /// Whether the shape is a 3x3, stride 1, dilation 1 convolution, the only one
+    /// F(mxm, 3x3) computes.
+    fn applies(shape: &ConvShape) -> bool {
+        (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && shape.dilation == (1, 1)
+    }
+}
+
+impl Family for WinoGemm {
+    const NAME: &'static str = "wgemm";
+    const TEMPLATE: &'static str = include_str!("../../shaders/winogemm.wgsl");
+
+    fn space() -> Vec<Self> {
+        SPACE
+            .iter()
+            .map(|&(m, bm, bn, bk, tm, tn)| WinoGemm { m, bm, bn, bk, tm, tn })
+            .filter(|v| v.well_formed())
+            .collect()
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [m, bm, bn, bk, tm, tn] => Some(WinoGemm { m, bm, bn, bk, tm, tn }),
+            _ => None,
+        }
+    }
+}
+
+impl KernelVariant for WinoGemm {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        format!("wgemm_m{}_b{}x{}x{}_t{}x{}", self.m, self.bm, self.bn, self.bk, self.tm, self.tn)
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![("m", self.m), ("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("tm", self.tm), ("tn", self.tn)]
+    }
+
+    fn well_formed(&self) -> bool {
+        let t = self.threads();
+        SPACE.contains(&(self.m, self.bm, self.bn, self.bk, self.tm, self.tn))
+            && self.bm % self.tm == 0
+            && self.bn % self.tn == 0
+            // Registers in whole vec4s of the staged tiles.
+            && self.tm % 4 == 0
+            && self.tn % 4 == 0
+            && (64..=256).contains(&t)
+            // Each invocation copies whole slots of a staged step.
+            && (self.bm * self.bk) % t == 0
+            && (self.bn * self.bk) % t == 0
+    }
+
+    fn invocations(&self) -> u32 {
+        self.threads()
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        2 * 4 * self.bk * (self.bm + self.bn)
+    }
+
+    /// F(6x6)'s transforms round the most (entries up to 21/4 and 32 over 8 terms): its error
+    /// on float32 data grows with the channels past "highest"'s 1e-5 (1.2e-5 at C = 64, see
+    /// the module's table); F(2x2) and F(4x4) stay within it (4.1e-6 at C = 256).
+    fn serves(&self, precision: Precision) -> bool {
+        self.m <= 4 || precision == Precision::High
+    }
+
+    fn computes(&self, shape: &ConvShape) -> bool {
+        Self::applies(shape) && self.workspace(shape).iter().all(|&b| b <= MAX_WORKSPACE)
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        let (_, _, tiles) = self.tiles(shape);
+        self.computes(shape)
+            && self.bm as u64 <= tiles.next_power_of_two().max(32)
+            && self.bn <= shape.kg().next_power_of_two().max(32)
+            && self.bk <= shape.cg().next_power_of_two().max(8)
+    }
+
+    /// The GEMMs scaled as gemm's are (multiply-adds executed, padding included, times the
+    /// cost of each, over how well the dispatch fills the GPU), plus the workspaces' round
+    /// trips, the transforms' adds, the outputs' set-up and the passes' launches.
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let (tp, cp, np) = self.padded(shape);
+        let (_, _, tiles) = self.tiles(shape);
+        let (groups, p2, p) = (shape.groups as u64, self.p2() as f64, self.p() as f64);
+        let fmas = p2 * (tp * np * cp * groups) as f64;
+        let (tm, tn) = (self.tm as f64, self.tn as f64);
+        let per_fma = 1.0
+            + SHARED_LOAD * (tm + tn) / (tm * tn)
+            + GLOBAL_LOAD * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
+            + GEMM_BARRIER * 2.0 / (self.bk as f64 * tm * tn);
+        let workgroups = (tp / self.bm as u64) * (np / self.bn as u64) * groups * self.p2() as u64;
+        let gemm = fmas * per_fma
+            / parallel_efficiency(workgroups * self.threads() as u64)
+            / register_occupancy(self.registers()).sqrt()
+            / multiprocessor_fill(workgroups);
+        let v = p2 * (groups * cp * tp) as f64;
+        let m = p2 * (groups * np * tp) as f64;
+        let outputs = (tiles * (self.m * self.m) as u64 * shape.k as u64) as f64;
+        let u = p2 * (groups * cp * np) as f64;
+        gemm + ROUND_TRIP * (v + m) + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape)
+    }
+}
+
+/// Interpolation points of F(mxm, 3x3), infinity implicit (the last row of B^T and G, the
+/// last column of A^T).
+fn points(m: u32) -> &'static [f64] {
+    match m {
+        2 => &[0.0, 1.0, -1.0],
+        4 => &[0.0, 1.0, -1.0, 0.5, -2.0],
+        _ => &[0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5],
+    }
+}
+
+/// B^T (p x p), G (p x 3) and A^T (m x p) of F(mxm, 3x3), by Toom-Cook at `points(m)`.
+#[derive(Debug)]
+struct Transforms {
+    bt: Vec<Vec<f64>>,
+    g: Vec<Vec<f64>>,
+    at: Vec<Vec<f64>>,
+}
+
+/// A^T[i][j] = a_j^i and G[j][k] = a_j^k / f_j (f_j = prod_{l != j} (a_j - a_l), sign made
+/// positive on row 0), with infinity's column (row) picking the highest power. Then
+/// sum_j A^T[i][j] G[j][k] B^T[j][l] must be [l == i + k]; the product of A^T's and G's
+/// terms depends on s = i + k only, E[s][j], so B^T = E^-1. Its entries are dyadic for
+/// these points: they are snapped to multiples of 1/64 to undo the inversion's rounding.
+fn transforms(m: u32) -> Transforms {
+    let a = points(m);
+    let (p, r) = (a.len() + 1, 3usize);
+    let mut f: Vec<f64> = (0..p - 1).map(|j| (0..p - 1).filter(|&l| l != j).map(|l| a[j] - a[l]).product()).collect();
+    f[0] = f[0].abs();
+    let at: Vec<Vec<f64>> = (0..m as usize)
+        .map(|i| (0..p).map(|j| if j < p - 1 { a[j].powi(i as i32) } else { f64::from(u8::from(i == m as usize - 1)) }).collect())
+        .collect();
+    let g: Vec<Vec<f64>> = (0..p)
+        .map(|j| (0..r).map(|k| if j < p - 1 { a[j].powi(k as i32) / f[j] } else { f64::from(u8::from(k == r - 1)) }).collect())
+        .collect();
+    let e: Vec<Vec<f64>> = (0..p)
+        .map(|s| (0..p).map(|j| if j < p - 1 { a[j].powi(s as i32) / f[j] } else { f64::from(u8::from(s == p - 1)) }).collect())
+        .collect();
+    let bt = invert(e)
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|v| {
+                    let q = (v * 64.0).round() / 64.0;
+                    if (v - q).abs() < 1e-9 { q } else { v }
+                })
+                .collect()
+        })
+        .collect();
+    Transforms { bt, g, at }
+}
+
+/// The inverse of a square matrix, by Gauss-Jordan elimination with partial pivoting.
+fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
+    let n = a.len();
+    let mut inv: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect()).collect();
+    for col in 0..n {
+        let piv = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap();
+        a.swap(col, piv);
+        inv.swap(col, piv);
+        let d = a[col][col];
+        for j in 0..n {
+            a[col][j] /= d;
+            inv[col][j] /= d;
+        }
+        for i in (0..n).filter(|&i| i != col) {
+            let factor = a[i][col];
+            if factor != 0.0 {
+                for j in 0..n {
+                    a[i][j] -= factor * a[col][j];
+                    inv[i][j] -= factor * inv[col][j];
+                }
+            }
+        }
+    }
+    inv
+}
+
+fn refusal(v: &WinoGemm, shape: &ConvShape) -> Error {
+    let m = v.m;
+    Error::invalid(format!(
+        "variant {} cannot run on this shape ({}): Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and \
+         dilation 1, with at most {} MiB of transformed inputs and filters",
+        v.name(),
+        shape.label(),
+        MAX_WORKSPACE >> 20
+    ))
+}
+
+fn generate(v: &WinoGemm, shape: &ConvShape) -> Result<Kernel> {
+    if !v.computes(shape) {
+        return Err(refusal(v, shape));
+    }
+    let (m, p, p2) = (v.m as usize, v.p() as usize, v.p2());
+    let tr = transforms(v.m);
+    let threads = v.threads();
+    let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);
+    let (tiles_w, tiles_hw, tiles) = v.tiles(shape);
+    let (tp, cp, np) = v.padded(shape);
+    let groups = shape.groups as u64;
+    let (m_blocks, n_blocks) = (tp / v.bm as u64, np / v.bn as u64);
+    let blocks = m_blocks * n_blocks * groups * p2 as u64;
+    let nhwc = shape.layout == Layout::Nhwc;
+
+    // The filter transform: U = (G g) G^T, one plane xi = p*a + b after another.
+    let mut filter = String::new();
+    for r in 0..3 {
+        for c in 0..3 {
+            writeln!(filter, "        let g{r}{c} = select(0.0, f32(w[src + {}]), ok);", 3 * r + c).unwrap();
+        }
+    }
+    for (a, row) in tr.g.iter().enumerate() {
+        for c in 0..3 {
+            writeln!(filter, "        let h{a}{c} = {};", or_zero(lincomb(row, |r| format!("g{r}{c}")))).unwrap();
+        }
+    }
+    for a in 0..p {
+        for (b, col) in tr.g.iter().enumerate() {
+            let xi = p * a + b;
+            let sum = or_zero(lincomb(col, |c| format!("h{a}{c}")));
+            writeln!(filter, "        ws[dst + {}] = {sum};", xi as u64 * cp * np).unwrap();
+        }
+    }
+
+    // The input transform: d, then e = B^T d (rows), then V = e B (columns).
+    let mut input = String::new();
+    for a in 0..p {
+        writeln!(input, "    let r{a} = tok && ih + {a} >= 0 && ih + {a} < H;").unwrap();
+    }
+    for b in 0..p {
+        writeln!(input, "    let c{b} = iw + {b} >= 0 && iw + {b} < W;").unwrap();
+    }
+    for a in 0..p {
+        for b in 0..p {
+            writeln!(
+                input,
+                "    let d{a}{b} = select(0.0, f32(x[select(0, xb + {a} * XSH + {b} * XSW, r{a} && c{b})]), r{a} && c{b});"
+            )
+            .unwrap();
+        }
+    }
+    for (a, row) in tr.bt.iter().enumerate() {
+        for b in 0..p {
+            writeln!(input, "    let e{a}_{b} = {};", or_zero(lincomb(row, |r| format!("d{r}{b}")))).unwrap();
+        }
+    }
+    for a in 0..p {
+        for (b, col) in tr.bt.iter().enumerate() {
+            let xi = p * a + b;
+            let sum = or_zero(lincomb(col, |c| format!("e{a}_{c}")));
+            writeln!(input, "    ws[dst + {}] = {sum};", xi as u64 * cp * tp).unwrap();
+        }
+    }
+
+    // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced).
+    let a_slots = v.bm * v.bk / threads;
+    let b_slots = v.bn * v.bk / threads;
+    let mut a_setup = String::new();
+    for i in 0..a_slots {
+        writeln!(a_setup, "    let am{i} = (lid + {}) % BM;", i * threads).unwrap();
+        writeln!(a_setup, "    let ak{i} = (lid + {}) / BM;", i * threads).unwrap();
+        writeln!(a_setup, "    var pa{i}: f32;").unwrap();
+    }
+    let mut b_setup = String::new();
+    for i in 0..b_slots {
+        writeln!(b_setup, "    let bn{i} = (lid + {}) % BN;", i * threads).unwrap();
+        writeln!(b_setup, "    let bk{i} = (lid + {}) / BN;", i * threads).unwrap();
+        writeln!(b_setup, "    var pb{i}: f32;").unwrap();
+    }
+    let mut acc = String::new();
+    write_accumulators(&mut acc, v.tm, v.tn);
+    let mut fetch = String::new();
+    for i in 0..a_slots {
+        writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * TP + am{i}];").unwrap();
+    }
+    for i in 0..b_slots {
+        writeln!(fetch, "    pb{i} = ws[b_src + (k_next + bk{i}) * NP + bn{i}];").unwrap();
+    }
+    let mut stage_store = String::new();
+    for i in 0..a_slots {
+        writeln!(stage_store, "    a_tile[stage * A_STAGE + ak{i} * A_ROW + am{i} / 4][am{i} % 4] = pa{i};").unwrap();
+    }
+    for i in 0..b_slots {
+        writeln!(stage_store, "    b_tile[stage * B_STAGE + bk{i} * (BN / 4) + bn{i} / 4][bn{i} % 4] = pb{i};").unwrap();
+    }
+    let a_row = v.bm / 4;
+    let mut inner = String::new();
+    write_inner(&mut inner, v.bk, (v.tm, v.tn), (tx, ty), a_row, v.bn);
+    let mut store = String::new();
+    for i in 0..v.tm {
+        writeln!(store, "    let st{i} = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
+    }
+    for j in 0..v.tn {
+        writeln!(store, "    {{").unwrap();
+        writeln!(store, "        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
+        for i in 0..v.tm {
+            writeln!(store, "        mw[sn + st{i}] = acc{i}_{j};").unwrap();
+        }
+        writeln!(store, "    }}").unwrap();
+    }
+
+    // The inverse transform: M's values, s = A^T M (rows), then (A^T M) A (columns).
+    let mut output = String::new();
+    for a in 0..p {
+        for b in 0..p {
+            writeln!(output, "    let m{a}{b} = mw[src + {}];", (p * a + b) as u64 * np * tp).unwrap();
+        }
+    }
+    for (a, row) in tr.at.iter().enumerate() {
+        for b in 0..p {
+            writeln!(output, "    let s{a}_{b} = {};", or_zero(lincomb(row, |r| format!("m{r}{b}")))).unwrap();
+        }
+    }
+    for a in 0..m {
+        for (b, col) in tr.at.iter().enumerate() {
+            let sum = or_zero(lincomb(col, |c| format!("s{a}_{c}")));
+            let mut guards = Vec::new();
+            if a > 0 {
+                guards.push(format!("o.y + {a} < OH"));
+            }
+            if b > 0 {
+                guards.push(format!("o.z + {b} < OW"));
+            }
+            let body = format!(
+                "let v = {sum}; bad = bad || nonfinite(v); let yi = ystore(yb + {} * YSP); y[yi] = DT(epilogue(v, k, yi));",
+                a * shape.ow() as usize + b
+            );
+            if guards.is_empty() {
+                writeln!(output, "    {{ {body} }}").unwrap();
+            } else {
+                writeln!(output, "    if ({}) {{ {body} }}", guards.join(" && ")).unwrap();
+            }
+        }
+    }
+
+    // M's layout and the order of finish's invocations follow y's: along tiles for NCHW
+    // (neighbouring outputs of one channel), along channels for NHWC (one pixel's channels
+    // are contiguous), so the GEMM's stores and finish's loads and stores are coalesced.
+    let (msn, mst, lanes, decode) = if nhwc {
+        (
+            1,
+            np,
+            "    let ty = lid % TY;\n    let tx = lid / TY;",
+            "    let n = i % KG;\n    let t = (i / KG) % TILES;\n    let g = i / (KG * TILES);",
+        )
+    } else {
+        (
+            tp,
+            1,
+            "    let tx = lid % TX;\n    let ty = lid / TX;",
+            "    let t = i % TILES;\n    let n = (i / TILES) % KG;\n    let g = i / (TILES * KG);",
+        )
+    };
+
+    let f_jobs = groups * cp * np;
+    let f_blocks = f_jobs.div_ceil(256);
+    let v_jobs = groups * cp * tp;
+    let o_jobs = groups * shape.kg() as u64 * tiles;
+    let workspace = v.workspace(shape);
+    let mut vars = shape_vars(shape, &v.name());
+    vars.extend([
+        ("MT", v.m.to_string()),
+        ("P", p.to_string()),
+        ("P2", p2.to_string()),
+        ("TILES_W", tiles_w.to_string()),
+        ("TILES_HW", tiles_hw.to_string()),
+        ("TILES", tiles.to_string()),
+        ("CP", cp.to_string()),
+        ("NP", np.to_string()),
+        ("TP", tp.to_string()),
+        ("VOFF", (groups * p2 as u64 * cp * np).to_string()),
+        ("MSN", msn.to_string()),
+        ("MST", mst.to_string()),
+        ("F_JOBS", f_jobs.to_string()),
+        ("F_BLOCKS", f_blocks.to_string()),
+        ("V_JOBS", v_jobs.to_string()),
+        ("O_JOBS", o_jobs.to_string()),
+        ("BM", v.bm.to_string()),
+        ("BN", v.bn.to_string()),
+        ("BK", v.bk.to_string()),
+        ("TM", v.tm.to_string()),
+        ("TN", v.tn.to_string()),
+        ("TX", tx.to_string()),
+        ("TY", ty.to_string()),
+        ("A_ROW", a_row.to_string()),
+        ("A_TILE", (2 * v.bk * a_row).to_string()),
+        ("B_TILE", (2 * v.bk * v.bn / 4).to_string()),
+        ("M_BLOCKS", m_blocks.to_string()),
+        ("N_BLOCKS", n_blocks.to_string()),
+        ("BLOCKS", blocks.to_string()),
+        ("THREADS", threads.to_string()),
+        ("LANES", lanes.to_string()),
+        ("O_DECODE", decode.to_string()),
+        ("FILTER_TRANSFORM", filter),
+        ("INPUT_TRANSFORM", input),
+        ("A_SETUP", a_setup),
+        ("B_SETUP", b_setup),
+        ("ACC_DECL", acc),
+        ("FETCH", fetch),
+        ("STAGE_STORE", stage_store),
+        ("INNER", inner),
+        ("STORE", store),
+        ("OUTPUT_TRANSFORM", output),
+    ]);
+    let mut kernel = Kernel::plain(render(WinoGemm::TEMPLATE, &vars)?, blocks);
+    kernel.prologue = Some(f_blocks + v_jobs.div_ceil(256));
+    kernel.workspace = workspace;
+    kernel.finish = Some(o_jobs.div_ceil(256));
+    Ok(kernel)
+}
+
+/// A linear combination, or `0.0` where every coefficient is zero.
+fn or_zero(s: String) -> String {
+    if s.is_empty() { "0.0".into() } else { s }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Padding;
+
+    fn shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64, groups: i64) -> ConvShape {
+        ConvShape::new(x, w, (stride, stride), Padding::Explicit(pad, pad), (1, 1), groups, None).unwrap()
+    }
+
+    /// `rows` times the vector `v`.
+    fn apply(rows: &[Vec<f64>], v: &[f64]) -> Vec<f64> {
+        rows.iter().map(|row| row.iter().zip(v).map(|(a, b)| a * b).sum()).collect()
+    }
+
+    /// X -> L X L^T for L given by its rows.
+    fn sandwich(rows: &[Vec<f64>], x: &[Vec<f64>]) -> Vec<Vec<f64>> {
+        let cols: Vec<Vec<f64>> = (0..x[0].len()).map(|j| apply(rows, &x.iter().map(|r| r[j]).collect::<Vec<_>>())).collect();
+        (0..rows.len()).map(|a| apply(rows, &cols.iter().map(|c| c[a]).collect::<Vec<_>>())).collect()
+    }
+
+    /// One tile of F(mxm, 3x3) in float64 through the matrices the generator writes out,
+    /// against the direct 3x3 correlation of the patch.
+    #[test]
+    fn transforms_compute_one_tile_exactly() {
+        for m in [2usize, 4, 6] {
+            let tr = transforms(m as u32);
+            let p = m + 2;
+            assert_eq!((tr.bt.len(), tr.g.len(), tr.at.len()), (p, p, m));
+            let d: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| ((a * 7 + b * 3) % 11) as f64 - 5.25).collect()).collect();
+            let g = vec![vec![0.5, -1.0, 2.0], vec![1.5, 0.25, -0.75], vec![-2.0, 1.0, 3.0]];
+            let u = sandwich(&tr.g, &g);
+            let v = sandwich(&tr.bt, &d);
+            let prod: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| u[a][b] * v[a][b]).collect()).collect();
+            let y = sandwich(&tr.at, &prod);
+            for a in 0..m {
+                for b in 0..m {
+                    let want: f64 = (0..3).flat_map(|r| (0..3).map(move |s| (r, s))).map(|(r, s)| d[a + r][b + s] * g[r][s]).sum();
+                    assert!((y[a][b] - want).abs() < 1e-9, "m={m}: y[{a}][{b}] = {}, want {want}", y[a][b]);
+                }
+            }
+        }
+    }
+
+    /// The points give the published matrices (Lavin's F(2x2), NNPACK's F(6x6)) and, for
+    /// F(4x4), Barabasz et al.'s; B^T's entries are exact in binary (snapped).
+    #[test]
+    fn transforms_are_the_published_ones() {
+        // Infinity's row of B^T has the opposite sign of Lavin's, whose A^T has -1 in its
+        // column where this one has +1: the same products.
+        let t2 = transforms(2);
+        assert_eq!(t2.bt, vec![vec![1.0, 0.0, -1.0, 0.0], vec![0.0, 1.0, 1.0, 0.0], vec![0.0, -1.0, 1.0, 0.0], vec![0.0, -1.0, 0.0, 1.0]]);
+        let t4 = transforms(4);
+        assert_eq!(t4.bt[0], vec![1.0, -1.5, -2.0, 1.5, 1.0, 0.0]);
+        assert_eq!(t4.bt[4], vec![0.0, 0.5, -1.0, -0.5, 1.0, 0.0]);
+        assert_eq!(t4.bt[5], vec![0.0, 1.0, -1.5, -2.0, 1.5, 1.0]);
+        assert!((t4.g[1][0] - 1.0 / 3.0).abs() < 1e-15 && (t4.g[3][0] + 16.0 / 15.0).abs() < 1e-15);
+        assert_eq!(t4.at[3], vec![0.0, 1.0, -1.0, 0.125, -8.0, 1.0]);
+        let t6 = transforms(6);
+        assert_eq!(t6.bt[0], vec![1.0, 0.0, -5.25, 0.0, 5.25, 0.0, -1.0, 0.0]);
+        assert_eq!(t6.bt[3], vec![0.0, 0.5, 0.25, -2.5, -1.25, 2.0, 1.0, 0.0]);
+        assert_eq!(t6.bt[7], vec![0.0, -1.0, 0.0, 5.25, 0.0, -5.25, 0.0, 1.0]);
+        assert!((t6.g[5][0] - 32.0 / 45.0).abs() < 1e-15 && (t6.g[1][1] + 2.0 / 9.0).abs() < 1e-15);
+        assert_eq!(t6.at[5], vec![0.0, 1.0, -1.0, 32.0, -32.0, 1.0 / 32.0, -1.0 / 32.0, 1.0]);
+    }
+
+    #[test]
+    fn computes_only_3x3_stride_1_and_bounded_workspaces() {
+        let ok = shape([2, 16, 9, 8], [32, 16, 3, 3], 1, 1, 1);
+        let strided = shape([2, 16, 9, 8], [32, 16, 3, 3], 2, 1, 1);
+        let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
+        let five = shape([2, 16, 9, 8], [32, 16, 5, 5], 1, 1, 1);
+        // 8 x 256 x 112 x 112: V alone is over 128 MiB for every m.
+        let huge = shape([8, 256, 112, 112], [256, 256, 3, 3], 1, 1, 1);
+        for v in WinoGemm::space() {
+            assert!(v.computes(&ok), "{}", v.name());
+            // 32x32 tiles suit it; 64 output channels are past its 32.
+            assert!(v.suits(&ok) || v.bn > 32 || v.bm > 32, "{}", v.name());
+            assert!(!v.suits(&ok) || v.bn == 32, "{}", v.name());
+            assert!(v.generate(&ok).is_ok());
+            for s in [&strided, &dilated, &five, &huge] {
+                assert!(!v.suits(s) && !v.computes(s));
+                assert!(v.generate(s).unwrap_err().to_string().contains("cannot run on this shape"));
+            }
+        }
+    }
+
+    #[test]
+    fn space_is_small_well_formed_and_names_round_trip() {
+        let space = WinoGemm::space();
+        assert_eq!(space.len(), SPACE.len());
+        assert!(space.iter().all(|v| v.workgroup_bytes() <= 16 << 10 && v.threads() <= 256));
+        for m in [2, 4, 6] {
+            assert!(space.iter().any(|v| v.m == m));
+        }
+        for v in &space {
+            let name = v.name();
+            let parsed: super::super::Variant = name.parse().unwrap();
+            assert_eq!(parsed.to_string(), name);
+        }
+        assert!(space.iter().any(|v| v.name() == "wgemm_m4_b64x64x8_t4x4"));
+    }
+
+    #[test]
+    fn f6_serves_high_only() {
+        for v in WinoGemm::space() {
+            assert!(v.serves(Precision::High));
+            assert_eq!(v.serves(Precision::Highest), v.m != 6, "{}", v.name());
+        }
+    }
+
+    /// Workspaces: U and V padded to whole tiles and steps, M likewise; the dispatches cover
+    /// every job.
+    #[test]
+    fn workspaces_and_dispatches() {
+        let s = shape([3, 37, 11, 7], [41, 37, 3, 3], 1, 0, 1);
+        let v = WinoGemm { m: 4, bm: 32, bn: 32, bk: 8, tm: 4, tn: 4 };
+        // OH 9, OW 5: 3 x 2 tiles per image, 18 in all -> TP 32; CP 40, NP 64.
+        assert_eq!(v.padded(&s), (32, 40, 64));
+        let k = v.generate(&s).unwrap();
+        assert_eq!(k.workspace, [36 * 40 * (64 + 32) * 4, 36 * 64 * 32 * 4]);
+        assert_eq!(k.workgroups, 36 * 2);
+        assert_eq!(k.prologue, Some((40 * 64u64).div_ceil(256) + (40 * 32u64).div_ceil(256)));
+        assert_eq!(k.finish, Some((41 * 18u64).div_ceil(256)));
+    }
+
+    /// Each family's likeliest variant on a large 3x3 body: F(4x4) or F(6x6) ranks ahead of
+    /// F(2x2) (fewer multiply-adds per output), and the GEMMs' workspace round trips make a
+    /// small problem cheaper elsewhere.
+    #[test]
+    fn cost_prefers_larger_tiles_on_large_problems() {
+        let big = shape([8, 256, 28, 28], [256, 256, 3, 3], 1, 1, 1);
+        let best = WinoGemm::space().into_iter().min_by(|a, b| a.cost(&big).total_cmp(&b.cost(&big))).unwrap();
+        assert!(best.m >= 4, "{}", best.name());
+        for v in WinoGemm::space() {
+            assert!(v.cost(&big).is_finite() && v.cost(&big) > 0.0);
+        }
+    }
+}
