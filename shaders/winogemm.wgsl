@@ -247,7 +247,9 @@ fn finish(
             let ow = o.z + q % MT;
             if (oh < OH && ow < OW) {
                 let yi = ystore(o.x * YSN + k * YSK + (oh * OW + ow) * YSP);
-                y[yi] = DT(epilogue(direct_sum(o.x, g, k, oh, ow, pad0), k, yi));
+                if (yi >= 0) {
+                    y[yi] = DT(epilogue(direct_sum(o.x, g, k, oh, ow, pad0), k, yi));
+                }
             }
         }
     }

@@ -28,8 +28,9 @@ TCONV = [v for v in convtune.variant_space() if v.startswith("tconv_")]
 # stacked as output channels, stores scattered back): a sample of each, every split-K gemm
 # (its finishing pass scatters too) and every Winograd variant (3x3 at stride 1 lowers to
 # 3x3 at stride 1).
-_FMA = [v for v in convtune.variant_space() if v.split("_")[0] in ("direct", "gemm", "wino")]
-LOWERED = sorted(set(_FMA[::7]) | {v for v in _FMA if v.startswith("wino_") or (v.startswith("gemm_") and "_k" in v)})
+_FMA = [v for v in convtune.variant_space() if v.split("_")[0] in ("direct", "gemm", "wino", "wgemm")]
+_WINOGRAD = ("wino_", "wgemm_")
+LOWERED = sorted(set(_FMA[::7]) | {v for v in _FMA if v.startswith(_WINOGRAD) or (v.startswith("gemm_") and "_k" in v)})
 ACTIVATIONS = (None, "relu", "leaky_relu", "silu", "gelu", "clamp")
 
 
@@ -132,7 +133,7 @@ def test_lowered_form_on_other_families(variant):
     half = F16 and i % 3 == 0
     rng = np.random.default_rng(100 + i)
     dt = np.float16 if half else np.float32
-    if variant.startswith("wino_"):
+    if variant.startswith(_WINOGRAD):
         xs, ws, kw = (2, 6, 7, 6), (6, 4, 3, 3), dict(stride=1, padding=1, groups=2)
     elif i % 2:
         xs, ws, kw = (2, 6, 5, 7), (6, 4, 4, 4), dict(stride=2, padding=1, groups=2)

@@ -49,7 +49,7 @@ use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_oc
 use super::gemm::{write_accumulators, write_inner};
 use super::wino::lincomb;
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, Kernel};
+use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
@@ -477,10 +477,8 @@ fn generate(v: &WinoGemm, shape: &ConvShape) -> Result<Kernel> {
             if b > 0 {
                 guards.push(format!("o.z + {b} < OW"));
             }
-            let body = format!(
-                "let v = {sum}; bad = bad || nonfinite(v); let yi = ystore(yb + {} * YSP); y[yi] = DT(epilogue(v, k, yi));",
-                a * shape.ow() as usize + b
-            );
+            let put = store_stmt(shape, &format!("yb + {} * YSP", a * shape.ow() as usize + b), "v", "k");
+            let body = format!("let v = {sum}; bad = bad || nonfinite(v); {put}");
             if guards.is_empty() {
                 writeln!(output, "    {{ {body} }}").unwrap();
             } else {
