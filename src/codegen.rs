@@ -171,18 +171,29 @@ fn scatter_wgsl(s: &ConvShape, sc: &crate::params::Scatter) -> String {
 fn ybias(k: i32) -> i32 {{
     return {bias};
 }}
-fn ystore(yi: i32) -> i32 {{
-    let img = yi / {img};
-    let off = yi % {img};
-    let ch = {chan};
-    let p = {pix};
+// The two halves of the mapping, for stores that hold one of them across many elements:
+// a lowered pixel's image offset, row and column, and a lowered channel's output channel
+// and phase row and column.
+fn ypix(m: i32) -> vec3<i32> {{
+    let p = m % {ohw};
+    return vec3<i32>((m / {ohw}) * {fimg}, (p / {ow}) * {sh} - {oh0}, (p % {ow}) * {sw} - {ow0});
+}}
+fn ychan(ch: i32) -> vec3<i32> {{
     let phase = (ch % {gk}) / {kgf};
-    let c = (ch / {gk}) * {kgf} + ch % {kgf};
-    let row = (p / {ow}) * {sh} + phase / {sw} - {oh0};
-    let col = (p % {ow}) * {sw} + phase % {sw} - {ow0};
-{crop}    return img * {fimg} + {stored};
+    return vec3<i32>((ch / {gk}) * {kgf} + ch % {kgf}, phase / {sw}, phase % {sw});
+}}
+fn yscatter(p: vec3<i32>, q: vec3<i32>) -> i32 {{
+    let row = p.y + q.y;
+    let col = p.z + q.z;
+    let c = q.x;
+{crop}    return p.x + {stored};
+}}
+fn ystore(yi: i32) -> i32 {{
+    let off = yi % {img};
+    return yscatter(ypix((yi / {img}) * {ohw} + {pix}), ychan({chan}));
 }}
 ",
+        ohw = oh * ow,
         img = k * oh * ow,
         fimg = kf * fh * fw,
         crop = if sc.crops() {

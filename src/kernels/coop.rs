@@ -705,6 +705,16 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
                 (false, true) => ("e / 4u", "4u * (e % 4u)"),
             };
             let rounds = if vec_y { 2 } else { 8 };
+            // A scatter's mapping splits into a pixel half and a channel half: the half that
+            // every round of this lane shares is computed once (NCHW's one-at-a-time rounds
+            // keep the pixel, NHWC's the channel).
+            let scatter = shape.scatter.is_some();
+            if scatter && pixel_fastest && !vec_y {
+                writeln!(s, "    let ypm{i}_{j} = ypix(m0 + i32(wm) + {} + i32(lane % 16u));", i * 16).unwrap();
+            } else if scatter && !pixel_fastest {
+                let lane_n = if vec_y { "4u * (lane % 4u)" } else { "lane % 16u" };
+                writeln!(s, "    let ycn{i}_{j} = ychan(g * KG + n0 + i32(wn) + {} + i32({lane_n}));", j * 16).unwrap();
+            }
             for r in 0..rounds {
                 writeln!(s, "    {{").unwrap();
                 writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
@@ -713,7 +723,15 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
                 writeln!(s, "            let k = g * KG + n;").unwrap();
                 let at = "(m / OHW) * YSN + k * YSK + (m % OHW) * YSP";
-                if moves_y(shape) {
+                if scatter {
+                    let mapped = if pixel_fastest {
+                        format!("yscatter(ypm{i}_{j}, ychan(k))")
+                    } else {
+                        format!("yscatter(ypix(m), ycn{i}_{j})")
+                    };
+                    writeln!(s, "            let yi = {mapped};").unwrap();
+                    writeln!(s, "            if (yi >= 0) {{").unwrap();
+                } else if moves_y(shape) {
                     // ystore gives -1 for an output past y's edges (a transposed
                     // convolution's lowered form), and never does otherwise.
                     writeln!(s, "            let yi = ystore({at});").unwrap();
