@@ -465,7 +465,8 @@ impl Engine {
         };
         let bind_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("convtune conv2d"),
-            // 0: x, 1: w, 2: bias, 3: y, 4: max |x| and max |w| for kernels that scale,
+            // 0: x, 1: w, 2: bias, 3: y, 4: the run's words (max |x| and max |w| for kernels
+            // that scale, the chunk's index for chunked kernels: `codegen::CHUNK_WORD`),
             // 5 and 6: workspace a kernel's prologue fills (rearranged copies of x and w),
             // 7: the epilogue's residual z (y's shape).
             entries: &[

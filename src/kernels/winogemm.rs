@@ -16,6 +16,14 @@
 //! Against the fused family (`wino`) it pays a round trip of V and M through memory, and
 //! gains large GEMM tiles with few registers per invocation, whatever m.
 //!
+//! Chunks: where V and M of every tile would pass the workspace bound (`MAX_WORKSPACE`, or
+//! the adapter's largest binding where smaller: `generate_within`), the passes run once per
+//! chunk of TP tiles (whole GEMM tiles, spread evenly over the fewest chunks that fit), all
+//! in one kernel (`Kernel::chunks`): each chunk's passes read its index from binding 4 and
+//! work on tiles chunk * TP + t, the workspace sized for one chunk; U is transformed by the
+//! first chunk's prologue only (later chunks' filter workgroups return at once). The EDSR
+//! body at 720p (57,600 F(4x4) tiles, 530 MB of V) runs in 4 chunks with 64-tile GEMMs.
+//!
 //! Transforms: Toom-Cook at the interpolation points
 //! - m = 2: 0, 1, -1, infinity (Lavin & Gray 2016);
 //! - m = 4: 0, 1, -1, 1/2, -2, infinity, the set Barabasz et al. ("Error analysis and
