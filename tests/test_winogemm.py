@@ -2,7 +2,7 @@
 3x3 stride-1 shapes (several images, odd and even output sizes, padding 0 to 2, groups, C and K
 off the tile sizes), with and without the fused epilogue, in both layouts and on float16 data,
 against the float64 reference with poisoned outputs (conftest); hostile value ranges, Inf and
-NaN; its refusals; and F(6x6) kept out of "highest"."""
+NaN; its refusals; F(6x6) kept out of "highest"; and chunked runs (CONVTUNE_MAX_WORKSPACE)."""
 
 from __future__ import annotations
 
