@@ -287,3 +287,24 @@ def test_chunked_runs_compute_float16(m, monkeypatch):
     assert got.dtype == np.float16 and np.all(np.isfinite(got))
     err = np.abs(got.astype(np.float64) - t(want)).max() / np.abs(want).max()
     assert err <= 4 * 2.0**-11, (variant, layout, err)
+
+
+@pytest.mark.parametrize("m", [2, 6])
+def test_chunked_runs_on_device_tensors(m, monkeypatch):
+    """The Tensor path records the same passes: two chunked convolutions in a row, queued
+    without waits in between, each reading the other's output."""
+    variant = PER_M[m]
+    xs, _, padding, groups = CHUNKED
+    ws = (6, 3, 3, 3)
+    cap, chunks, _ = _chunking(variant, xs, ws, padding, groups)
+    assert chunks >= 2
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
+    rng = np.random.default_rng(50 + m)
+    x, w, b = _inputs(rng, xs, ws)
+    t = convtune.to_device(x)
+    ref = x.astype(np.float64)
+    for _ in range(2):
+        t = convtune.conv2d(t, w, bias=b, padding=padding, groups=groups, variant=variant,
+                            precision=_precision(variant))
+        ref = conv2d_reference(ref, w, bias=b, padding=padding, groups=groups)
+    check_close(t.numpy(), ref, context=f"{variant} on Tensors", rtol=2 * _bound(variant))
