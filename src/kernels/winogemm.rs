@@ -808,6 +808,37 @@ mod tests {
         }
     }
 
+    /// A transposed convolution in its lowered form (a weight pass, then the chunks; stores
+    /// through the scatter, cropped): 6x6 at stride 2 is 3x3 per stride phase.
+    #[test]
+    fn chunked_kernels_compute_a_lowered_transposed_convolution() {
+        use crate::runner::tests::{max_rel_err, reference};
+        use crate::runner::{random_data, DeviceTensors};
+        let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let s = ConvShape::new_transposed([2, 4, 23, 20], [4, 3, 6, 6], (2, 2), (1, 2), (1, 0), (1, 1), 1, Some(3)).unwrap();
+        let low = s.lowered().unwrap();
+        assert!(WinoGemm::applies(&low) && low.scatter.is_some_and(|sc| sc.crops()), "{}", low.label());
+        let x = random_data(s.x_len() as usize, 4);
+        let w = random_data(s.w_len() as usize, 5);
+        let b = random_data(3, 6);
+        let want = reference(&s, &x, &w, Some(&b));
+        let t = DeviceTensors::upload(&e, &s, &x, &w, Some(&b), None).unwrap();
+        for v in WinoGemm::space().into_iter().filter(|v| v.bm == 32) {
+            let (_, _, tiles) = v.tiles(&low);
+            let cap = v.workspace(&low, v.bm as u64).into_iter().max().unwrap();
+            let chunks = v.chunking(&low, cap).unwrap().chunks;
+            assert!(chunks > 1 && tiles % v.bm as u64 != 0, "{}: {tiles} tiles", v.name());
+            let k = e.compile_within(&super::super::Variant::Wgemm(v), &s, cap).unwrap();
+            assert!(k.chunks == chunks && k.wprep.is_some());
+            t.poison(&e).unwrap();
+            t.run(&e, &k).unwrap();
+            let got = t.read_y_f32(&e).unwrap();
+            assert!(got.iter().all(|v| v.is_finite()), "{}: outputs left unwritten", v.name());
+            let err = max_rel_err(&got, &want);
+            assert!(err <= if v.m == 6 { 1e-4 } else { 1e-5 }, "{} in {chunks} chunks: max relative error {err}", v.name());
+        }
+    }
+
     #[test]
     fn space_is_small_well_formed_and_names_round_trip() {
         let space = WinoGemm::space();
