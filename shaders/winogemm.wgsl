@@ -21,6 +21,10 @@
 //   overflow where the direct sum does not), the invocation sums its outputs again the
 //   direct way, so the result is the direct method's, +-Inf and NaN alike.
 //
+// Chunks ({{CHUNKS}}): where V and M of every tile would pass the workspace bound, the three
+// passes run once per chunk of TP consecutive tiles (tile = chunk_base() + the pass's own
+// tile), reusing the workspace; U is transformed by the first chunk's prologue only.
+//
 // Variant: {{VARIANT}}
 // Shape:   {{SHAPE}}
 
@@ -32,7 +36,7 @@ alias DT = {{DT}};
 @group(0) @binding(1) var<storage, read> w: array<DT>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<DT>;
-// U (GROUPS x P2 x CP x NP) then V (GROUPS x P2 x CP x TP), written by `prologue`.
+// U (GROUPS x P2 x CP x NP) then the chunk's V (GROUPS x P2 x CP x TP), written by `prologue`.
 @group(0) @binding(5) var<storage, read_write> ws: array<f32>;
 // M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.
 @group(0) @binding(6) var<storage, read_write> mw: array<f32>;
@@ -60,12 +64,15 @@ const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW
 const TILES: i32 = {{TILES}};      // N * THW
 const CP: i32 = {{CP}};            // CG padded to whole steps of BK
 const NP: i32 = {{NP}};            // KG padded to whole tiles of BN
-const TP: i32 = {{TP}};            // TILES padded to whole tiles of BM
+const TP: i32 = {{TP}};            // a chunk's tiles (all TILES in one chunk), whole tiles of BM
+const CT: i32 = {{CT}};            // tiles `finish` decodes per chunk (TILES in one chunk, else TP)
 const VOFF: i32 = {{VOFF}};        // where V starts in `ws`
 const MSX: i32 = NP * TP;          // M's strides: (g, xi), channel, tile
 const MSN: i32 = {{MSN}};
 const MST: i32 = {{MST}};
 
+// The first tile of the chunk the passes compute.
+{{CHUNK}}
 // Whether v is Inf or NaN (by its bits: no compiler may assume it away).
 fn nonfinite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7F800000u) == 0x7F800000u;
@@ -93,7 +100,8 @@ fn prologue(
     let block = wid.y * nwg.x + wid.x;
     if (block < F_BLOCKS) {
         let i = i32(block * 256u + lidx);
-        if (i >= F_JOBS) {
+        // U stays in `ws` from the first chunk on.
+        if (i >= F_JOBS || chunk_base() > 0) {
             return;
         }
         // Consecutive invocations take consecutive output channels (coalesced stores).
@@ -115,8 +123,9 @@ fn prologue(
     let t = i % TP;
     let c = (i / TP) % CP;
     let g = i / (TP * CP);
-    let tok = t < TILES && c < CG;
-    let o = tile_origin(min(t, TILES - 1));
+    let tg = chunk_base() + t;
+    let tok = tg < TILES && c < CG;
+    let o = tile_origin(min(tg, TILES - 1));
     let ih = o.y - PH;
     let iw = o.z - PW;
     let xb = o.x * XSN + (g * CG + min(c, CG - 1)) * XSC + ih * XSH + iw * XSW;
@@ -199,7 +208,7 @@ fn main(
 // ---------------------------------------------------------------------------------------
 // The inverse transform and the epilogue.
 
-const O_JOBS: i32 = {{O_JOBS}};        // GROUPS * KG * TILES
+const O_JOBS: i32 = {{O_JOBS}};        // GROUPS * KG * CT
 
 // One output as the direct method sums it, padding products included (zero times an
 // infinite weight is NaN there too; `pad0` is a zero the compiler cannot see).
@@ -234,8 +243,13 @@ fn finish(
     // Zero, as a value the compiler cannot see (the dispatch is one workgroup deep in z).
     let pad0 = bitcast<f32>(nwg.z - 1u);
 {{O_DECODE}}
+    // The last chunk's padding tiles have no outputs.
+    let tg = chunk_base() + t;
+    if (tg >= TILES) {
+        return;
+    }
     let k = g * KG + n;
-    let o = tile_origin(t);
+    let o = tile_origin(tg);
     let src = g * P2 * MSX + n * MSN + t * MST;
     let yb = o.x * YSN + k * YSK + (o.y * OW + o.z) * YSP;
     var bad = false;

@@ -26,7 +26,24 @@ pub struct Kernel {
     /// A pass of its own module run first, rewriting w into the weights `main` reads (a
     /// transposed convolution computed in its lowered form).
     pub wprep: Option<WeightPrep>,
+    /// Runs of `prologue`, `main` and `finish` in a row, each over its own part of the
+    /// problem ("chunk") with the workspace reused: 1 for most kernels. Before each run the
+    /// runner writes the chunk's index (0, 1, ...) into word [`CHUNK_WORD`] of binding 4,
+    /// where the passes read it; the dispatches are the same for every chunk.
+    pub chunks: u32,
 }
+
+/// The default bound on each workspace binding (5 and 6) of a kernel: lavapipe's largest
+/// storage binding, and wgpu's default limit. `Engine::max_workspace` lowers it to the
+/// adapter's limit (and `CONVTUNE_MAX_WORKSPACE`, for tests).
+pub const MAX_WORKSPACE: u64 = 128 << 20;
+
+/// The most chunks a kernel may run in (the engine keeps that many chunk indices).
+pub const MAX_CHUNKS: u32 = 4096;
+
+/// The word of binding 4 (the run's words: max |x| and max |w| in words 0 and 1 for kernels
+/// that scale) holding the index of the chunk a chunked kernel's passes compute.
+pub const CHUNK_WORD: u64 = 3;
 
 /// A weight-rearranging pass: its module's `main` reads w (binding 1) and writes the
 /// kernel's weights (binding 3, a pooled buffer of `bytes`), which the kernel's own passes
@@ -41,7 +58,7 @@ pub struct WeightPrep {
 impl Kernel {
     /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
     pub fn plain(source: String, workgroups: u64) -> Kernel {
-        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0], finish: None, wprep: None }
+        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0], finish: None, wprep: None, chunks: 1 }
     }
 }
 

@@ -64,6 +64,8 @@ pub struct Compiled {
     pub finish: Option<(wgpu::ComputePipeline, u64)>,
     /// The weight pass (`Kernel::wprep`): its pipeline, workgroups and output bytes.
     pub wprep: Option<(wgpu::ComputePipeline, u64, u64)>,
+    /// Runs of prologue, main and finish, one per chunk (`Kernel::chunks`).
+    pub chunks: u32,
     /// The element type of the output it writes (its poison pattern depends on it).
     pub dtype: DType,
     /// Bytes of its WGSL (the tuner predicts compile times from them).
@@ -107,7 +109,11 @@ pub struct Engine {
     pub no_input: wgpu::Buffer,
     /// The same for the writable bindings a kernel does not use (scales, workspace).
     pub no_scratch: wgpu::Buffer,
-    pipelines: Mutex<HashMap<(Variant, ConvShape), Arc<Compiled>>>,
+    /// The u32s 0, 1, ..., `MAX_CHUNKS` - 1: a chunked kernel's runs copy their index from
+    /// here (`runner::encode`).
+    pub chunk_indices: wgpu::Buffer,
+    /// Compiled kernels by variant, shape and the workspace bound they were generated for.
+    pipelines: Mutex<HashMap<(Variant, ConvShape, u64), Arc<Compiled>>>,
     lost: Arc<AtomicBool>,
     pub pool: Arc<crate::pool::Pool>,
     /// The output-check kernels, compiled on first use.
@@ -459,7 +465,8 @@ impl Engine {
         };
         let bind_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("convtune conv2d"),
-            // 0: x, 1: w, 2: bias, 3: y, 4: max |x| and max |w| for kernels that scale,
+            // 0: x, 1: w, 2: bias, 3: y, 4: the run's words (max |x| and max |w| for kernels
+            // that scale, the chunk's index for chunked kernels: `codegen::CHUNK_WORD`),
             // 5 and 6: workspace a kernel's prologue fills (rearranged copies of x and w),
             // 7: the epilogue's residual z (y's shape).
             entries: &[
@@ -490,6 +497,21 @@ impl Engine {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
+        let chunk_indices = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("convtune chunk indices"),
+            size: crate::codegen::MAX_CHUNKS as u64 * 4,
+            usage: wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        {
+            let indices: Vec<u8> = (0..crate::codegen::MAX_CHUNKS).flat_map(u32::to_le_bytes).collect();
+            let mut view = chunk_indices
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Gpu(format!("writing the chunk indices failed: {e}")))?;
+            view.copy_from_slice(&indices);
+        }
+        chunk_indices.unmap();
         let device_heap = memory.heap;
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
         let pool = crate::pool::Pool::new(device.clone(), crate::pool::default_cap(device_heap, cpu));
@@ -504,6 +526,7 @@ impl Engine {
             pipeline_layout,
             no_input,
             no_scratch,
+            chunk_indices,
             pipelines: Mutex::new(HashMap::new()),
             lost,
             pool,
@@ -527,6 +550,16 @@ impl Engine {
         forced.map_or(adapter, |f| f.min(adapter)).max(16) / 4 * 4
     }
 
+    /// The most bytes a kernel's workspace binding may take: the default bound
+    /// (`codegen::MAX_WORKSPACE`, 128 MiB) or the adapter's largest binding where smaller;
+    /// `CONVTUNE_MAX_WORKSPACE` lowers it, for tests (chunked kernels on small problems).
+    pub fn max_workspace(&self) -> u64 {
+        let adapter = self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size);
+        let forced = std::env::var("CONVTUNE_MAX_WORKSPACE").ok().and_then(|v| v.trim().parse::<u64>().ok());
+        let cap = forced.map_or(crate::codegen::MAX_WORKSPACE, |f| f.min(crate::codegen::MAX_WORKSPACE));
+        cap.min(adapter).max(16) / 4 * 4
+    }
+
     pub fn checker(&self) -> Result<Arc<crate::check::Checker>> {
         let mut slot = self.checker.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = slot.as_ref() {
@@ -543,12 +576,13 @@ impl Engine {
 
     /// The compiled pipeline for (variant, shape), compiling it on first use.
     pub fn pipeline(&self, variant: &Variant, shape: &ConvShape) -> Result<Arc<Compiled>> {
-        let key = (*variant, *shape);
+        let max_workspace = self.max_workspace();
+        let key = (*variant, *shape, max_workspace);
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(p.clone());
         }
         // Compiling outside the map's lock lets other threads use cached pipelines meanwhile.
-        let pipeline = Arc::new(self.compile(variant, shape)?);
+        let pipeline = Arc::new(self.compile_within(variant, shape, max_workspace)?);
         self.pipelines
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -559,6 +593,11 @@ impl Engine {
     /// Compiles (variant, shape) without caching the result: the tuner compiles dozens of
     /// candidates per shape and only the winner is worth keeping.
     pub fn compile(&self, variant: &Variant, shape: &ConvShape) -> Result<Compiled> {
+        self.compile_within(variant, shape, self.max_workspace())
+    }
+
+    /// `compile` with each workspace binding held to `max_workspace` bytes.
+    pub fn compile_within(&self, variant: &Variant, shape: &ConvShape, max_workspace: u64) -> Result<Compiled> {
         if let Some(why) = variant.unfit(&self.caps) {
             return Err(Error::invalid(why));
         }
@@ -568,7 +607,10 @@ impl Engine {
                 self.desc.name
             )));
         }
-        let kernel = variant.generate(shape)?;
+        let kernel = variant.generate_within(shape, max_workspace)?;
+        if kernel.chunks == 0 || kernel.chunks > crate::codegen::MAX_CHUNKS {
+            return Err(Error::Gpu(format!("variant {variant} asks for {} chunks", kernel.chunks)));
+        }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.shader_module(&kernel.source);
         let wprep_module = kernel.wprep.as_ref().map(|p| self.shader_module(&p.source));
@@ -606,6 +648,7 @@ impl Engine {
             workspace: kernel.workspace,
             finish,
             wprep,
+            chunks: kernel.chunks,
             dtype: shape.dtype,
             source_bytes: kernel.source.len() + kernel.wprep.as_ref().map_or(0, |p| p.source.len()),
         })

@@ -78,7 +78,8 @@ fn optional<'a>(engine: &Engine, what: &str, slice: Option<wgpu::BufferSlice<'a>
 impl Engine {
     /// Records `plan`'s convolution into `encoder` as compute passes over the caller's
     /// buffers (one to three passes: a prologue or a max-|x| pass for some kernels, the
-    /// convolution, a finishing pass for split-K kernels). Nothing is submitted: the
+    /// convolution, a finishing pass for split-K kernels; a kernel run in chunks repeats its
+    /// passes per chunk, with a 4-byte buffer copy before each). Nothing is submitted: the
     /// convolution runs with the rest of the command buffer, ordered after the passes
     /// recorded before it and before those recorded after it. The kernel is compiled on
     /// first use of the (variant, problem) pair and kept.

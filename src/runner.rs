@@ -139,14 +139,15 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer, dtype: DType) -> Result<()
     })
 }
 
-/// The bindings of one conv dispatch: x, w, bias, y, the epilogue's z, for kernels that
-/// scale their inputs the buffer the max-|x|, max-|w| pass writes before them, and the
-/// workspace a kernel's prologue fills.
+/// The bindings of one conv dispatch: x, w, bias, y, the epilogue's z, the run's words
+/// (binding 4: for kernels that scale their inputs, the max |x| and max |w| a pass before
+/// them writes; for chunked kernels, the chunk's index), and the workspace a kernel's
+/// prologue fills.
 pub(crate) struct Bindings<'a> {
     group: wgpu::BindGroup,
     x: View<'a>,
     w: View<'a>,
-    scales: Option<PooledBuffer>,
+    words: Option<PooledBuffer>,
     workspace: Vec<Option<PooledBuffer>>,
     /// The weight pass's bind group (w in, the kernel's weights out) and those weights.
     wprep: Option<(wgpu::BindGroup, PooledBuffer)>,
@@ -157,7 +158,7 @@ impl Bindings<'_> {
     /// the GPU has run the passes that use them.
     pub(crate) fn into_workspace(self) -> Vec<PooledBuffer> {
         let weights = self.wprep.map(|(_, buf)| buf);
-        self.scales.into_iter().chain(self.workspace.into_iter().flatten()).chain(weights).collect()
+        self.words.into_iter().chain(self.workspace.into_iter().flatten()).chain(weights).collect()
     }
 }
 
@@ -183,11 +184,11 @@ fn bindings<'a>(
     bind(engine, kernel, t)
 }
 
-/// The bind group of one dispatch of `kernel` over `t`, with the kernel's scales and
+/// The bind group of one dispatch of `kernel` over `t`, with the kernel's run words and
 /// workspace taken from the pool.
 pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Result<Bindings<'a>> {
     let Tensors { x, w, bias, z, y } = t;
-    let scales = if kernel.scaled { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
+    let words = if kernel.scaled || kernel.chunks > 1 { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
     // Slots keep their bindings: a kernel may need the second workspace and not the first.
     let workspace = kernel
         .workspace
@@ -223,13 +224,13 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
             wgpu::BindGroupEntry { binding: 1, resource: kernel_w },
             wgpu::BindGroupEntry { binding: 2, resource: or_input(engine, bias) },
             wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, scales.as_ref()) },
+            wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, words.as_ref()) },
             wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, workspace.first().and_then(Option::as_ref)) },
             wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, workspace.get(1).and_then(Option::as_ref)) },
             wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, z) },
         ],
     });
-    Ok(Bindings { group, x, w, scales, workspace, wprep })
+    Ok(Bindings { group, x, w, words, workspace, wprep })
 }
 
 /// `buf`'s binding, or the stand-in for an input the call does not have (bias, z).
@@ -258,9 +259,11 @@ fn grid(engine: &Engine, groups: u64) -> Result<(u32, u32)> {
     Ok((gx as u32, gy as u32))
 }
 
-/// Records one run of `kernel` (its scale pass or prologue, its dispatch, its finishing
-/// pass), optionally bracketed by timestamp queries: the run's first pass writes the
-/// beginning, its last the end.
+/// Records one run of `kernel` (its weight pass, its scale pass, then per chunk its
+/// prologue, its dispatch and its finishing pass), optionally bracketed by timestamp
+/// queries: the run's first pass writes the beginning, its last the end. A chunked kernel's
+/// passes find the chunk's index in word `CHUNK_WORD` of the run's words (binding 4), copied
+/// there from the engine's `chunk_indices` before each chunk.
 pub(crate) fn encode(
     engine: &Engine,
     encoder: &mut wgpu::CommandEncoder,
@@ -273,21 +276,31 @@ pub(crate) fn encode(
         record_pass(engine, encoder, "convtune weights", pipeline, group, *groups, timestamps, true, false)?;
         began = true;
     }
-    if let Some((pipeline, groups)) = &kernel.prologue {
-        if let Some(scales) = &b.scales {
-            encoder.clear_buffer(scales, 0, Some(16));
+    if let (true, Some(words)) = (kernel.scaled, &b.words) {
+        if kernel.prologue.is_some() {
+            encoder.clear_buffer(words, 0, Some(16));
+        } else {
+            let checker = engine.checker()?;
+            checker.maxabs(&engine.device, encoder, b.x, b.w, words, timestamps.filter(|_| !began));
+            began = true;
         }
-        record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, !began, false)?;
-        began = true;
-    } else if let Some(scales) = &b.scales {
-        let checker = engine.checker()?;
-        checker.maxabs(&engine.device, encoder, b.x, b.w, scales, timestamps.filter(|_| !began));
-        began = true;
     }
-    let last = kernel.finish.is_none();
-    record_pass(engine, encoder, "convtune conv2d", &kernel.pipeline, &b.group, kernel.workgroups, timestamps, !began, last)?;
-    if let Some((pipeline, groups)) = &kernel.finish {
-        record_pass(engine, encoder, "convtune finish", pipeline, &b.group, *groups, timestamps, false, true)?;
+    for chunk in 0..kernel.chunks {
+        if kernel.chunks > 1 {
+            let words = b.words.as_ref().ok_or_else(|| Error::Gpu("a chunked kernel bound without its run words".into()))?;
+            encoder.copy_buffer_to_buffer(&engine.chunk_indices, 4 * chunk as u64, words, 4 * crate::codegen::CHUNK_WORD, 4);
+        }
+        let last_chunk = chunk + 1 == kernel.chunks;
+        if let Some((pipeline, groups)) = &kernel.prologue {
+            record_pass(engine, encoder, "convtune prologue", pipeline, &b.group, *groups, timestamps, !began, false)?;
+            began = true;
+        }
+        let last = last_chunk && kernel.finish.is_none();
+        record_pass(engine, encoder, "convtune conv2d", &kernel.pipeline, &b.group, kernel.workgroups, timestamps, !began, last)?;
+        began = true;
+        if let Some((pipeline, groups)) = &kernel.finish {
+            record_pass(engine, encoder, "convtune finish", pipeline, &b.group, *groups, timestamps, false, last_chunk)?;
+        }
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 3x3 stride-1 shapes (several images, odd and even output sizes, padding 0 to 2, groups, C and K
 off the tile sizes), with and without the fused epilogue, in both layouts and on float16 data,
 against the float64 reference with poisoned outputs (conftest); hostile value ranges, Inf and
-NaN; its refusals; and F(6x6) kept out of "highest"."""
+NaN; its refusals; F(6x6) kept out of "highest"; and chunked runs (CONVTUNE_MAX_WORKSPACE)."""
 
 from __future__ import annotations
 
@@ -201,3 +201,110 @@ def test_tuning_keeps_f6_out_of_highest(tuning_env, monkeypatch):
         assert report.winner.startswith("wgemm_")
     assert not any(_m(n) == 6 for n in names["highest"]), names["highest"]
     assert any(_m(n) == 6 for n in names["high"]), names["high"]
+
+
+# --- Chunks: CONVTUNE_MAX_WORKSPACE lowers the workspace bound so small problems run in chunks.
+
+def _ceil_to(v, q):
+    return -(-v // q) * q
+
+
+def _chunking(variant, xs, ws, padding, groups):
+    """The smallest CONVTUNE_MAX_WORKSPACE that holds U and one GEMM tile (BM tiles) of V and M
+    (each chunk is then BM tiles), the chunks and the tiles of the last one (as in
+    src/kernels/winogemm.rs)."""
+    k = convtune.variant_knobs(variant)
+    m, bm, bn, bk = k["m"], k["bm"], k["bn"], k["bk"]
+    n, c, h, w = xs
+    oh, ow = h + 2 * padding - 2, w + 2 * padding - 2
+    tiles = n * -(-oh // m) * -(-ow // m)
+    planes = groups * (m + 2) ** 2
+    cp, np_ = _ceil_to(c // groups, bk), _ceil_to(ws[0] // groups, bn)
+    cap = max(4 * planes * cp * (np_ + bm), 4 * planes * np_ * bm)
+    return cap, -(-tiles // bm), tiles - bm * (-(-tiles // bm) - 1)
+
+
+# Three images, groups 2, C/groups 3, K/groups 5, odd output sizes: every variant's tiles
+# run past one GEMM tile (BM up to 128) and leave the last chunk partial.
+CHUNKED = ((3, 6, 27, 25), (10, 3, 3, 3), 1, 2)
+
+
+@pytest.mark.parametrize("variant", WGEMM)
+def test_chunked_runs_match_the_reference(variant, monkeypatch):
+    xs, ws, padding, groups = CHUNKED
+    cap, chunks, last = _chunking(variant, xs, ws, padding, groups)
+    assert chunks >= 2 and last < convtune.variant_knobs(variant)["bm"], (chunks, last)
+    rng = np.random.default_rng(abs(hash(("chunks", variant))) % 2**32)
+    x, w, b = _inputs(rng, xs, ws)
+    want = conv2d_reference(x, w, bias=b, padding=padding, groups=groups)
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
+    got = convtune.conv2d(x, w, bias=b, padding=padding, groups=groups, variant=variant,
+                          precision=_precision(variant))
+    check_close(got, want, context=f"{variant} in {chunks} chunks", rtol=_bound(variant))
+    # A word less and one GEMM tile no longer fits: the bound reaches the generator.
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap - 4))
+    with pytest.raises(ValueError, match="bytes of workspace"):
+        convtune.conv2d(x, w, bias=b, padding=padding, groups=groups, variant=variant,
+                        precision=_precision(variant))
+
+
+@pytest.mark.parametrize("m", [2, 4, 6])
+def test_chunked_runs_apply_the_epilogue_in_both_layouts(m, monkeypatch):
+    variant = PER_M[m]
+    xs, ws, padding, groups = CHUNKED
+    cap, chunks, _ = _chunking(variant, xs, ws, padding, groups)
+    assert chunks >= 2
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
+    rng = np.random.default_rng(30 + m)
+    x, w, b = _inputs(rng, xs, ws)
+    conv = conv2d_reference(x, w, padding=padding, groups=groups)
+    z = rng.standard_normal(conv.shape).astype(np.float32)
+    for layout, t, act in (("NCHW", lambda a: a, "relu"), ("NHWC", nhwc, "silu")):
+        want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation=act)
+        got = convtune.conv2d(t(x), w, bias=b, z=t(z), alpha1=0.5, alpha2=-2.0, activation=act,
+                              padding=padding, groups=groups, layout=layout, variant=variant,
+                              precision=_precision(variant))
+        pre = np.abs(apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0)).max()
+        check_close(got, t(want), context=f"{variant} {layout} in {chunks} chunks",
+                    rtol=_bound(variant) * max(1.0, pre / np.abs(want).max()))
+
+
+@pytest.mark.skipif(not F16, reason="the adapter has no 16-bit shader floats")
+@pytest.mark.parametrize("m", [2, 4, 6])
+def test_chunked_runs_compute_float16(m, monkeypatch):
+    variant = PER_M[m]
+    xs, ws, padding, groups = CHUNKED
+    cap, chunks, _ = _chunking(variant, xs, ws, padding, groups)
+    assert chunks >= 2
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
+    rng = np.random.default_rng(40 + m)
+    x = rng.standard_normal(xs).astype(np.float16)
+    w = (rng.standard_normal(ws) / 6).astype(np.float16)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want = conv2d_reference(x, w, bias=b, padding=padding, groups=groups)
+    t, layout = (nhwc, "NHWC") if m != 4 else ((lambda a: a), "NCHW")
+    got = convtune.conv2d(t(x), w, bias=b, padding=padding, groups=groups, variant=variant, layout=layout)
+    assert got.dtype == np.float16 and np.all(np.isfinite(got))
+    err = np.abs(got.astype(np.float64) - t(want)).max() / np.abs(want).max()
+    assert err <= 4 * 2.0**-11, (variant, layout, err)
+
+
+@pytest.mark.parametrize("m", [2, 6])
+def test_chunked_runs_on_device_tensors(m, monkeypatch):
+    """The Tensor path records the same passes: two chunked convolutions in a row, queued
+    without waits in between, each reading the other's output."""
+    variant = PER_M[m]
+    xs, _, padding, groups = CHUNKED
+    ws = (6, 3, 3, 3)
+    cap, chunks, _ = _chunking(variant, xs, ws, padding, groups)
+    assert chunks >= 2
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
+    rng = np.random.default_rng(50 + m)
+    x, w, b = _inputs(rng, xs, ws)
+    t = convtune.to_device(x)
+    ref = x.astype(np.float64)
+    for _ in range(2):
+        t = convtune.conv2d(t, w, bias=b, padding=padding, groups=groups, variant=variant,
+                            precision=_precision(variant))
+        ref = conv2d_reference(ref, w, bias=b, padding=padding, groups=groups)
+    check_close(t.numpy(), ref, context=f"{variant} on Tensors", rtol=2 * _bound(variant))

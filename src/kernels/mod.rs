@@ -100,6 +100,11 @@ pub trait KernelVariant {
     fn cost(&self, shape: &ConvShape) -> f64;
     /// The WGSL for this variant on `shape`, and its dispatch.
     fn generate(&self, shape: &ConvShape) -> Result<Kernel>;
+    /// `generate` with each workspace binding held to `max_workspace` bytes, which a family
+    /// may meet by running in chunks (`Kernel::chunks`); the others ignore it.
+    fn generate_within(&self, shape: &ConvShape, _max_workspace: u64) -> Result<Kernel> {
+        self.generate(shape)
+    }
 
     /// Why the adapter cannot run it at all, or `None` if it can.
     fn unfit(&self, caps: &Caps) -> Option<String> {
@@ -244,6 +249,11 @@ impl Variant {
     }
     /// The WGSL for this variant on `shape`; an error for names outside the generator's space.
     pub fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        self.generate_within(shape, crate::codegen::MAX_WORKSPACE)
+    }
+    /// `generate` with each workspace binding held to `max_workspace` bytes (an adapter's
+    /// largest binding, where smaller than the default): see `KernelVariant::generate_within`.
+    pub fn generate_within(&self, shape: &ConvShape, max_workspace: u64) -> Result<Kernel> {
         if !self.well_formed() {
             return Err(Error::invalid(format!("variant {self} is not in the generator's space")));
         }
@@ -255,7 +265,7 @@ impl Variant {
             };
             return Err(Error::invalid(format!("variant {self} cannot run on this shape ({}): {why}", shape.label())));
         };
-        let mut kernel = self.ops().generate(&target)?;
+        let mut kernel = self.ops().generate_within(&target, max_workspace)?;
         if target.scatter.is_some() {
             kernel.wprep = Some(phases::weight_prep(shape, &target, &self.to_string())?);
         }

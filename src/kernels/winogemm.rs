@@ -16,6 +16,14 @@
 //! Against the fused family (`wino`) it pays a round trip of V and M through memory, and
 //! gains large GEMM tiles with few registers per invocation, whatever m.
 //!
+//! Chunks: where V and M of every tile would pass the workspace bound (`MAX_WORKSPACE`, or
+//! the adapter's largest binding where smaller: `generate_within`), the passes run once per
+//! chunk of TP tiles (whole GEMM tiles, spread evenly over the fewest chunks that fit), all
+//! in one kernel (`Kernel::chunks`): each chunk's passes read its index from binding 4 and
+//! work on tiles chunk * TP + t, the workspace sized for one chunk; U is transformed by the
+//! first chunk's prologue only (later chunks' filter workgroups return at once). The EDSR
+//! body at 720p (57,600 F(4x4) tiles, 530 MB of V) runs in 4 chunks with 64-tile GEMMs.
+//!
 //! Transforms: Toom-Cook at the interpolation points
 //! - m = 2: 0, 1, -1, infinity (Lavin & Gray 2016);
 //! - m = 4: 0, 1, -1, 1/2, -2, infinity, the set Barabasz et al. ("Error analysis and
@@ -49,7 +57,7 @@ use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_oc
 use super::gemm::{write_accumulators, write_inner};
 use super::wino::lincomb;
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, store_stmt, Kernel};
+use crate::codegen::{render, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
@@ -84,10 +92,6 @@ const SPACE: [(u32, u32, u32, u32, u32, u32); 8] = [
     (6, 32, 32, 8, 4, 4),
 ];
 
-/// Each workspace beyond this would not fit one binding on every adapter (lavapipe:
-/// 128 MiB); larger problems are refused (`computes`), and run on other families.
-const MAX_WORKSPACE: u64 = 128 << 20;
-
 /// Per value written to a workspace and read back (V and M): memory traffic the GEMMs'
 /// multiply-adds do not hide. An H100 does ~10 f32 multiply-adds in the time it moves a
 /// byte from DRAM, so a write and a read of an f32 take ~80; the L2 cache keeps part of the
@@ -101,8 +105,18 @@ const SETUP: f64 = 8.0;
 const GEMM_BARRIER: f64 = 5.0;
 /// Registers besides accumulators, operands and staged loads (as gemm's guess).
 const BASE_REGISTERS: f64 = 16.0;
-/// The three passes' launches and the dependency between them, in multiply-adds.
+/// The three passes' launches and the dependency between them, in multiply-adds (per
+/// chunk).
 const PASSES: f64 = 3.0 * 16384.0;
+
+/// How a problem's tiles are split so that each workspace binding stays within a bound: U
+/// whole, V and M for `tp` tiles (a multiple of BM) at a time, `chunks` times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Chunking {
+    /// Tiles per chunk, padded to whole GEMM tiles: the GEMMs' TP.
+    tp: u64,
+    chunks: u32,
+}
 
 impl WinoGemm {
     fn p(&self) -> u32 {
@@ -131,11 +145,37 @@ impl WinoGemm {
         (ceil_to(tiles, self.bm as u64), ceil_to(shape.cg() as u64, self.bk as u64), ceil_to(shape.kg() as u64, self.bn as u64))
     }
 
-    /// Bytes of the two workspaces: U and V, then M.
-    fn workspace(&self, shape: &ConvShape) -> [u64; 2] {
-        let (tp, cp, np) = self.padded(shape);
+    /// Bytes of the two workspaces for `tp` tiles at a time: U and V, then M.
+    fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
+        let (_, cp, np) = self.padded(shape);
         let planes = shape.groups as u64 * self.p2() as u64;
         [planes * cp * (np + tp) * 4, planes * np * tp * 4]
+    }
+
+    /// The chunks that keep each workspace within `cap` bytes: all tiles at once where they
+    /// fit, else the fewest chunks of whole GEMM tiles (BM tiles) that do, their tiles spread
+    /// evenly (the last chunk's padding is less than BM tiles per chunk). `None` where U and
+    /// one GEMM tile of V do not fit (or more than `MAX_CHUNKS` chunks would be needed).
+    fn chunking(&self, shape: &ConvShape, cap: u64) -> Option<Chunking> {
+        let (tp_all, _, _) = self.padded(shape);
+        let (_, _, tiles) = self.tiles(shape);
+        let bm = self.bm as u64;
+        let [u, _] = self.workspace(shape, 0);
+        let [v_tile, m_tile] = {
+            let [uv, m] = self.workspace(shape, 1);
+            [uv - u, m]
+        };
+        let most = (cap.checked_sub(u)? / v_tile).min(cap / m_tile) / bm * bm;
+        if most == 0 {
+            return None;
+        }
+        if tp_all <= most {
+            return Some(Chunking { tp: tp_all, chunks: 1 });
+        }
+        let chunks = tp_all.div_ceil(most);
+        let tp = ceil_to(tiles.div_ceil(chunks), bm);
+        let chunks = tiles.div_ceil(tp);
+        (chunks <= MAX_CHUNKS as u64).then_some(Chunking { tp, chunks: chunks as u32 })
     }
 
     /// Registers per invocation, as gemm counts them.
@@ -213,8 +253,10 @@ impl KernelVariant for WinoGemm {
         self.m <= 4 || precision == Precision::High
     }
 
+    /// 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit the default
+    /// workspace bound (larger problems run in chunks of tiles).
     fn computes(&self, shape: &ConvShape) -> bool {
-        Self::applies(shape) && self.workspace(shape).iter().all(|&b| b <= MAX_WORKSPACE)
+        Self::applies(shape) && self.chunking(shape, MAX_WORKSPACE).is_some()
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -226,11 +268,16 @@ impl KernelVariant for WinoGemm {
     }
 
     /// The GEMMs scaled as gemm's are (multiply-adds executed, padding included, times the
-    /// cost of each, over how well the dispatch fills the GPU), plus the workspaces' round
-    /// trips, the transforms' adds, the outputs' set-up and the passes' launches.
+    /// cost of each, over how well each chunk's dispatch fills the GPU), plus the workspaces'
+    /// round trips, the transforms' adds, the outputs' set-up and the passes' launches (three
+    /// per chunk, at the default workspace bound).
     fn cost(&self, shape: &ConvShape) -> f64 {
-        let (tp, cp, np) = self.padded(shape);
+        let (_, cp, np) = self.padded(shape);
         let (_, _, tiles) = self.tiles(shape);
+        let Some(Chunking { tp: chunk_tp, chunks }) = self.chunking(shape, MAX_WORKSPACE) else {
+            return f64::INFINITY;
+        };
+        let tp = chunk_tp * chunks as u64;
         let (groups, p2, p) = (shape.groups as u64, self.p2() as f64, self.p() as f64);
         let fmas = p2 * (tp * np * cp * groups) as f64;
         let (tm, tn) = (self.tm as f64, self.tn as f64);
@@ -238,7 +285,7 @@ impl KernelVariant for WinoGemm {
             + SHARED_LOAD * (tm + tn) / (tm * tn)
             + GLOBAL_LOAD * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
             + GEMM_BARRIER * 2.0 / (self.bk as f64 * tm * tn);
-        let workgroups = (tp / self.bm as u64) * (np / self.bn as u64) * groups * self.p2() as u64;
+        let workgroups = (chunk_tp / self.bm as u64) * (np / self.bn as u64) * groups * self.p2() as u64;
         let gemm = fmas * per_fma
             / parallel_efficiency(workgroups * self.threads() as u64)
             / register_occupancy(self.registers()).sqrt()
@@ -247,11 +294,15 @@ impl KernelVariant for WinoGemm {
         let m = p2 * (groups * np * tp) as f64;
         let outputs = (tiles * (self.m * self.m) as u64 * shape.k as u64) as f64;
         let u = p2 * (groups * cp * np) as f64;
-        gemm + ROUND_TRIP * (v + m) + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES
+        gemm + ROUND_TRIP * (v + m) + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES * chunks as f64
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
-        generate(self, shape)
+        generate(self, shape, MAX_WORKSPACE)
+    }
+
+    fn generate_within(&self, shape: &ConvShape, max_workspace: u64) -> Result<Kernel> {
+        generate(self, shape, max_workspace.min(MAX_WORKSPACE))
     }
 }
 
@@ -332,27 +383,33 @@ fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
     inv
 }
 
-fn refusal(v: &WinoGemm, shape: &ConvShape) -> Error {
+fn refusal(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Error {
     let m = v.m;
-    Error::invalid(format!(
-        "variant {} cannot run on this shape ({}): Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and \
-         dilation 1, with at most {} MiB of transformed inputs and filters",
-        v.name(),
-        shape.label(),
-        MAX_WORKSPACE >> 20
-    ))
+    let why = if WinoGemm::applies(shape) {
+        format!(
+            "its transformed filters and the transformed inputs of {} tiles need more than {cap} bytes of \
+             workspace (the largest binding it may take here)",
+            v.bm
+        )
+    } else {
+        format!("Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and dilation 1")
+    };
+    Error::invalid(format!("variant {} cannot run on this shape ({}): {why}", v.name(), shape.label()))
 }
 
-fn generate(v: &WinoGemm, shape: &ConvShape) -> Result<Kernel> {
-    if !v.computes(shape) {
-        return Err(refusal(v, shape));
-    }
+fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
+    let chunking = if WinoGemm::applies(shape) { v.chunking(shape, cap) } else { None };
+    let Some(Chunking { tp, chunks }) = chunking else {
+        return Err(refusal(v, shape, cap));
+    };
     let (m, p, p2) = (v.m as usize, v.p() as usize, v.p2());
     let tr = transforms(v.m);
     let threads = v.threads();
     let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);
     let (tiles_w, tiles_hw, tiles) = v.tiles(shape);
-    let (tp, cp, np) = v.padded(shape);
+    let (_, cp, np) = v.padded(shape);
+    // Tiles finish decodes per chunk: all of them in one chunk, else the chunk's (padded).
+    let ct = if chunks == 1 { tiles } else { tp };
     let groups = shape.groups as u64;
     let (m_blocks, n_blocks) = (tp / v.bm as u64, np / v.bn as u64);
     let blocks = m_blocks * n_blocks * groups * p2 as u64;
@@ -495,22 +552,34 @@ fn generate(v: &WinoGemm, shape: &ConvShape) -> Result<Kernel> {
             1,
             np,
             "    let ty = lid % TY;\n    let tx = lid / TY;",
-            "    let n = i % KG;\n    let t = (i / KG) % TILES;\n    let g = i / (KG * TILES);",
+            "    let n = i % KG;\n    let t = (i / KG) % CT;\n    let g = i / (KG * CT);",
         )
     } else {
         (
             tp,
             1,
             "    let tx = lid % TX;\n    let ty = lid / TX;",
-            "    let t = i % TILES;\n    let n = (i / TILES) % KG;\n    let g = i / (TILES * KG);",
+            "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);",
         )
     };
 
     let f_jobs = groups * cp * np;
     let f_blocks = f_jobs.div_ceil(256);
     let v_jobs = groups * cp * tp;
-    let o_jobs = groups * shape.kg() as u64 * tiles;
-    let workspace = v.workspace(shape);
+    let o_jobs = groups * shape.kg() as u64 * ct;
+    let workspace = v.workspace(shape, tp);
+    // One chunk: the passes' tiles are the problem's. Several: the runner writes the chunk's
+    // index into binding 4's word CHUNK_WORD before each run of the passes.
+    let chunk = if chunks == 1 {
+        "fn chunk_base() -> i32 {\n    return 0;\n}\n".to_string()
+    } else {
+        format!(
+            "// The run's words: word {w} is the chunk these passes compute (the runner's).\n\
+             @group(0) @binding(4) var<storage, read_write> run: array<u32, 4>;\n\
+             fn chunk_base() -> i32 {{\n    return i32(run[{w}]) * TP;\n}}\n",
+            w = crate::codegen::CHUNK_WORD
+        )
+    };
     let mut vars = shape_vars(shape, &v.name());
     vars.extend([
         ("MT", v.m.to_string()),
@@ -519,6 +588,9 @@ fn generate(v: &WinoGemm, shape: &ConvShape) -> Result<Kernel> {
         ("TILES_W", tiles_w.to_string()),
         ("TILES_HW", tiles_hw.to_string()),
         ("TILES", tiles.to_string()),
+        ("CT", ct.to_string()),
+        ("CHUNKS", chunks.to_string()),
+        ("CHUNK", chunk),
         ("CP", cp.to_string()),
         ("NP", np.to_string()),
         ("TP", tp.to_string()),
@@ -560,6 +632,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape) -> Result<Kernel> {
     kernel.prologue = Some(f_blocks + v_jobs.div_ceil(256));
     kernel.workspace = workspace;
     kernel.finish = Some(o_jobs.div_ceil(256));
+    kernel.chunks = chunks;
     Ok(kernel)
 }
 
@@ -639,18 +712,130 @@ mod tests {
         let strided = shape([2, 16, 9, 8], [32, 16, 3, 3], 2, 1, 1);
         let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
         let five = shape([2, 16, 9, 8], [32, 16, 5, 5], 1, 1, 1);
-        // 8 x 256 x 112 x 112: V alone is over 128 MiB for every m.
+        // 8 x 256 x 112 x 112: V alone is over 128 MiB for every m; it runs in chunks.
         let huge = shape([8, 256, 112, 112], [256, 256, 3, 3], 1, 1, 1);
+        // 2048 -> 2048 channels: U alone is 256 MiB or more for every m, nothing to chunk.
+        let wide = shape([1, 2048, 8, 8], [2048, 2048, 3, 3], 1, 1, 1);
         for v in WinoGemm::space() {
             assert!(v.computes(&ok), "{}", v.name());
             // 32x32 tiles suit it; 64 output channels are past its 32.
             assert!(v.suits(&ok) || v.bn > 32 || v.bm > 32, "{}", v.name());
             assert!(!v.suits(&ok) || v.bn == 32, "{}", v.name());
-            assert!(v.generate(&ok).is_ok());
-            for s in [&strided, &dilated, &five, &huge] {
+            assert_eq!(v.generate(&ok).unwrap().chunks, 1);
+            assert!(v.computes(&huge) && v.generate(&huge).unwrap().chunks > 1, "{}", v.name());
+            for s in [&strided, &dilated, &five, &wide] {
                 assert!(!v.suits(s) && !v.computes(s));
                 assert!(v.generate(s).unwrap_err().to_string().contains("cannot run on this shape"));
             }
+            let err = v.generate(&wide).unwrap_err().to_string();
+            assert!(err.contains("bytes of workspace"), "{err}");
+        }
+    }
+
+    /// The EDSR body at 720p (1 x 64 x 720 x 1280 -> 64, 3x3, padding 1): every variant
+    /// computes it in chunks of whole GEMM tiles, each workspace within 128 MiB, and within a
+    /// lower adapter bound in more chunks; the chunked WGSL validates.
+    #[test]
+    fn large_bodies_run_in_chunks_within_the_bound() {
+        let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], 1, 1, 1);
+        for v in WinoGemm::space() {
+            let (_, _, tiles) = v.tiles(&edsr);
+            assert!(v.computes(&edsr), "{}", v.name());
+            for cap in [MAX_WORKSPACE, 48 << 20] {
+                let c = v.chunking(&edsr, cap).unwrap();
+                let k = v.generate_within(&edsr, cap).unwrap();
+                assert!(c.chunks > 1 && k.chunks == c.chunks, "{}: {c:?}", v.name());
+                assert_eq!(k.workspace, v.workspace(&edsr, c.tp));
+                assert!(k.workspace.iter().all(|&b| b <= cap), "{}: {:?}", v.name(), k.workspace);
+                // Whole GEMM tiles; every tile in some chunk, the last chunk not empty.
+                assert_eq!(c.tp % v.bm as u64, 0);
+                assert!(c.tp * c.chunks as u64 >= tiles && c.tp * (c.chunks as u64 - 1) < tiles);
+                // The dispatches are one chunk's.
+                assert_eq!(k.workgroups, c.tp / v.bm as u64 * (64u64.div_ceil(v.bn as u64)) * v.p2() as u64);
+                if let Err(e) = crate::codegen::validate(&k.source) {
+                    panic!("{}: {e}", v.name());
+                }
+            }
+            assert!(v.chunking(&edsr, 48 << 20).unwrap().chunks > v.chunking(&edsr, MAX_WORKSPACE).unwrap().chunks);
+            assert!(v.cost(&edsr).is_finite() && v.cost(&edsr) > 0.0);
+        }
+        // F(4x4), 64-tile GEMMs: 57,600 tiles of 36 x 64 x 4 B of V (and M) each, U 576 KiB:
+        // 14,464 tiles fit 128 MiB, so 4 chunks of 14,400.
+        let f4 = WinoGemm { m: 4, bm: 64, bn: 64, bk: 8, tm: 4, tn: 4 };
+        assert_eq!(f4.chunking(&edsr, MAX_WORKSPACE), Some(Chunking { tp: 14400, chunks: 4 }));
+        // An adapter bound above the default changes nothing; the passes' launches count.
+        assert_eq!(f4.generate_within(&edsr, 1 << 40).unwrap().chunks, 4);
+        let one = shape([1, 64, 360, 640], [64, 64, 3, 3], 1, 1, 1);
+        assert_eq!(f4.chunking(&one, MAX_WORKSPACE).unwrap().chunks, 1);
+    }
+
+    /// Chunked kernels on lavapipe, the workspace bound set so that each chunk holds one GEMM
+    /// tile of tiles (the last one partial), against the float64 reference with poisoned
+    /// outputs: three images, groups, bias, odd output sizes; GPU timing brackets them all.
+    #[test]
+    fn chunked_kernels_compute_the_reference() {
+        use crate::runner::tests::{max_rel_err, reference};
+        use crate::runner::{random_data, DeviceTensors};
+        let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let s = ConvShape::new([3, 6, 19, 17], [10, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, Some(10)).unwrap();
+        let x = random_data(s.x_len() as usize, 1);
+        let w = random_data(s.w_len() as usize, 2);
+        let b = random_data(10, 3);
+        let want = reference(&s, &x, &w, Some(&b));
+        let t = DeviceTensors::upload(&e, &s, &x, &w, Some(&b), None).unwrap();
+        for v in WinoGemm::space().into_iter().filter(|v| v.bm == 32) {
+            let (_, _, tiles) = v.tiles(&s);
+            let cap = v.workspace(&s, v.bm as u64).into_iter().max().unwrap();
+            let c = v.chunking(&s, cap).unwrap();
+            assert_eq!(c, Chunking { tp: v.bm as u64, chunks: tiles.div_ceil(v.bm as u64) as u32 });
+            assert!(c.chunks > 1 && tiles % v.bm as u64 != 0, "{}: {tiles} tiles", v.name());
+            let variant = super::super::Variant::Wgemm(v);
+            let k = e.compile_within(&variant, &s, cap).unwrap();
+            assert_eq!(k.chunks, c.chunks);
+            t.poison(&e).unwrap();
+            t.run(&e, &k).unwrap();
+            let got = t.read_y_f32(&e).unwrap();
+            // The poison is NaN, which max_rel_err passes over.
+            assert!(got.iter().all(|v| v.is_finite()), "{}: outputs left unwritten", v.name());
+            let err = max_rel_err(&got, &want);
+            let bound = if v.m == 6 { 1e-4 } else { 1e-5 };
+            assert!(err <= bound, "{} in {} chunks: max relative error {err}", v.name(), c.chunks);
+            let times = t.time(&e, &k, 2).unwrap();
+            assert!(times.len() == 2 && times.iter().all(|t| t.is_finite() && *t >= 0.0));
+            // A word less than one GEMM tile's worth: refused.
+            let err = e.compile_within(&variant, &s, cap - 4).err().unwrap().to_string();
+            assert!(err.contains("cannot run on this shape"), "{err}");
+        }
+    }
+
+    /// A transposed convolution in its lowered form (a weight pass, then the chunks; stores
+    /// through the scatter, cropped): 6x6 at stride 2 is 3x3 per stride phase.
+    #[test]
+    fn chunked_kernels_compute_a_lowered_transposed_convolution() {
+        use crate::runner::tests::{max_rel_err, reference};
+        use crate::runner::{random_data, DeviceTensors};
+        let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
+        let s = ConvShape::new_transposed([2, 4, 23, 20], [4, 3, 6, 6], (2, 2), (1, 2), (1, 0), (1, 1), 1, Some(3)).unwrap();
+        let low = s.lowered().unwrap();
+        assert!(WinoGemm::applies(&low) && low.scatter.is_some_and(|sc| sc.crops()), "{}", low.label());
+        let x = random_data(s.x_len() as usize, 4);
+        let w = random_data(s.w_len() as usize, 5);
+        let b = random_data(3, 6);
+        let want = reference(&s, &x, &w, Some(&b));
+        let t = DeviceTensors::upload(&e, &s, &x, &w, Some(&b), None).unwrap();
+        for v in WinoGemm::space().into_iter().filter(|v| v.bm == 32) {
+            let (_, _, tiles) = v.tiles(&low);
+            let cap = v.workspace(&low, v.bm as u64).into_iter().max().unwrap();
+            let chunks = v.chunking(&low, cap).unwrap().chunks;
+            assert!(chunks > 1 && tiles % v.bm as u64 != 0, "{}: {tiles} tiles", v.name());
+            let k = e.compile_within(&super::super::Variant::Wgemm(v), &s, cap).unwrap();
+            assert!(k.chunks == chunks && k.wprep.is_some());
+            t.poison(&e).unwrap();
+            t.run(&e, &k).unwrap();
+            let got = t.read_y_f32(&e).unwrap();
+            assert!(got.iter().all(|v| v.is_finite()), "{}: outputs left unwritten", v.name());
+            let err = max_rel_err(&got, &want);
+            assert!(err <= if v.m == 6 { 1e-4 } else { 1e-5 }, "{} in {chunks} chunks: max relative error {err}", v.name());
         }
     }
 
