@@ -1,6 +1,7 @@
 // convtune {{VARIANT}}'s weights for the transposed convolution {{SHAPE}}, lowered to a
 // stride-1 convolution with {{PHASES}} output phases stacked as channels. Lowered weight
-// (k', c, a, b), with k' = g * P * KG + phase * KG + kk, is the transposed weight
+// (k', c, a, b), with k' = g * P * KG + n and n = phase * KG + kk (channels-last) or
+// kk * P + phase (channels-first; see Scatter in src/params.rs), is the transposed weight
 // (g * CG + c, kk, i + (A - 1 - a) * SH, j + (B - 1 - b) * SW) for the phase's row and
 // column residues i = phase / SW and j = phase % SW, or zero past the kernel's edge.
 {{ENABLES}}
@@ -33,8 +34,9 @@ fn main(
     let c = (e / (A * B)) % CG;
     let kl = e / (A * B * CG);
     let g = kl / (P * KG);
-    let phase = (kl % (P * KG)) / KG;
-    let kk = kl % KG;
+    let n = kl % (P * KG);
+    let phase = {{PHASE_OF_N}};
+    let kk = {{KK_OF_N}};
     let r = phase / SW + (A - 1 - a) * SH;
     let s = phase % SW + (B - 1 - b) * SW;
     var v = {{DT}}(0.0);

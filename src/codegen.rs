@@ -183,7 +183,7 @@ fn scatter_wgsl(s: &ConvShape, sc: &crate::params::Scatter) -> String {
     };
     format!(
         "
-// The lowered transposed convolution's scatter: channel (g, phase, c) at (oh, ow) -> channel
+// The lowered form's scatter: channel (g, phase, c) at (oh, ow) -> channel
 // g * {kgf} + c at (oh * {sh} + phase / {sw} - {oh0}, ow * {sw} + phase % {sw} - {ow0}).
 fn ybias(k: i32) -> i32 {{
     return {bias};
@@ -196,8 +196,9 @@ fn ypix(m: i32) -> vec3<i32> {{
     return vec3<i32>((m / {ohw}) * {fimg}, (p / {ow}) * {sh} - {oh0}, (p % {ow}) * {sw} - {ow0});
 }}
 fn ychan(ch: i32) -> vec3<i32> {{
-    let phase = (ch % {gk}) / {kgf};
-    return vec3<i32>((ch / {gk}) * {kgf} + ch % {kgf}, phase / {sw}, phase % {sw});
+    let n = ch % {gk};
+    let phase = {phase_of_n};
+    return vec3<i32>((ch / {gk}) * {kgf} + {c_of_n}, phase / {sw}, phase % {sw});
 }}
 fn yscatter(p: vec3<i32>, q: vec3<i32>) -> i32 {{
     let row = p.y + q.y;
@@ -220,11 +221,14 @@ fn ystore(yi: i32) -> i32 {{
         },
         // A shuffle's lowered channel (g, phase, c) came from conv channel
         // g * KG + c * phases + phase, which has its own bias.
-        bias = if sc.shuffle {
-            format!("(k / {gk}) * {gk} + (k % {kgf}) * {p} + (k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg, p = sh * sw)
-        } else {
-            format!("(k / {gk}) * {kgf} + k % {kgf}", gk = s.kg(), kgf = sc.kg)
+        bias = match (sc.shuffle, sc.phase_major) {
+            (true, false) => "k".to_string(),
+            (true, true) => format!("(k / {gk}) * {gk} + (k % {kgf}) * {p} + (k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg, p = sh * sw),
+            (false, true) => format!("(k / {gk}) * {kgf} + k % {kgf}", gk = s.kg(), kgf = sc.kg),
+            (false, false) => format!("(k / {gk}) * {kgf} + (k % {gk}) / {p}", gk = s.kg(), kgf = sc.kg, p = sh * sw),
         },
+        phase_of_n = if sc.phase_major { format!("n / {}", sc.kg) } else { format!("n % {}", sh * sw) },
+        c_of_n = if sc.phase_major { format!("n % {}", sc.kg) } else { format!("n / {}", sh * sw) },
         gk = s.kg(),
         kgf = sc.kg,
         oh0 = sc.off.0,

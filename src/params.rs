@@ -119,12 +119,14 @@ pub struct ConvShape {
     pub scatter: Option<Scatter>,
 }
 
-/// Where the outputs of a transposed convolution's lowered form land. The lowered conv has
-/// `phases.0 * phases.1` times the output channels, ordered within each group as (phase,
-/// channel): its channel `g * P * KG + ph * KG + c` at pixel (oh, ow) is the transposed
-/// output's channel `g * KG + c` at (oh * st_h + ph / st_w - off.0, ow * st_w + ph % st_w -
-/// off.1), dropped when that falls outside `out`. Within a phase the channels stay
-/// contiguous, so channels-last stores keep whole quads together.
+/// Where the outputs of a lowered form land (a transposed convolution's, or a pixel
+/// shuffle's). The lowered conv has P = `phases.0 * phases.1` times the output channels.
+/// Within each group its channel n is the pair (phase ph, channel c): `ph * KG + c`
+/// (`phase_major`, channels-last: a phase's channels side by side, so stores keep whole
+/// quads) or `c * P + ph` (channels-first: a channel's phases side by side, so a row's
+/// neighbouring columns come from neighbouring channels; PyTorch's pixel_shuffle order).
+/// At pixel (oh, ow) it is the output's channel `g * KG + c` at (oh * st_h + ph / st_w -
+/// off.0, ow * st_w + ph % st_w - off.1), dropped when that falls outside `out`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Scatter {
     /// The transposed convolution's stride: one output phase per (row, column) residue.
@@ -138,12 +140,20 @@ pub struct Scatter {
     /// A pixel shuffle's form: each lowered channel has its own bias entry (the conv
     /// channel it came from), where a transposed convolution's phases share theirs.
     pub shuffle: bool,
+    /// The lowered channels' order within a group (see above).
+    pub phase_major: bool,
 }
 
 impl Scatter {
     /// Whether some lowered outputs fall outside y (a transposed convolution's edges).
     pub fn crops(&self) -> bool {
         !self.shuffle
+    }
+
+    /// Whether the kernel's weights are w rearranged by a weight pass (all but a pixel
+    /// shuffle in PyTorch's channel order).
+    pub fn rearranges_w(&self) -> bool {
+        !self.shuffle || self.phase_major
     }
 }
 
@@ -471,18 +481,26 @@ impl ConvShape {
             pad_end: (ph_end, pw_end),
             transposed: None,
             pixel_shuffle: None,
-            scatter: Some(Scatter { phases: self.stride, off: (off_h, off_w), out: (oh, ow), kg: self.kg(), shuffle: false }),
+            scatter: Some(Scatter {
+                phases: self.stride,
+                off: (off_h, off_w),
+                out: (oh, ow),
+                kg: self.kg(),
+                shuffle: false,
+                phase_major: self.layout == Layout::Nhwc,
+            }),
             ..*self
         };
         lowered.check_lens().ok()?;
         Some(lowered)
     }
 
-    /// A pixel-shuffled problem as a scatter ([`Scatter`]): the same convolution with its
-    /// output channels reordered from PyTorch's (c, i, j) to (i, j, c) within each group
-    /// (its weight pass permutes w's rows, `kernels::phases`), so that in NHWC a phase's
-    /// channels land side by side and stores keep whole quads together. `None` where a
-    /// group's channels are not whole sets of r^2 phases, or without a shuffle.
+    /// A pixel-shuffled problem as a scatter ([`Scatter`]): in NHWC the same convolution
+    /// with its output channels reordered from PyTorch's (c, i, j) to (i, j, c) within each
+    /// group (its weight pass permutes w's rows, `kernels::phases`), so that a phase's
+    /// channels land side by side and stores keep whole quads together; in NCHW in
+    /// PyTorch's order (w as it is). `None` where a group's channels are not whole sets of
+    /// r^2 phases, or without a shuffle.
     pub fn shuffle_lowered(&self) -> Option<ConvShape> {
         let r = self.pixel_shuffle?;
         if self.kg() % (r * r) != 0 {
@@ -496,6 +514,7 @@ impl ConvShape {
                 out: (self.oh() * r, self.ow() * r),
                 kg: self.kg() / (r * r),
                 shuffle: true,
+                phase_major: self.layout == Layout::Nhwc,
             }),
             ..*self
         })

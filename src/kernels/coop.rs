@@ -709,15 +709,35 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
             // every round of this lane shares is computed once (NCHW's one-at-a-time rounds
             // keep the pixel, NHWC's the channel).
             let scatter = shape.scatter.is_some();
+            // NCHW scatters keep a channel's phases side by side: a round's lanes take the
+            // tile's elements phase column fastest, then pixel, so that neighbouring lanes
+            // store neighbouring output columns (`sw` of them per pixel).
+            let sw = match shape.scatter {
+                Some(sc) if pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => sc.phases.1,
+                _ => 1,
+            };
+            let m_offsets: Vec<u32> = (0..rounds).map(|r| (r * 32 / sw) % 16).collect();
             if scatter && pixel_fastest && !vec_y {
-                writeln!(s, "    let ypm{i}_{j} = ypix(m0 + i32(wm) + {} + i32(lane % 16u));", i * 16).unwrap();
+                let mut seen = Vec::new();
+                for &o in &m_offsets {
+                    if !seen.contains(&o) {
+                        seen.push(o);
+                        writeln!(s, "    let ypm{i}_{j}_{o} = ypix(m0 + i32(wm) + {} + i32((lane / {sw}u + {o}u) % 16u));", i * 16).unwrap();
+                    }
+                }
             } else if scatter && !pixel_fastest {
                 let lane_n = if vec_y { "4u * (lane % 4u)" } else { "lane % 16u" };
                 writeln!(s, "    let ycn{i}_{j} = ychan(g * KG + n0 + i32(wn) + {} + i32({lane_n}));", j * 16).unwrap();
             }
             for r in 0..rounds {
                 writeln!(s, "    {{").unwrap();
-                writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
+                if sw > 1 {
+                    // `e` then names the element in the tile's column-major order.
+                    writeln!(s, "        let q = {}u + lane;", r * 32).unwrap();
+                    writeln!(s, "        let e = ((q / {}u) * {sw}u + q % {sw}u) * 16u + (q / {sw}u) % 16u;", 16 * sw).unwrap();
+                } else {
+                    writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
+                }
                 writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
@@ -725,7 +745,7 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
                 let at = "(m / OHW) * YSN + k * YSK + (m % OHW) * YSP";
                 if scatter {
                     let mapped = if pixel_fastest {
-                        format!("yscatter(ypm{i}_{j}, ychan(k))")
+                        format!("yscatter(ypm{i}_{j}_{}, ychan(k))", m_offsets[r as usize])
                     } else {
                         format!("yscatter(ypix(m), ycn{i}_{j})")
                     };

@@ -266,7 +266,7 @@ impl Variant {
             return Err(Error::invalid(format!("variant {self} cannot run on this shape ({}): {why}", shape.label())));
         };
         let mut kernel = self.ops().generate_within(&target, max_workspace)?;
-        if target.scatter.is_some() {
+        if target.scatter.is_some_and(|sc| sc.rearranges_w()) {
             kernel.wprep = Some(phases::weight_prep(shape, &target, &self.to_string())?);
         }
         Ok(kernel)

@@ -14,8 +14,8 @@ use crate::params::ConvShape;
 const TEMPLATE: &str = include_str!("../../shaders/phases.wgsl");
 const SHUFFLE_TEMPLATE: &str = include_str!("../../shaders/shuffle_weights.wgsl");
 
-/// The weight pass for `shape` (transposed, or pixel-shuffled), whose scatter form is
-/// `lowered`.
+/// The weight pass for `shape` (transposed, or pixel-shuffled in NHWC), whose scatter form
+/// is `lowered`.
 pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Result<WeightPrep> {
     let sc = lowered
         .scatter
@@ -31,7 +31,13 @@ pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Res
         ]);
         SHUFFLE_TEMPLATE
     } else {
-        vars.extend([("A", lowered.r.to_string()), ("B", lowered.s.to_string())]);
+        let (phase, kk) = if sc.phase_major { ("n / KG", "n % KG") } else { ("n % P", "n / P") };
+        vars.extend([
+            ("A", lowered.r.to_string()),
+            ("B", lowered.s.to_string()),
+            ("PHASE_OF_N", phase.to_string()),
+            ("KK_OF_N", kk.to_string()),
+        ]);
         TEMPLATE
     };
     Ok(WeightPrep {
@@ -65,19 +71,23 @@ mod tests {
         ];
         for (x, w, st, p, op, g) in cases {
             let t = transposed(x, w, st, p, op, g);
-            let lo = t.lowered().unwrap_or_else(|| panic!("{} has no lowered form", t.label()));
             let xs: Vec<f64> = (0..t.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
             let ws: Vec<f64> = (0..t.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
             let want = transposed_f64(&t, &xs, &ws);
-            let wl = lowered_weights(&t, &lo, &ws);
-            let got_lo = conv_f64(&lo, &xs, &wl);
-            let mut got = vec![f64::NAN; t.y_len() as usize];
-            for (i, v) in got_lo.iter().enumerate() {
-                if let Some(at) = scatter_index(&lo, i as u64) {
-                    got[at as usize] = *v;
+            // Both channel orders (channels-first and channels-last problems use one each;
+            // the arithmetic does not depend on the layout).
+            for phase_major in [false, true] {
+                let lo = with_order(t.lowered().unwrap_or_else(|| panic!("{} has no lowered form", t.label())), phase_major);
+                let wl = lowered_weights(&t, &lo, &ws);
+                let got_lo = conv_f64(&lo, &xs, &wl);
+                let mut got = vec![f64::NAN; t.y_len() as usize];
+                for (i, v) in got_lo.iter().enumerate() {
+                    if let Some(at) = scatter_index(&lo, i as u64) {
+                        got[at as usize] = *v;
+                    }
                 }
+                assert_eq!(got, want, "{} phase_major {phase_major}", t.label());
             }
-            assert_eq!(got, want, "{}", t.label());
         }
     }
 
@@ -88,7 +98,6 @@ mod tests {
         use crate::params::Padding;
         for (x, w, r, g) in [([2, 4, 5, 3], [8, 4, 3, 3], 2, 1), ([1, 6, 3, 4], [36, 3, 1, 2], 3, 2)] {
             let s = ConvShape::new(x, w, (1, 1), Padding::Explicit(1, 0), (1, 1), g, None).unwrap().with_pixel_shuffle(r).unwrap();
-            let lo = s.shuffle_lowered().unwrap();
             let xs: Vec<f64> = (0..s.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
             let ws: Vec<f64> = (0..s.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
             let plain = ConvShape { pixel_shuffle: None, ..s };
@@ -96,21 +105,35 @@ mod tests {
             for (i, v) in conv_f64(&plain, &xs, &ws).iter().enumerate() {
                 want[s.y_store_index(i as u64) as usize] = *v;
             }
-            let sc = lo.scatter.unwrap();
-            let (kg, kgf, p, row) = (lo.kg() as u64, sc.kg as u64, (r * r) as u64, (lo.cg() * lo.r * lo.s) as u64);
-            let wl: Vec<f64> = (0..lo.w_len())
-                .map(|e| {
-                    let kl = e / row;
-                    let (gi, phase, c) = (kl / kg, (kl % kg) / kgf, kl % kgf);
-                    ws[((gi * kg + c * p + phase) * row + e % row) as usize]
-                })
-                .collect();
-            let mut got = vec![f64::NAN; s.y_len() as usize];
-            for (i, v) in conv_f64(&lo, &xs, &wl).iter().enumerate() {
-                got[scatter_index(&lo, i as u64).unwrap() as usize] = *v;
+            for phase_major in [false, true] {
+                let lo = with_order(s.shuffle_lowered().unwrap(), phase_major);
+                let sc = lo.scatter.unwrap();
+                assert_eq!(sc.rearranges_w(), phase_major);
+                let (kg, kgf, p, row) = (lo.kg() as u64, sc.kg as u64, (r * r) as u64, (lo.cg() * lo.r * lo.s) as u64);
+                // PyTorch's order needs no weight pass; the phase-major one permutes rows.
+                let wl: Vec<f64> = if !phase_major {
+                    ws.clone()
+                } else {
+                    (0..lo.w_len())
+                        .map(|e| {
+                            let kl = e / row;
+                            let (gi, phase, c) = (kl / kg, (kl % kg) / kgf, kl % kgf);
+                            ws[((gi * kg + c * p + phase) * row + e % row) as usize]
+                        })
+                        .collect()
+                };
+                let mut got = vec![f64::NAN; s.y_len() as usize];
+                for (i, v) in conv_f64(&lo, &xs, &wl).iter().enumerate() {
+                    got[scatter_index(&lo, i as u64).unwrap() as usize] = *v;
+                }
+                assert_eq!(got, want, "{} phase_major {phase_major}", s.label());
             }
-            assert_eq!(got, want, "{}", s.label());
         }
+    }
+
+    fn with_order(lo: ConvShape, phase_major: bool) -> ConvShape {
+        let sc = lo.scatter.unwrap();
+        ConvShape { scatter: Some(crate::params::Scatter { phase_major, ..sc }), ..lo }
     }
 
     /// PyTorch's conv_transpose2d by its definition (each input scatters into the outputs its
@@ -184,7 +207,8 @@ mod tests {
         (0..lo.w_len())
             .map(|e| {
                 let (bb, aa, c, kl) = (e % b, (e / b) % a, (e / (a * b)) % cg, e / (a * b * cg));
-                let (g, phase, kk) = (kl / (p * kg), (kl % (p * kg)) / kg, kl % kg);
+                let (g, n) = (kl / (p * kg), kl % (p * kg));
+                let (phase, kk) = if lo.scatter.unwrap().phase_major { (n / kg, n % kg) } else { (n % p, n / p) };
                 let (rr, ss) = (phase / sw + (a - 1 - aa) * sh, phase % sw + (b - 1 - bb) * sw);
                 if rr < r && ss < s { w[((((g * cg + c) * kg + kk) * r + rr) * s + ss) as usize] } else { 0.0 }
             })
@@ -199,8 +223,10 @@ mod tests {
         let yi = yi as i64;
         let (img, off) = (yi / (k * oh * ow), yi % (k * oh * ow));
         let (ch, p) = (off / (oh * ow), off % (oh * ow));
-        let phase = (ch % gk) / kgf;
-        let c = (ch / gk) * kgf + ch % kgf;
+        let phases = (sc.phases.0 * sc.phases.1) as i64;
+        let n = ch % gk;
+        let (phase, cc) = if sc.phase_major { (n / kgf, n % kgf) } else { (n % phases, n / phases) };
+        let c = (ch / gk) * kgf + cc;
         let row = (p / ow) * sc.phases.0 as i64 + phase / sc.phases.1 as i64 - sc.off.0 as i64;
         let col = (p % ow) * sc.phases.1 as i64 + phase % sc.phases.1 as i64 - sc.off.1 as i64;
         let (fh, fw) = (sc.out.0 as i64, sc.out.1 as i64);
