@@ -3,13 +3,18 @@
 // (k', c, a, b), with k' = g * P * KG + n and n = phase * KG + kk (channels-last) or
 // kk * P + phase (channels-first; see Scatter in src/params.rs), is the transposed weight
 // (g * CG + c, kk, i + (A - 1 - a) * SH, j + (B - 1 - b) * SW) for the phase's row and
-// column residues i = phase / SW and j = phase % SW, or zero past the kernel's edge.
+// column residues i = phase / SW and j = phase % SW, or zero past the kernel's edge. With a
+// pixel shuffle by Q after it, n counts PQ = P * Q * Q finer phases of KGF = KG / (Q * Q)
+// channels each.
 {{ENABLES}}
 @group(0) @binding(1) var<storage, read> w: array<{{DT}}>;
 @group(0) @binding(3) var<storage, read_write> lowered: array<{{DT}}>;
 
 const LEN: i32 = {{LEN}};
 const P: i32 = {{PHASES}};
+const PQ: i32 = {{PHASES_Q}};
+const KGF: i32 = {{KGF}};
+const Q: i32 = {{Q}};
 const KG: i32 = {{KG}};
 const CG: i32 = {{CG}};
 const A: i32 = {{A}};
@@ -35,10 +40,15 @@ fn main(
     let kl = e / (A * B * CG);
     let g = kl / (P * KG);
     let n = kl % (P * KG);
+    // A pixel shuffle after the transposed convolution (Q > 1) splits each phase's row and
+    // column residues into the transposed phase and the shuffle's sub-pixel.
     let phase = {{PHASE_OF_N}};
-    let kk = {{KK_OF_N}};
-    let r = phase / SW + (A - 1 - a) * SH;
-    let s = phase % SW + (B - 1 - b) * SW;
+    let cf = {{CF_OF_N}};
+    let ph_h = phase / (SW * Q);
+    let ph_w = phase % (SW * Q);
+    let kk = (cf * Q + ph_h % Q) * Q + ph_w % Q;
+    let r = ph_h / Q + (A - 1 - a) * SH;
+    let s = ph_w / Q + (B - 1 - b) * SW;
     var v = {{DT}}(0.0);
     if (r < R && s < S) {
         v = w[(((g * CG + c) * KG + kk) * R + r) * S + s];

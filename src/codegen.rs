@@ -222,6 +222,21 @@ fn ystore(yi: i32) -> i32 {{
         // A shuffle's lowered channel (g, phase, c) came from conv channel
         // g * KG + c * phases + phase, which has its own bias.
         bias = match (sc.shuffle, sc.phase_major) {
+            // A transposed convolution's pixel shuffle: the bias of the transposed output
+            // channel the (phase, channel) pair came from.
+            (false, _) if sc.inner > 1 => {
+                let (q, p) = (sc.inner, sh * sw);
+                let (phase, c) = if sc.phase_major {
+                    (format!("(k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg), format!("k % {}", sc.kg))
+                } else {
+                    (format!("(k % {gk}) % {p}", gk = s.kg()), format!("(k % {gk}) / {p}", gk = s.kg()))
+                };
+                format!(
+                    "(k / {gk}) * {kgt} + (({c}) * {q} + (({phase}) / {sw}) % {q}) * {q} + (({phase}) % {sw}) % {q}",
+                    gk = s.kg(),
+                    kgt = sc.kg * q * q
+                )
+            }
             (true, false) => "k".to_string(),
             (true, true) => format!("(k / {gk}) * {gk} + (k % {kgf}) * {p} + (k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg, p = sh * sw),
             (false, true) => format!("(k / {gk}) * {kgf} + k % {kgf}", gk = s.kg(), kgf = sc.kg),

@@ -142,6 +142,10 @@ pub struct Scatter {
     pub shuffle: bool,
     /// The lowered channels' order within a group (see above).
     pub phase_major: bool,
+    /// A pixel shuffle after a transposed convolution (1: none): `phases` and `off` then
+    /// count the shuffled grid's rows and columns (stride times r), and the transposed
+    /// output channel of (phase (ph_h, ph_w), c) is `c * r * r + (ph_h % r) * r + ph_w % r`.
+    pub inner: u32,
 }
 
 impl Scatter {
@@ -387,16 +391,14 @@ impl ConvShape {
     }
 
     /// The same problem with its output depth-to-space shuffled by `r` (1: none). K must be
-    /// divisible by r^2; transposed problems do not take it.
+    /// divisible by r^2; a transposed problem takes it where it has a lowered form (no
+    /// dilation), the shuffle then folded into that form's scatter.
     pub fn with_pixel_shuffle(self, r: i64) -> Result<Self> {
         if r < 1 {
             return Err(Error::invalid(format!("pixel_shuffle must be >= 1, got {r}")));
         }
         if r == 1 {
             return Ok(ConvShape { pixel_shuffle: None, ..self });
-        }
-        if self.is_transposed() {
-            return Err(Error::invalid("pixel_shuffle is not supported on transposed convolutions"));
         }
         let r2 = r.checked_mul(r).filter(|&r2| r2 <= self.k as i64);
         if r2.is_none_or(|r2| self.k as i64 % r2 != 0) {
@@ -409,6 +411,14 @@ impl ConvShape {
         // Output rows and columns grow by r: they must still index in 32 bits.
         if shape.oh() as u64 * r as u64 > i32::MAX as u64 || shape.ow() as u64 * r as u64 > i32::MAX as u64 {
             return Err(Error::invalid(format!("pixel_shuffle={r} makes the output too large")));
+        }
+        if shape.is_transposed() && shape.lowered().is_none() {
+            return Err(Error::invalid(format!(
+                "pixel_shuffle={r} on a transposed convolution needs dilation 1 and padding within \
+                 the kernel's reach (it runs in the convolution's lowered form); got dilation {:?}, \
+                 padding {:?}",
+                self.dilation, self.pad
+            )));
         }
         Ok(shape)
     }
@@ -472,6 +482,9 @@ impl ConvShape {
         let (r, ph, ph_end, off_h) = axis(self.h, self.stride.0, self.pad.0, self.r, oh)?;
         let (s, pw, pw_end, off_w) = axis(self.w, self.stride.1, self.pad.1, self.s, ow)?;
         let phases = self.stride.0 * self.stride.1;
+        // A pixel shuffle after it refines each phase into r * r finer ones: the scatter then
+        // works on the shuffled output's grid.
+        let q = self.shuffle();
         let lowered = ConvShape {
             k: self.k.checked_mul(phases)?,
             r,
@@ -482,12 +495,13 @@ impl ConvShape {
             transposed: None,
             pixel_shuffle: None,
             scatter: Some(Scatter {
-                phases: self.stride,
-                off: (off_h, off_w),
-                out: (oh, ow),
-                kg: self.kg(),
+                phases: (self.stride.0 * q, self.stride.1 * q),
+                off: (off_h * q, off_w * q),
+                out: (oh * q, ow * q),
+                kg: self.kg() / (q * q),
                 shuffle: false,
                 phase_major: self.layout == Layout::Nhwc,
+                inner: q,
             }),
             ..*self
         };
@@ -515,6 +529,7 @@ impl ConvShape {
                 kg: self.kg() / (r * r),
                 shuffle: true,
                 phase_major: self.layout == Layout::Nhwc,
+                inner: 1,
             }),
             ..*self
         })

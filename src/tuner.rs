@@ -32,7 +32,8 @@ const SEEDS: (u64, u64, u64) = (0x5EED_0001, 0x5EED_0002, 0x5EED_0003);
 /// every candidate is checked against, and the fallback when no candidate is valid.
 /// Transposed problems have their own family's.
 pub fn reference_variant(shape: &ConvShape) -> Variant {
-    if shape.is_transposed() {
+    // A shuffled transposed problem has only its lowered form: the plain loops run that.
+    if shape.is_transposed() && shape.pixel_shuffle.is_none() {
         return Variant::Tconv(crate::kernels::tconv::REFERENCE);
     }
     Variant::Direct(Direct { wg_x: 64, wg_y: 1, unroll: 0, tk: 1, tw: 1 })

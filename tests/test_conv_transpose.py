@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import convtune
-from convtune.reference import apply_epilogue, conv_transpose2d_reference
+from convtune.reference import apply_epilogue, conv_transpose2d_reference, pixel_shuffle_reference
 from reference import check_close, nhwc, readme_examples
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
@@ -197,6 +197,78 @@ def test_lowered_form_on_tensor_cores(variant):
     bound = HALF_BOUND if half else (1e-5 if precision == "highest" else 4e-3)
     err = np.abs(g - to(want)).max() / np.abs(want).max()
     assert np.isfinite(g).all() and err <= bound, f"{variant} {layout} half={half} {kw}: error {err:.3g}"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("variant", [None, "direct_wg64x1_u0_k1w1", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4"])
+def test_pixel_shuffle_after_the_transposed_convolution(layout, variant):
+    # A decoder's x2 layer and a pixel shuffle by 2 in one kernel: the shuffle folds into the
+    # lowered form's scatter (4x4 stride 2, and 3x3 stride 2 with cropped phases); groups,
+    # a bias per transposed output channel, the residual in the shuffled shape.
+    rng = np.random.default_rng(31)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    for xs, ws, kw in [((2, 4, 5, 3), (4, 8, 4, 4), dict(stride=2, padding=1)),
+                       ((1, 6, 4, 5), (6, 4, 3, 3), dict(stride=2, padding=1, output_padding=1, groups=2))]:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (rng.standard_normal(ws) / 6).astype(np.float32)
+        k = ws[1] * kw.get("groups", 1)
+        b = rng.standard_normal(k).astype(np.float32)
+        conv = pixel_shuffle_reference(conv_transpose2d_reference(x, w, bias=b, **kw), 2)
+        z = rng.standard_normal(conv.shape).astype(np.float32)
+        want = apply_epilogue(conv, z=z, alpha2=0.5, activation="relu")
+        got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, activation="relu", layout=layout,
+                                        variant=variant, pixel_shuffle=2, **kw)
+        compare(got, to(want), False, f"{variant} {layout} {kw}")
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", COOP_SAMPLE[::3])
+def test_pixel_shuffle_after_the_transposed_convolution_on_tensor_cores(variant):
+    knobs = convtune.variant_knobs(variant)
+    layout = "NHWC" if knobs["layout"] > 0 else "NCHW"
+    half = knobs["layout"] == 2
+    precision = "highest" if knobs["split"] == 3 else "high"
+    rng = np.random.default_rng(33)
+    dt = np.float16 if half else np.float32
+    x = rng.standard_normal((2, 32, 6, 7)).astype(dt)
+    w = (rng.standard_normal((32, 64, 4, 4)) / 12).astype(dt)
+    b = rng.standard_normal(64).astype(np.float32)
+    want = pixel_shuffle_reference(conv_transpose2d_reference(x, w, 2, 1, bias=b), 2)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    try:
+        got = convtune.conv_transpose2d(to(x), w, 2, 1, bias=b, layout=layout, variant=variant, pixel_shuffle=2,
+                                        precision=None if half else precision)
+    except ValueError as e:
+        if "cannot run on this shape" in str(e) or "the adapter allows" in str(e):
+            pytest.skip(f"{variant}: {e}")
+        raise
+    g = got.astype(np.float64)
+    bound = HALF_BOUND if half else (1e-5 if precision == "highest" else 4e-3)
+    err = np.abs(g - to(want)).max() / np.abs(want).max()
+    assert np.isfinite(g).all() and err <= bound, f"{variant} {layout}: error {err:.3g}"
+
+
+def test_pixel_shuffle_after_the_transposed_convolution_on_device_and_float16():
+    rng = np.random.default_rng(32)
+    x = rng.standard_normal((1, 8, 4, 4)).astype(np.float32)
+    w = (rng.standard_normal((8, 16, 4, 4)) / 8).astype(np.float32)
+    t = convtune.conv_transpose2d(convtune.to_device(x), w, stride=2, padding=1, pixel_shuffle=2)
+    assert isinstance(t, convtune.Tensor) and t.shape == (1, 4, 16, 16)
+    check_close(t.numpy(), pixel_shuffle_reference(conv_transpose2d_reference(x, w, 2, 1), 2))
+    if F16:
+        xh, wh = x.astype(np.float16), w.astype(np.float16)
+        got = convtune.conv_transpose2d(nhwc(xh), wh, stride=2, padding=1, pixel_shuffle=2, layout="NHWC")
+        compare(got, nhwc(pixel_shuffle_reference(conv_transpose2d_reference(xh, wh, 2, 1), 2)), True, "float16")
+
+
+def test_pixel_shuffle_after_the_transposed_convolution_is_refused_where_it_cannot_run():
+    x, w = np.ones((1, 4, 5, 5), np.float32), np.ones((4, 8, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="needs dilation 1"):
+        convtune.conv_transpose2d(x, w, stride=2, dilation=2, pixel_shuffle=2)
+    with pytest.raises(ValueError, match="pixel_shuffle=3 needs output channels K divisible by 3"):
+        convtune.conv_transpose2d(x, w, stride=2, pixel_shuffle=3)
+    with pytest.raises(ValueError, match="cannot run on this shape"):
+        convtune.conv_transpose2d(x, w, stride=2, pixel_shuffle=2, variant="tconv_wg64x1_k1w1")
 
 
 def test_matches_a_stride_one_conv2d_with_the_flipped_weights():

@@ -266,12 +266,14 @@ def test_pixel_shuffle_specs_and_json_describe_conv2d_pixel_shuffle(tuning_env, 
     assert parse_spec("1x4x6x5 k8 3x3 s1 p1 ps1 +b") == parse_spec("1x4x6x5 k8 3x3 s1 p1 +b")
     assert parse_spec("1x4x6x5 k8 3x3 s1 p1 ps1").label() == "1x4x6x5 k8 3x3 s1 p1"
     assert "ps" not in parse_spec("1x4x6x5 k8 3x3 s1 psame").label().replace("psame", "")
+    # A transposed convolution's output shuffled: T and ps together, K its output channels.
+    t = parse_spec("1x4x6x5 k8 4x4 s2 p1 T ps2")
+    assert t.kwargs()["pixel_shuffle"] == 2 and parse_spec(t.label()) == t
     for bad, match in [
         ("1x4x6x5 k8 3x3 p1 ps0", "r must be >= 1"),
         ("1x4x6x5 k8 3x3 p1 ps-2", "unrecognised 'ps-2'"),
         ("1x4x6x5 k8 3x3 p1 ps3", r"divisible by r\*r = 9, got K=8"),
         ("1x4x6x5 k8 3x3 p1 ps2 ps2", "pixel_shuffle given twice"),
-        ("1x4x6x5 k8 4x4 s2 p1 T ps2", "cannot be combined with T"),
     ]:
         with pytest.raises(ValueError, match=match):
             parse_spec(bad)
@@ -279,7 +281,7 @@ def test_pixel_shuffle_specs_and_json_describe_conv2d_pixel_shuffle(tuning_env, 
         ({"x": [1, 4, 6, 5], "w": [8, 4, 3, 3], "pixel_shuffle": 0}, "r must be >= 1"),
         ({"x": [1, 4, 6, 5], "w": [6, 4, 3, 3], "pixel_shuffle": 2}, "got K=6"),
         ({"x": [1, 4, 6, 5], "w": [4, 4, 3, 3], "pixel_shuffle": 2.0}, "pixel_shuffle must be an integer"),
-        ({"x": [1, 8, 6, 5], "w": [8, 2, 4, 4], "transposed": True, "pixel_shuffle": 2}, "combined with T"),
+        ({"x": [1, 8, 6, 5], "w": [8, 3, 4, 4], "transposed": True, "pixel_shuffle": 2}, "got K=3"),
     ]:
         with pytest.raises(ValueError, match=match):
             from_json(bad)

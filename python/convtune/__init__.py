@@ -430,14 +430,17 @@ def conv_transpose2d(
     layout: Optional[str] = None,
     variant: Optional[str] = None,
     precision: Optional[str] = None,
+    pixel_shuffle: Optional[int] = None,
 ) -> np.ndarray:
     """2-D transposed convolution with PyTorch's semantics
     (``torch.nn.functional.conv_transpose2d``, the same argument order), computed on the GPU
     with float32 sums and the same fused epilogue as ``conv2d``:
     ``y = act(alpha1 * conv_transpose(x, w) + alpha2 * z + bias)``.
 
-    Each output gathers the inputs whose strided windows reach it (the ``tconv`` kernel
-    family): no zero-inserted copy of x is made. Tuned and cached as its own problem.
+    Computed either by every plain family through its lowered form (the stride phases
+    stacked as output channels of one stride-1 convolution whose store scatters them) or by
+    the ``tconv`` family's gather; no zero-inserted copy of x is made either way. Tuned and
+    cached as its own problem.
 
     Args:
         x: input, shape (N, C, H, W) ((N, H, W, C) in NHWC), an array or a
@@ -452,12 +455,17 @@ def conv_transpose2d(
         dilation: int or (dh, dw), each >= 1.
         bias: optional, shape (K,).
         z, alpha1, alpha2, activation, negative_slope, clamp, layout, variant, precision:
-            as for ``conv2d`` (``variant`` names a ``tconv_...`` variant).
+            as for ``conv2d`` (``variant`` names a variant of any family; dilated problems
+            take ``tconv_...`` ones only).
+        pixel_shuffle: ``r`` >= 1 (``None`` or 1: none): ``pixel_shuffle(y, r)`` of the
+            result fused into the store, as for ``conv2d`` (K divisible by r²; dilation 1:
+            it runs in the lowered form). z then has the shuffled shape.
 
     Returns:
         An array (or a Tensor for a Tensor ``x``) of shape (N, K, OH, OW) ((N, OH, OW, K) in
         NHWC), with OH = (H - 1) * sh - 2 * ph + dh * (R - 1) + output_padding_h + 1 and OW
-        likewise; float16 for float16 data, else float32.
+        likewise (with ``pixel_shuffle=r``: (N, K/r², OH·r, OW·r)); float16 for float16
+        data, else float32.
 
     Raises:
         TypeError, ValueError, OutOfMemoryError, ConvtuneError: as for ``conv2d``. An image
@@ -468,7 +476,7 @@ def conv_transpose2d(
         raise TypeError(f"padding must be an int or an (h, w) pair for a transposed convolution, got {padding!r}")
     op = _pair(output_padding, "output_padding")
     return _conv(x, w, stride, padding, dilation, groups, bias, z, alpha1, alpha2, activation,
-                 negative_slope, clamp, layout, variant, precision, op)
+                 negative_slope, clamp, layout, variant, precision, op, _shuffle(pixel_shuffle))
 
 
 def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any, bias: Any,

@@ -9,7 +9,8 @@ default 1), ``pP``, ``pPH,PW``, ``psame`` or ``pvalid`` (padding, default 0), ``
 (a transposed convolution, ``conv_transpose2d``: K is its output channels) with ``opP`` or
 ``opPH,PW`` (its output padding, default 0), and ``psR`` (``conv2d(..., pixel_shuffle=R)``:
 depth-to-space by R fused into the store; K is the conv's output channels, divisible by R²,
-the result has K/R² channels; ``ps1`` is no shuffle and reads as if absent; not with ``T``).
+the result has K/R² channels; ``ps1`` is no shuffle and reads as if absent; with ``T``, the
+shuffle of the transposed convolution's output, ``conv_transpose2d(..., pixel_shuffle=R)``).
 
 JSON object: ``{"x": [N, C, H, W], "w": [K, C/groups, R, S], "stride": 1, "padding": 1,
 "dilation": 1, "groups": 1, "bias": false, "layout": "NCHW", "dtype": "float32"}``; only
@@ -166,15 +167,13 @@ _SPEC_TOKENS = {
 }
 
 
-def _check_shuffle(r: int, k: int, transposed: bool) -> None:
-    """The pixel shuffle rules ``conv2d`` applies, checked while reading the shape."""
+def _check_shuffle(r: int, k: int) -> None:
+    """The pixel shuffle rules ``conv2d`` and ``conv_transpose2d`` apply, checked while
+    reading the shape (K: the output channels before the shuffle)."""
     if r < 1:
         raise ShapeError(f"pixel shuffle r must be >= 1, got {r}")
     if r == 1:
         return
-    if transposed:
-        raise ShapeError(f"a pixel shuffle (ps{r}) cannot be combined with T: transposed "
-                         "convolutions do not take pixel_shuffle")
     if k % (r * r):
         raise ShapeError(f"pixel shuffle ps{r} needs K divisible by r*r = {r * r}, got K={k}")
 
@@ -228,7 +227,7 @@ def parse_spec(text: str) -> Shape:
                          "and a numeric padding")
     shuffle = int(found["pixel_shuffle"].group(1)) if "pixel_shuffle" in found else 1
     try:
-        _check_shuffle(shuffle, k, transposed)
+        _check_shuffle(shuffle, k)
     except ShapeError as e:
         raise ShapeError(f"shape spec {text!r}: {e}") from None
     return Shape(
@@ -305,7 +304,7 @@ def from_json(item: Any) -> Shape:
     w = _ints(item["w"], 4, "w")
     shuffle = _int(item.get("pixel_shuffle", 1), "pixel_shuffle")
     groups = _int(item.get("groups", 1), "groups")
-    _check_shuffle(shuffle, w[1] * groups if transposed else w[0], transposed)
+    _check_shuffle(shuffle, w[1] * groups if transposed else w[0])
     return Shape(
         x=_ints(item["x"], 4, "x"),  # type: ignore[arg-type]
         w=w,  # type: ignore[arg-type]

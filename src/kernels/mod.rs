@@ -298,7 +298,11 @@ impl FromStr for Variant {
 /// The untuned choice: a rule on the shape and the adapter's limits.
 pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     if shape.is_transposed() {
-        return tconv::default_variant(shape);
+        // A shuffled one has only its lowered form: the plain rule on that.
+        return match shape.lowered().filter(|_| shape.pixel_shuffle.is_some()) {
+            Some(lowered) => default_variant(&lowered, caps),
+            None => tconv::default_variant(shape),
+        };
     }
     let m = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
     let red = shape.cg() * shape.r * shape.s;

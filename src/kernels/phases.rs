@@ -31,12 +31,17 @@ pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Res
         ]);
         SHUFFLE_TEMPLATE
     } else {
-        let (phase, kk) = if sc.phase_major { ("n / KG", "n % KG") } else { ("n % P", "n / P") };
+        let (phase, cf) = if sc.phase_major { ("n / KGF", "n % KGF") } else { ("n % PQ", "n / PQ") };
+        vars.retain(|(k, _)| *k != "PHASES");
         vars.extend([
+            ("PHASES", (shape.stride.0 * shape.stride.1).to_string()),
+            ("PHASES_Q", (sc.phases.0 * sc.phases.1).to_string()),
+            ("KGF", sc.kg.to_string()),
+            ("Q", sc.inner.to_string()),
             ("A", lowered.r.to_string()),
             ("B", lowered.s.to_string()),
             ("PHASE_OF_N", phase.to_string()),
-            ("KK_OF_N", kk.to_string()),
+            ("CF_OF_N", cf.to_string()),
         ]);
         TEMPLATE
     };
@@ -87,6 +92,36 @@ mod tests {
                     }
                 }
                 assert_eq!(got, want, "{} phase_major {phase_major}", t.label());
+            }
+        }
+    }
+
+    /// A transposed convolution followed by a pixel shuffle, in one lowered form: the shuffle
+    /// folded into the scatter's phases and the weight pass, both channel orders.
+    #[test]
+    fn lowered_form_folds_a_pixel_shuffle_after_the_transposed_convolution() {
+        for (x, w, st, p, op, g) in [([1, 4, 3, 4], [4, 8, 4, 4], 2, 1, 0, 1), ([2, 4, 3, 3], [2, 8, 3, 3], 2, 1, 1, 2)] {
+            let x = if g == 2 { [x[0], 4, x[2], x[3]] } else { x };
+            let w = if g == 2 { [4, w[1], w[2], w[3]] } else { w };
+            let t = transposed(x, w, st, p, op, g);
+            let s = t.with_pixel_shuffle(2).unwrap();
+            let xs: Vec<f64> = (0..t.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
+            let ws: Vec<f64> = (0..t.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
+            let mut want = vec![f64::NAN; t.y_len() as usize];
+            for (i, v) in transposed_f64(&t, &xs, &ws).iter().enumerate() {
+                want[s.y_store_index(i as u64) as usize] = *v;
+            }
+            for phase_major in [false, true] {
+                let lo = with_order(s.lowered().unwrap(), phase_major);
+                assert_eq!(lo.scatter.unwrap().inner, 2);
+                let wl = lowered_weights(&t, &lo, &ws);
+                let mut got = vec![f64::NAN; t.y_len() as usize];
+                for (i, v) in conv_f64(&lo, &xs, &wl).iter().enumerate() {
+                    if let Some(at) = scatter_index(&lo, i as u64) {
+                        got[at as usize] = *v;
+                    }
+                }
+                assert_eq!(got, want, "{} phase_major {phase_major}", s.label());
             }
         }
     }
@@ -207,9 +242,13 @@ mod tests {
         (0..lo.w_len())
             .map(|e| {
                 let (bb, aa, c, kl) = (e % b, (e / b) % a, (e / (a * b)) % cg, e / (a * b * cg));
+                let sc = lo.scatter.unwrap();
+                let (q, kgf, pq) = (sc.inner as u64, sc.kg as u64, (sc.phases.0 * sc.phases.1) as u64);
                 let (g, n) = (kl / (p * kg), kl % (p * kg));
-                let (phase, kk) = if lo.scatter.unwrap().phase_major { (n / kg, n % kg) } else { (n % p, n / p) };
-                let (rr, ss) = (phase / sw + (a - 1 - aa) * sh, phase % sw + (b - 1 - bb) * sw);
+                let (phase, cf) = if sc.phase_major { (n / kgf, n % kgf) } else { (n % pq, n / pq) };
+                let (ph_h, ph_w) = (phase / (sw * q), phase % (sw * q));
+                let kk = (cf * q + ph_h % q) * q + ph_w % q;
+                let (rr, ss) = (ph_h / q + (a - 1 - aa) * sh, ph_w / q + (b - 1 - bb) * sw);
                 if rr < r && ss < s { w[((((g * cg + c) * kg + kk) * r + rr) * s + ss) as usize] } else { 0.0 }
             })
             .collect()

@@ -7,7 +7,7 @@
 use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
 use super::{Family, KernelVariant, Variant};
 use crate::codegen::{render, shape_vars, Kernel};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use std::fmt::Write as _;
 
@@ -109,7 +109,15 @@ impl KernelVariant for Tconv {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        self.tk <= shape.kg().next_power_of_two() && self.tw <= phase_columns(shape).next_power_of_two()
+        self.computes(shape)
+            && self.tk <= shape.kg().next_power_of_two()
+            && self.tw <= phase_columns(shape).next_power_of_two()
+    }
+
+    /// A pixel shuffle after the transposed convolution runs in its lowered form, on the
+    /// other families.
+    fn computes(&self, shape: &ConvShape) -> bool {
+        shape.pixel_shuffle.is_none()
     }
 
     /// Multiply-adds executed (tile padding included) times the cost of each, over how well
@@ -138,6 +146,13 @@ impl KernelVariant for Tconv {
 }
 
 fn generate(t: &Tconv, shape: &ConvShape) -> Result<Kernel> {
+    if shape.pixel_shuffle.is_some() {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape ({}): a pixel shuffle after a transposed convolution runs in its lowered form, on the other families",
+            t.name(),
+            shape.label()
+        )));
+    }
     let (tk, tw) = (t.tk, t.tw);
     let qt = (phase_columns(shape) as u64).div_ceil(tw as u64);
     let kt = (shape.kg() as u64).div_ceil(tk as u64);
