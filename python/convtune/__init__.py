@@ -515,12 +515,13 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
     _, _, s, p, d, g, _, _, _, _, op, ps = spec
-    xa = x if on_device else _host_data(xv, dt)
+    xa: Any = x if on_device else _host_data(xv, dt)
     wa = _host_data(wv, dt)
     ba = None if bv is None else _float32(bv)
     za = None if zv is None else _host_data(zv, dt)
     progress = Progress()
     t3 = time.perf_counter()
+    y: Any
     try:
         if on_device:
             y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op, ps)
@@ -830,7 +831,8 @@ def _tune_with(progress: Any, args: tuple, kwargs: dict, *, budget: Optional[flo
     display across many shapes. ``kwargs`` are ``tune``'s: bias, and the epilogue, layout and
     dtype keywords (as ``Shape.kwargs()`` gives them)."""
     keywords = dict(kwargs)
-    spec = _call_spec(*args, keywords.pop("bias", None), keywords)
+    x_shape, w_shape, stride, padding, dilation, groups = args
+    spec = _call_spec(x_shape, w_shape, stride, padding, dilation, groups, keywords.pop("bias", None), keywords)
     own = progress is None
     if own:
         progress = Progress()
