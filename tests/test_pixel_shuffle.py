@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import convtune
-from convtune.reference import apply_epilogue, conv2d_reference, pixel_shuffle_reference
+from convtune.reference import apply_epilogue, conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
 from reference import check_close, nhwc, readme_examples
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
@@ -316,9 +316,13 @@ def test_nothing_is_written_on_failure():
     np.testing.assert_array_equal(t.numpy(), X)
 
 
-def test_transposed_convolutions_do_not_take_it():
-    with pytest.raises(TypeError, match="pixel_shuffle"):
-        convtune.conv_transpose2d(X, np.ones((4, 8, 3, 3), np.float32), pixel_shuffle=2)  # type: ignore[call-arg]
+def test_transposed_convolutions_take_it_as_pytorch_would_compose_them():
+    # conv_transpose2d(..., pixel_shuffle=r) is pixel_shuffle(conv_transpose2d(...), r); the
+    # cases across families and layouts are in tests/test_conv_transpose.py.
+    w = np.random.default_rng(9).standard_normal((4, 8, 3, 3)).astype(np.float32)
+    got = convtune.conv_transpose2d(X, w, pixel_shuffle=2)
+    assert got.shape == (1, 2, 14, 14)
+    check_close(got, pixel_shuffle_reference(conv_transpose2d_reference(X, w), 2))
 
 
 def test_images_larger_than_a_binding_are_refused_not_banded(monkeypatch):
