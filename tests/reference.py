@@ -136,6 +136,28 @@ def random_conv_inputs(rng: np.random.Generator, x_shape, w_shape, bias: bool):
     return x, w, b
 
 
+def run_or_skip_tensor_core(variant: str, call):
+    """``call()``'s result; the test is skipped where the tensor-core ``variant`` cannot take
+    the shape (a split-K store) or exceeds the adapter's workgroup limits."""
+    import pytest
+
+    try:
+        return call()
+    except ValueError as e:
+        if "cannot run on this shape" in str(e) or "the adapter allows" in str(e):
+            pytest.skip(f"{variant}: {e}")
+        raise
+
+
+def check_mode_bound(got, want, half: bool, precision: str, context: str) -> None:
+    """All finite, and max |got - want| / max |want| within the mode's bound: four float16
+    rounding steps for float16 data, else "highest"'s 1e-5 or "high"'s 4e-3."""
+    g = np.asarray(got).astype(np.float64)
+    bound = 4 * 2.0**-11 if half else (1e-5 if precision == "highest" else 4e-3)
+    err = np.abs(g - want).max() / np.abs(want).max()
+    assert np.isfinite(g).all() and err <= bound, f"{context}: error {err:.3g}"
+
+
 def nhwc(a) -> np.ndarray:
     """An (N, C, H, W) array as a C-contiguous (N, H, W, C) one."""
     return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))

@@ -15,7 +15,7 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import check_close, nhwc, readme_examples
+from reference import check_close, check_mode_bound, nhwc, run_or_skip_tensor_core, readme_examples
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_260_126))
@@ -186,17 +186,10 @@ def test_lowered_form_on_tensor_cores(variant):
     z = rng.standard_normal(conv.shape).astype(dt)
     want = conv + 0.5 * z.astype(np.float64)
     to = nhwc if layout == "NHWC" else (lambda a: a)
-    try:
-        got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
-                                        precision=None if half else precision, **kw)
-    except ValueError as e:
-        if "cannot run on this shape" in str(e) or "the adapter allows" in str(e):
-            pytest.skip(f"{variant}: {e}")
-        raise
-    g = got.astype(np.float64)
-    bound = HALF_BOUND if half else (1e-5 if precision == "highest" else 4e-3)
-    err = np.abs(g - to(want)).max() / np.abs(want).max()
-    assert np.isfinite(g).all() and err <= bound, f"{variant} {layout} half={half} {kw}: error {err:.3g}"
+    got = run_or_skip_tensor_core(variant, lambda: convtune.conv_transpose2d(
+        to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
+        precision=None if half else precision, **kw))
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} {kw}")
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -235,17 +228,10 @@ def test_pixel_shuffle_after_the_transposed_convolution_on_tensor_cores(variant)
     b = rng.standard_normal(64).astype(np.float32)
     want = pixel_shuffle_reference(conv_transpose2d_reference(x, w, 2, 1, bias=b), 2)
     to = nhwc if layout == "NHWC" else (lambda a: a)
-    try:
-        got = convtune.conv_transpose2d(to(x), w, 2, 1, bias=b, layout=layout, variant=variant, pixel_shuffle=2,
-                                        precision=None if half else precision)
-    except ValueError as e:
-        if "cannot run on this shape" in str(e) or "the adapter allows" in str(e):
-            pytest.skip(f"{variant}: {e}")
-        raise
-    g = got.astype(np.float64)
-    bound = HALF_BOUND if half else (1e-5 if precision == "highest" else 4e-3)
-    err = np.abs(g - to(want)).max() / np.abs(want).max()
-    assert np.isfinite(g).all() and err <= bound, f"{variant} {layout}: error {err:.3g}"
+    got = run_or_skip_tensor_core(variant, lambda: convtune.conv_transpose2d(
+        to(x), w, 2, 1, bias=b, layout=layout, variant=variant, pixel_shuffle=2,
+        precision=None if half else precision))
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout}")
 
 
 def test_pixel_shuffle_after_the_transposed_convolution_on_device_and_float16():

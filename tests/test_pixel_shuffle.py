@@ -17,7 +17,7 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import check_close, nhwc, readme_examples
+from reference import check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_tensor_core
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_261_126))
@@ -198,17 +198,10 @@ def test_tensor_core_variants_store_shuffled(variant):
     z = rng.standard_normal(want.shape).astype(dt)
     want = want + 0.5 * z.astype(np.float64)
     to = nhwc if layout == "NHWC" else (lambda a: a)
-    try:
-        got = convtune.conv2d(to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout,
-                              variant=variant, pixel_shuffle=2, precision=None if half else precision)
-    except ValueError as e:
-        if "cannot run on this shape" in str(e) or "the adapter allows" in str(e):
-            pytest.skip(f"{variant}: {e}")
-        raise
-    g = got.astype(np.float64)
-    bound = 4 * 2.0**-11 if half else (1e-5 if precision == "highest" else 4e-3)
-    err = np.abs(g - to(want)).max() / np.abs(want).max()
-    assert np.isfinite(g).all() and err <= bound, f"{variant} {layout} half={half}: error {err:.3g}"
+    got = run_or_skip_tensor_core(variant, lambda: convtune.conv2d(
+        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout,
+        variant=variant, pixel_shuffle=2, precision=None if half else precision))
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half}")
 
 
 def test_edsr_x4_upsampler_on_device_tensors():
