@@ -195,42 +195,44 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         .iter()
         .map(|&bytes| (bytes > 0).then(|| engine.pool.take(OUTPUT, bytes.max(16))).transpose())
         .collect::<Result<Vec<_>>>()?;
-    // A lowered transposed convolution reads the weights its weight pass writes, which
-    // binds w as its input and the new weights where a kernel's y goes.
+    // A lowered form reads the weights its weight pass writes; that pass binds w as its
+    // input and the new weights where a kernel's y goes.
     let weights = kernel.wprep.as_ref().map(|(_, _, bytes)| engine.pool.take(OUTPUT, (*bytes).max(16))).transpose()?;
     let wprep = weights.map(|buf| {
-        let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("convtune weights"),
-            layout: &engine.bind_layout,
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: w.binding() },
-                wgpu::BindGroupEntry { binding: 2, resource: or_input(engine, None) },
-                wgpu::BindGroupEntry { binding: 3, resource: buf.binding() },
-                wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, None) },
-                wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, None) },
-                wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, None) },
-                wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, None) },
-            ],
-        });
+        let group = bind_group(engine, "convtune weights", [
+            x.binding(),
+            w.binding(),
+            or_input(engine, None),
+            buf.binding(),
+            or_scratch(engine, None),
+            or_scratch(engine, None),
+            or_scratch(engine, None),
+            or_input(engine, None),
+        ]);
         (group, buf)
     });
     let kernel_w = wprep.as_ref().map_or_else(|| w.binding(), |(_, buf)| buf.binding());
-    let group = engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("convtune conv2d"),
-        layout: &engine.bind_layout,
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: x.binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: kernel_w },
-            wgpu::BindGroupEntry { binding: 2, resource: or_input(engine, bias) },
-            wgpu::BindGroupEntry { binding: 3, resource: y.binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: or_scratch(engine, words.as_ref()) },
-            wgpu::BindGroupEntry { binding: 5, resource: or_scratch(engine, workspace.first().and_then(Option::as_ref)) },
-            wgpu::BindGroupEntry { binding: 6, resource: or_scratch(engine, workspace.get(1).and_then(Option::as_ref)) },
-            wgpu::BindGroupEntry { binding: 7, resource: or_input(engine, z) },
-        ],
-    });
+    let group = bind_group(engine, "convtune conv2d", [
+        x.binding(),
+        kernel_w,
+        or_input(engine, bias),
+        y.binding(),
+        or_scratch(engine, words.as_ref()),
+        or_scratch(engine, workspace.first().and_then(Option::as_ref)),
+        or_scratch(engine, workspace.get(1).and_then(Option::as_ref)),
+        or_input(engine, z),
+    ]);
     Ok(Bindings { group, x, w, words, workspace, wprep })
+}
+
+/// A bind group of the engine's layout, bindings 0-7 in order.
+fn bind_group(engine: &Engine, label: &str, resources: [wgpu::BindingResource<'_>; 8]) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry> = resources
+        .into_iter()
+        .enumerate()
+        .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
+        .collect();
+    engine.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout: &engine.bind_layout, entries: &entries })
 }
 
 /// `buf`'s binding, or the stand-in for an input the call does not have (bias, z).
