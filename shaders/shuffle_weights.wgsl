@@ -10,7 +10,7 @@ const LEN: i32 = {{LEN}};
 const ROW: i32 = {{ROW}};
 const KG: i32 = {{KG}};
 const KGF: i32 = {{KGF}};
-const P: i32 = {{PHASES}};
+const P: i32 = {{PHASES_Q}};
 
 @compute @workgroup_size(256, 1, 1)
 fn main(

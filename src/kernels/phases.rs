@@ -11,8 +11,8 @@ use crate::codegen::{render, shape_vars, WeightPrep};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 
-const TEMPLATE: &str = include_str!("../../shaders/phases.wgsl");
-const SHUFFLE_TEMPLATE: &str = include_str!("../../shaders/shuffle_weights.wgsl");
+pub(super) const TEMPLATE: &str = include_str!("../../shaders/phases.wgsl");
+pub(super) const SHUFFLE_TEMPLATE: &str = include_str!("../../shaders/shuffle_weights.wgsl");
 
 /// The weight pass for `shape` (transposed, or pixel-shuffled in NHWC), whose scatter form
 /// is `lowered`.
@@ -23,20 +23,19 @@ pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Res
     let len = lowered.w_len();
     let mut vars = shape_vars(shape, variant);
     vars.retain(|(k, _)| matches!(*k, "VARIANT" | "SHAPE" | "ENABLES" | "DT" | "KG" | "CG" | "R" | "S" | "SH" | "SW"));
-    vars.extend([("LEN", len.to_string()), ("PHASES", (sc.phases.0 * sc.phases.1).to_string())]);
+    // The scatter's phases and output channels per group, which both passes decode.
+    vars.extend([
+        ("LEN", len.to_string()),
+        ("PHASES_Q", (sc.phases.0 * sc.phases.1).to_string()),
+        ("KGF", sc.kg.to_string()),
+    ]);
     let template = if sc.shuffle {
-        vars.extend([
-            ("ROW", (lowered.cg() * lowered.r * lowered.s).to_string()),
-            ("KGF", sc.kg.to_string()),
-        ]);
+        vars.push(("ROW", (lowered.cg() * lowered.r * lowered.s).to_string()));
         SHUFFLE_TEMPLATE
     } else {
         let (phase, cf) = if sc.phase_major { ("n / KGF", "n % KGF") } else { ("n % PQ", "n / PQ") };
-        vars.retain(|(k, _)| *k != "PHASES");
         vars.extend([
             ("PHASES", (shape.stride.0 * shape.stride.1).to_string()),
-            ("PHASES_Q", (sc.phases.0 * sc.phases.1).to_string()),
-            ("KGF", sc.kg.to_string()),
             ("Q", sc.inner.to_string()),
             ("A", lowered.r.to_string()),
             ("B", lowered.s.to_string()),
@@ -204,35 +203,12 @@ mod tests {
         y
     }
 
-    /// A plain convolution (stride 1, no dilation, as lowered forms are), NCHW.
+    /// A plain convolution (the lowered forms are plain) by the crate's float64 reference,
+    /// which ignores the scatter; the test data are small integers, exact in float32.
     fn conv_f64(l: &ConvShape, x: &[f64], w: &[f64]) -> Vec<f64> {
-        let (oh, ow, cg, kg) = (l.oh() as i64, l.ow() as i64, l.cg() as usize, l.kg() as usize);
-        let (h, wd, r, s) = (l.h as i64, l.w as i64, l.r as i64, l.s as i64);
-        let mut y = vec![0f64; l.y_len() as usize];
-        for n in 0..l.n as usize {
-            for k in 0..l.k as usize {
-                let g = k / kg;
-                for i in 0..oh {
-                    for j in 0..ow {
-                        let mut acc = 0.0;
-                        for c in 0..cg {
-                            for a in 0..r {
-                                for b in 0..s {
-                                    let (ih, iw) = (i - l.pad.0 as i64 + a, j - l.pad.1 as i64 + b);
-                                    if ih < 0 || iw < 0 || ih >= h || iw >= wd {
-                                        continue;
-                                    }
-                                    let xv = x[((n * l.c as usize + g * cg + c) * h as usize + ih as usize) * wd as usize + iw as usize];
-                                    acc += xv * w[(((k * cg + c) * r as usize + a as usize) * s as usize) + b as usize];
-                                }
-                            }
-                        }
-                        y[((n * l.k as usize + k) * oh as usize + i as usize) * ow as usize + j as usize] = acc;
-                    }
-                }
-            }
-        }
-        y
+        let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+        let problem = crate::problem::Conv2d::from_shape(*l, crate::precision::Precision::Highest);
+        crate::reference::conv2d_f64(&problem, &f32s(x), &f32s(w), None, None).unwrap()
     }
 
     /// What shaders/phases.wgsl computes, on the host.
