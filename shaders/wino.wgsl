@@ -80,23 +80,7 @@ fn nonfinite(v: f32) -> bool {
 // transforms subtract an infinite input from itself (Inf - Inf = NaN) and mix a NaN into
 // neighbouring outputs, so where an output comes out Inf or NaN, the invocation's outputs
 // are recomputed this way: the result is then the direct method's, +-Inf and NaN alike.
-fn direct_sum(img: i32, g: i32, k: i32, oh: i32, ow: i32, pad0: f32) -> f32 {
-    var acc = 0.0;
-    for (var c: i32 = 0; c < CG; c = c + 1) {
-        let xc = img * XSN + (g * CG + c) * XSC;
-        let wc = (k * CG + c) * 9;
-        for (var r: i32 = 0; r < 3; r = r + 1) {
-            for (var q: i32 = 0; q < 3; q = q + 1) {
-                let ih = oh - PH + r;
-                let iw = ow - PW + q;
-                let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
-                let xv = select(pad0, f32(x[select(0, xc + ih * XSH + iw * XSW, ok)]), ok);
-                acc = acc + xv * f32(w[wc + r * 3 + q]);
-            }
-        }
-    }
-    return acc;
-}
+{{DIRECT_SUM}}
 
 // A workgroup's first tile, first output channel and group.
 fn block_origin(block: u32) -> vec3<i32> {

@@ -141,6 +141,12 @@ fn numbers(s: &str) -> Vec<u32> {
         .collect()
 }
 
+/// WGSL that more than one family's kernels use: the Winograd families' direct re-sum
+/// (`{{DIRECT_SUM}}` in their templates) and the weight passes of lowered forms.
+pub const DIRECT_SUM: &str = include_str!("../../shaders/direct_sum.wgsl");
+/// Templates besides the families' own, for the tuning cache's hash.
+const SHARED_TEMPLATES: [&str; 3] = [DIRECT_SUM, phases::TEMPLATE, phases::SHUFFLE_TEMPLATE];
+
 /// Declares `Variant`, one arm per family, and the functions that walk all families.
 macro_rules! families {
     ($($arm:ident($ty:ty)),+ $(,)?) => {
@@ -165,9 +171,12 @@ macro_rules! families {
             out
         }
 
-        /// Every family's template, in list order (the tuning cache hashes them).
+        /// Every family's template, in list order, then the shared pieces (the tuning
+        /// cache hashes them all: a cached winner was measured with this code).
         pub fn templates() -> Vec<&'static str> {
-            vec![$(<$ty as Family>::TEMPLATE),+]
+            let mut out = vec![$(<$ty as Family>::TEMPLATE),+];
+            out.extend(SHARED_TEMPLATES);
+            out
         }
 
         /// Every family's name, in list order.

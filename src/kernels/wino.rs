@@ -504,6 +504,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let words_per_block = threads.div_ceil(32) as u64;
     let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
+    vars.push(("DIRECT_SUM", super::DIRECT_SUM.trim_end().to_string()));
     vars.extend([
         ("TILES_W", tiles_w.to_string()),
         ("TILES_HW", tiles_hw.to_string()),

@@ -581,6 +581,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         )
     };
     let mut vars = shape_vars(shape, &v.name());
+    vars.push(("DIRECT_SUM", super::DIRECT_SUM.trim_end().to_string()));
     vars.extend([
         ("MT", v.m.to_string()),
         ("P", p.to_string()),
