@@ -35,7 +35,21 @@ pub struct Coop {
     /// tile; a finishing pass adds them in a fixed order (results do not change from run
     /// to run). 1: no split.
     pub splits: u32,
+    /// Inner-loop options, a bit set (0: none). `OPT_F16_LOADS`: layout 2 gathers float16
+    /// vectors and stages them as loaded (no unpack and repack). `OPT_HOIST`: channels-last
+    /// gathers test the kernel window once per (r, s) of the reduction, not per step.
+    pub opt: u32,
 }
+
+/// Layout 2 loads x and w's copy as `vec4<f16>` pairs and stages them unconverted.
+pub const OPT_F16_LOADS: u32 = 1;
+/// The reduction's (r, s) decode and window tests move out of the step: done when a step
+/// crosses into the next (r, s) (channels per group a multiple of the step, no split-K).
+pub const OPT_HOIST: u32 = 2;
+/// Two staging buffers: a step stages the next step's tiles into the buffer it does not
+/// read, one barrier per step.
+pub const OPT_DOUBLE: u32 = 4;
+const OPTS: [u32; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
 
 /// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
 /// (4x4 grids on 64-channel tiles with 2 or 4 subgroups, 128x64 and 256x64, ran 6-60%
@@ -115,6 +129,10 @@ impl Coop {
     fn parts(&self) -> u32 {
         if self.split == 3 { 2 } else { 1 }
     }
+    /// Staging buffers: two with `OPT_DOUBLE`.
+    fn buffers(&self) -> u32 {
+        if self.opt & OPT_DOUBLE != 0 { 2 } else { 1 }
+    }
 }
 
 impl Coop {
@@ -154,7 +172,7 @@ impl Family for Coop {
                 for &(bm, bn, sgm, sgn) in &TILES {
                     for &bk in &BK {
                         for &splits in &SPLITS {
-                            let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits };
+                            let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits, opt: 0 };
                             if v.well_formed() {
                                 out.push(v);
                             }
@@ -168,9 +186,10 @@ impl Family for Coop {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0, splits: 1 }),
-            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1 }),
-            [bm, bn, bk, sgm, sgn, split, layout, splits] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits }),
+            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0, splits: 1, opt: 0 }),
+            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1, opt: 0 }),
+            [bm, bn, bk, sgm, sgn, split, layout, splits] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits, opt: 0 }),
+            [bm, bn, bk, sgm, sgn, split, layout, splits, opt] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits, opt }),
             _ => None,
         }
     }
@@ -186,14 +205,15 @@ impl KernelVariant for Coop {
         // Layout 0 and unsplit variants keep the names they had before layouts and splits
         // existed, so caches stay valid.
         let name = if self.layout == 0 { name } else { format!("{name}_l{}", self.layout) };
-        if self.splits == 1 { name } else { format!("{name}_k{}", self.splits) }
+        let name = if self.splits == 1 && self.opt == 0 { name } else { format!("{name}_k{}", self.splits) };
+        if self.opt == 0 { name } else { format!("{name}_o{}", self.opt) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
         vec![
             ("bm", self.bm), ("bn", self.bn), ("bk", self.bk),
             ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split), ("layout", self.layout),
-            ("splits", self.splits),
+            ("splits", self.splits), ("opt", self.opt),
         ]
     }
 
@@ -219,6 +239,9 @@ impl KernelVariant for Coop {
             && SPLITS.contains(&self.splits)
             && (self.splits == 1
                 || (self.channels_last() && self.bk != 32 && SPLIT_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
+            && OPTS.contains(&self.opt)
+            && (self.opt & OPT_F16_LOADS == 0 || self.layout == 2)
+            && (self.opt & OPT_HOIST == 0 || (self.channels_last() && self.splits == 1))
     }
 
     fn invocations(&self) -> u32 {
@@ -226,7 +249,7 @@ impl KernelVariant for Coop {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
+        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts() * self.buffers();
         let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
         staged + scratch
     }
@@ -385,6 +408,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
     let in_place = reads_x_in_place(shape);
     let quads = pixel_quads(shape);
+    let f16_loads = v.opt & OPT_F16_LOADS != 0;
+    let hoist = v.opt & OPT_HOIST != 0 && Padded::of(shape).cp % v.bk as u64 == 0;
     let dt = shape.dtype.wgsl();
     let scaled = shape.dtype == DType::F32;
     // float16 data is copied as float16 (half the bytes to gather); registers stay f32 (f16
@@ -406,11 +431,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let mut smem = String::new();
     for p in parts {
-        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
-        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
+        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.buffers() * v.a_rows() * lda / 4).unwrap();
+        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.buffers() * v.bn * ldb / 4).unwrap();
     }
 
-    let a_setup = if v.channels_last() { a_setup_channels_last(v, a_slots) } else { a_setup_in_place(v, a_slots) };
+    let mut a_setup = if v.channels_last() { a_setup_channels_last(v, a_slots, hoist) } else { a_setup_in_place(v, a_slots) };
+    if hoist {
+        a_setup.push_str(&window_update(a_slots, shape, "    "));
+    }
     let mut b_setup = String::new();
     for i in 0..b_slots {
         let s = &mut b_setup;
@@ -419,7 +447,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
         writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
         // Layout 2 holds each gather's 8 packed float16 values as the 16 bytes it loaded.
-        writeln!(s, "    var pb{i}: vec4<{}>;", if v.layout == 2 { "u32" } else { "f32" }).unwrap();
+        if f16_loads {
+            writeln!(s, "    var pb{i}: vec4<f16>;\n    var qb{i}: vec4<f16>;").unwrap();
+        } else {
+            writeln!(s, "    var pb{i}: vec4<{}>;", if v.layout == 2 { "u32" } else { "f32" }).unwrap();
+        }
     }
     let mut acc = String::new();
     for i in 0..tm {
@@ -439,7 +471,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let w_buf = if v.channels_last() { "wt" } else { "w" };
     let mut fetch = String::new();
     if v.channels_last() {
-        fetch_channels_last(&mut fetch, v, a_slots, shape, if in_place { "x" } else { "xt" });
+        if hoist {
+            fetch_hoisted(&mut fetch, v, a_slots, if in_place { "x" } else { "xt" });
+        } else {
+            fetch_channels_last(&mut fetch, v, a_slots, shape, if in_place { "x" } else { "xt" });
+        }
     } else {
         fetch_in_place(&mut fetch, a_slots, shape, quads);
     }
@@ -450,7 +486,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         if vec_w || v.channels_last() {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
             writeln!(s, "        let ok = bok{i} && kr < k_end{b_guard};").unwrap();
-            if v.layout == 2 {
+            if f16_loads {
+                writeln!(s, "        let j = select(0, (bbase{i} + kr) / 4, ok);").unwrap();
+                writeln!(s, "        pb{i} = select(vec4<f16>(0.0), wt[j], ok);").unwrap();
+                writeln!(s, "        qb{i} = select(vec4<f16>(0.0), wt[j + 1], ok);").unwrap();
+            } else if v.layout == 2 {
                 writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0, (bbase{i} + kr) / 8, ok)], ok);").unwrap();
             } else {
                 writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
@@ -468,12 +508,17 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
 
     let mut advance = String::from("        k_next = k0 + BK;\n");
+    if hoist {
+        // Into the next (r, s) when the step has walked a whole channel row.
+        advance.push_str("        c_next = c_next + BK;\n        if (c_next == CP) {\n            c_next = 0;\n            rs_next = rs_next + 1;\n");
+        advance.push_str(&window_update(a_slots, shape, "            "));
+        advance.push_str("        }\n");
+    }
     if v.layout == 0 {
         implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
     }
 
-    let stage = stage_step(v, a_slots, b_slots, b_total < t);
-    let inner = inner_product(v);
+    let steps = steps(v, &fetch, &advance, a_slots, b_slots, b_total < t, f16_loads);
 
     let vec_y = stores_quads(shape);
     let store = store_step(v, shape, vec_y);
@@ -482,7 +527,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut vars = shape_vars(shape, &v.name());
     vars.extend(view.grid_vars(v.bm, v.bn));
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk());
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk(), f16_loads);
     vars.extend(prologue_vars);
     let kl = if v.channels_last() { padded.krp } else { view.red as u64 };
     let ks = implicit::split_share(kl, v.splits, v.bk);
@@ -518,10 +563,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("PART0", part0.to_string()),
         ("FINISH_STORE", finish_store),
         ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("WT_ELEM", if v.layout == 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("WT_ELEM", if f16_loads { "vec4<f16>".to_string() } else if v.layout == 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_ELEM", if v.layout == 2 { "vec4<u32>".to_string() } else if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_AT", if v.layout == 2 {
+        ("X_ELEM", if v.layout == 2 && !f16_loads { "vec4<u32>".to_string() } else if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if v.layout == 2 && !f16_loads {
             "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
         } else if in_place || quads {
             "    return f32(x[i / 4][i % 4]);"
@@ -536,9 +581,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("B_SETUP", b_setup),
         ("ACC_DECL", acc),
         ("FETCH", fetch),
-        ("ADVANCE", advance),
-        ("STAGE_STORE", stage),
-        ("INNER", inner),
+        ("STEPS", steps),
+        ("STAGING", if v.buffers() == 2 { "this variant" } else { "not this variant" }.to_string()),
+        ("SA4", (v.a_rows() * lda / 4).to_string()),
+        ("SB4", (v.bn * ldb / 4).to_string()),
         ("STORE", store),
     ]);
     // What a split cannot do without (where it would merely be slow, `suits` says so).
@@ -564,8 +610,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
 /// One k-step's staging: each slot's registers scaled, converted to f16 and stored in
 /// workgroup memory; for the split also the scaled remainder.
-fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) -> String {
+fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool, f16_loads: bool, buf: &str) -> String {
     let split = v.split == 3;
+    // The staging buffer's first vec4 in each array (double buffering).
+    let (a0, b0) = if buf.is_empty() { (String::new(), String::new()) } else { (format!(" + {buf} * SA4"), format!(" + {buf} * SB4")) };
     let mut stage = String::new();
     let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
         writeln!(s, "        {{").unwrap();
@@ -587,23 +635,23 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) -> String {
     };
     for i in 0..a_slots {
         if v.layout == 2 {
-            stage_packed(&mut stage, "a", &format!("pa{i}"), &format!("(u32(arow{i}) * LDA) / 4u + 2u * u32(acol)"));
+            stage_packed(&mut stage, "a", &format!("a{i}"), &format!("(u32(arow{i}) * LDA) / 4u + 2u * u32(acol){a0}"), f16_loads);
             continue;
         }
         let at = if v.channels_last() {
-            format!("(u32(arow{i}) * LDA) / 4u + u32(acol)")
+            format!("(u32(arow{i}) * LDA) / 4u + u32(acol){a0}")
         } else {
-            format!("(u32(ak{i}) * LDA) / 4u + u32(am)")
+            format!("(u32(ak{i}) * LDA) / 4u + u32(am){a0}")
         };
         stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
     }
     for i in 0..b_slots {
-        let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
+        let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u{b0}");
         if v.layout == 2 {
             // A partial slot (see `b_guard`): only the invocations that gathered store.
             let guard = if b_partial { "if (lid < BN * BK / 8) " } else { "" };
             writeln!(stage, "        {guard}{{").unwrap();
-            stage_packed(&mut stage, "b", &format!("pb{i}"), &at);
+            stage_packed(&mut stage, "b", &format!("b{i}"), &at, f16_loads);
             writeln!(stage, "        }}").unwrap();
             continue;
         }
@@ -612,11 +660,47 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) -> String {
     stage
 }
 
+/// The k-step loop. One buffer: barrier, stage, barrier, gather ahead, multiply. Two: the
+/// first step's tiles staged before the loop; then gather ahead, multiply buffer `cur`,
+/// stage into the other, one barrier (the buffer a step writes was last read a barrier ago).
+fn steps(v: &Coop, fetch: &str, advance: &str, a_slots: u32, b_slots: u32, b_partial: bool, f16_loads: bool) -> String {
+    let mut s = String::new();
+    if v.buffers() == 1 {
+        s.push_str("    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {\n");
+        s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
+        s.push_str("        workgroupBarrier();\n");
+        s.push_str(&stage_step(v, a_slots, b_slots, b_partial, f16_loads, ""));
+        s.push_str("        workgroupBarrier();\n");
+        s.push_str(advance);
+        s.push_str(fetch);
+        s.push_str(&inner_product(v, ""));
+        s.push_str("    }\n");
+        return s;
+    }
+    s.push_str("    var cur: u32 = 0u;\n");
+    s.push_str(&stage_step(v, a_slots, b_slots, b_partial, f16_loads, "cur"));
+    s.push_str("    workgroupBarrier();\n");
+    s.push_str("    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {\n");
+    s.push_str(advance);
+    s.push_str(fetch);
+    s.push_str(&inner_product(v, "cur"));
+    s.push_str("        cur = cur ^ 1u;\n");
+    s.push_str(&stage_step(v, a_slots, b_slots, b_partial, f16_loads, "cur"));
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str("    }\n");
+    s
+}
+
 /// Layout 2's staging of one gather: 8 float16 values loaded as four u32s, stored as two
 /// vec4s of the staged row starting at vec4 `at` (not scaled: float16 data).
-fn stage_packed(s: &mut String, tile: &str, reg: &str, at: &str) {
+fn stage_packed(s: &mut String, tile: &str, slot: &str, at: &str, f16_loads: bool) {
     writeln!(s, "        {{").unwrap();
     writeln!(s, "            let at = {at};").unwrap();
+    if f16_loads {
+        writeln!(s, "            {tile}_hi[at] = p{slot};\n            {tile}_hi[at + 1u] = q{slot};\n        }}").unwrap();
+        return;
+    }
+    let reg = format!("p{slot}");
     writeln!(s, "            {tile}_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
     writeln!(s, "            {tile}_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
     writeln!(s, "        }}").unwrap();
@@ -625,8 +709,9 @@ fn stage_packed(s: &mut String, tile: &str, reg: &str, at: &str) {
 /// One k-step's products: per 16-term slice, the subgroup's A and B tiles loaded from
 /// workgroup memory and multiplied into its accumulators (and, for the split, the
 /// correction terms into theirs).
-fn inner_product(v: &Coop) -> String {
+fn inner_product(v: &Coop, buf: &str) -> String {
     let split = v.split == 3;
+    let (a0, b0) = if buf.is_empty() { (String::new(), String::new()) } else { (format!("{buf} * SA4 + "), format!("{buf} * SB4 + ")) };
     let (tm, tn) = (v.tm(), v.tn());
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
     let mut inner = String::new();
@@ -637,16 +722,16 @@ fn inner_product(v: &Coop) -> String {
             for i in 0..tm {
                 // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
                 let load = if v.channels_last() {
-                    format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
+                    format!("coopLoadT<MatA>(&a_{p}[{a0}((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
                 } else {
-                    format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
+                    format!("coopLoad<MatA>(&a_{p}[{a0}({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
                 };
                 writeln!(s, "            let a{p}{i} = {load};").unwrap();
             }
             for j in 0..tn {
                 writeln!(
                     s,
-                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
+                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[{b0}((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
                     j * 16,
                     kk * 16
                 )
@@ -832,10 +917,12 @@ fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
 
 /// Layout 1's A slots: one pixel each (row `arow{i}` of the tile), and terms 4*acol ..
 /// 4*acol+3 of each k-step, the same in every slot for the same reason as above.
-fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
+fn a_setup_channels_last(v: &Coop, a_slots: u32, hoist: bool) -> String {
     let mut s = String::new();
     let chunks_per_row = v.bk / v.a_chunk();
-    // Layout 2 holds each gather's 8 float16 values as the 16 bytes it loaded.
+    // Layout 2 holds each gather's 8 float16 values as the 16 bytes it loaded (or, with
+    // float16 loads, as two vec4<f16>).
+    let f16_loads = v.opt & OPT_F16_LOADS != 0;
     let reg = if v.layout == 2 { "vec4<u32>" } else { "vec4<f32>" };
     writeln!(s, "    let acol = lid % {chunks_per_row};").unwrap();
     for i in 0..a_slots {
@@ -843,9 +930,69 @@ fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
         implicit::write_pixel_position(&mut s, &i.to_string(), &format!("m0 + arow{i}"));
         // Where the pixel's window starts in the (N, H, W, C) copy; only used in range.
         writeln!(s, "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CHP + g * CP;").unwrap();
-        writeln!(s, "    var pa{i}: {reg};").unwrap();
+        if f16_loads {
+            writeln!(s, "    var pa{i}: vec4<f16>;\n    var qa{i}: vec4<f16>;").unwrap();
+        } else {
+            writeln!(s, "    var pa{i}: {reg};").unwrap();
+        }
+        if hoist {
+            writeln!(s, "    var rs_ok{i}: bool;").unwrap();
+        }
+    }
+    if hoist {
+        // The step's place in the reduction as (r, s) and a channel within its row; the
+        // window's offset and each slot's window test change only with (r, s).
+        writeln!(s, "    var c_next: i32 = 0;\n    var rs_next: i32 = 0;\n    var rs_off: i32;").unwrap();
+        writeln!(s, "    let ccol = {} * acol;", v.a_chunk()).unwrap();
     }
     s
+}
+
+/// The hoisted window state for (r, s) = `rs_next`: its offset in x's channels-last rows
+/// and each A slot's test (in range, and past the last (r, s) nothing is).
+fn window_update(a_slots: u32, shape: &ConvShape, ind: &str) -> String {
+    let mut s = String::new();
+    writeln!(s, "{ind}{{").unwrap();
+    writeln!(s, "{ind}    let khd = (rs_next / S) * DH;").unwrap();
+    writeln!(s, "{ind}    let kwd = (rs_next % S) * DW;").unwrap();
+    writeln!(s, "{ind}    rs_off = (khd * W + kwd) * CHP;").unwrap();
+    writeln!(s, "{ind}    let live = rs_next < R * S;").unwrap();
+    for i in 0..a_slots {
+        writeln!(s, "{ind}    {{").unwrap();
+        writeln!(s, "{ind}        let ih = aih{i} + khd;").unwrap();
+        writeln!(s, "{ind}        let iw = aiw{i} + kwd;").unwrap();
+        writeln!(s, "{ind}        rs_ok{i} = aok{i} && live{};", implicit::window_check(shape)).unwrap();
+        writeln!(s, "{ind}    }}").unwrap();
+    }
+    writeln!(s, "{ind}}}").unwrap();
+    s
+}
+
+/// One slot's gather of `chunk` terms at element index `at` of `buf` (zeros unless `ok`).
+fn gather_a(s: &mut String, v: &Coop, i: u32, buf: &str, at: &str, ok: &str) {
+    let chunk = v.a_chunk();
+    if v.opt & OPT_F16_LOADS != 0 {
+        writeln!(s, "            let j = select(0, ({at}) / 4, {ok});").unwrap();
+        writeln!(s, "            pa{i} = select(vec4<f16>(0.0), {buf}[j], {ok});").unwrap();
+        writeln!(s, "            qa{i} = select(vec4<f16>(0.0), {buf}[j + 1], {ok});").unwrap();
+    } else if v.layout == 2 {
+        writeln!(s, "            pa{i} = select(vec4<u32>(0u), {buf}[select(0, ({at}) / {chunk}, {ok})], {ok});").unwrap();
+    } else {
+        writeln!(s, "            pa{i} = select(vec4<f32>(0.0), vec4<f32>({buf}[select(0, ({at}) / {chunk}, {ok})]), {ok});").unwrap();
+    }
+}
+
+/// The hoisted gathers: a step's channel offset plus the (r, s) state, per slot one add
+/// and the test `window_update` made.
+fn fetch_hoisted(s: &mut String, v: &Coop, a_slots: u32, x_buf: &str) {
+    writeln!(s, "    {{").unwrap();
+    writeln!(s, "        let koff = rs_off + c_next + ccol;").unwrap();
+    for i in 0..a_slots {
+        writeln!(s, "        {{").unwrap();
+        gather_a(s, v, i, x_buf, &format!("abase{i} + koff"), &format!("rs_ok{i}"));
+        writeln!(s, "        }}").unwrap();
+    }
+    writeln!(s, "    }}").unwrap();
 }
 
 /// Layout 0's gathers: each slot's four pixels at its reduction index, one element each.
@@ -881,7 +1028,6 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, quads: bool) 
 /// per step) for each slot's pixel, one 16-byte load each.
 fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape, x_buf: &str) {
     let chunk = v.a_chunk();
-    let (zero, load) = if v.layout == 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
     writeln!(s, "    {{").unwrap();
     writeln!(s, "        let kr = k_next + {chunk} * acol;").unwrap();
     writeln!(s, "        let krs = kr / CP;").unwrap();
@@ -894,7 +1040,7 @@ fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
         writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "            pa{i} = select({zero}, {load}({x_buf}[select(0, (abase{i} + koff) / {chunk}, ok)]), ok);").unwrap();
+        gather_a(s, v, i, x_buf, &format!("abase{i} + koff"), "ok");
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();
@@ -902,7 +1048,7 @@ fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32) -> (Vec<(&'static str, String)>, u64) {
+fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, f16_loads: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
@@ -924,7 +1070,7 @@ fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool
         ("X_BLOCKS", x_blocks.to_string()),
         ("W_BLOCKS", w_blocks.to_string()),
         ("WV", wv.to_string()),
-        ("WT_WRITE", if wv == 8 { WT_WRITE_PACKED } else { WT_WRITE }.to_string()),
+        ("WT_WRITE", if f16_loads { WT_WRITE_HALVES } else if wv == 8 { WT_WRITE_PACKED } else { WT_WRITE }.to_string()),
         ("W_AT", w_at.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
         ("PROLOGUE_X", prologue_x.to_string()),
@@ -941,6 +1087,12 @@ const WT_WRITE: &str = "            wt[i] = vec4<CT>(v);";
 const WT_WRITE_PACKED: &str = r#"            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
                               w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
             wt[i] = vec4<u32>(pack2x16float(v.xy), pack2x16float(v.zw), pack2x16float(u.xy), pack2x16float(u.zw));"#;
+
+/// The same eight channels as two `vec4<f16>` (`OPT_F16_LOADS`).
+const WT_WRITE_HALVES: &str = r#"            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
+                              w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
+            wt[2 * i] = vec4<f16>(v);
+            wt[2 * i + 1] = vec4<f16>(u);"#;
 
 /// Workgroups of the prologue's max pass over x read in place, as in `check`'s.
 const MAX_BLOCKS: u64 = 1024;
@@ -1085,7 +1237,7 @@ mod tests {
     #[test]
     fn long_grids_rank_small_staging_first() {
         use crate::params::Padding;
-        let tile = |bk| Coop { bm: 128, bn: 64, bk, sgm: 2, sgn: 2, split: 1, layout: 1, splits: 1 };
+        let tile = |bk| Coop { bm: 128, bn: 64, bk, sgm: 2, sgn: 2, split: 1, layout: 1, splits: 1, opt: 0 };
         let mut edsr = ConvShape::new([1, 64, 720, 1280], [64, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         edsr.layout = Layout::Nhwc;
         assert!(tile(16).cost(&edsr) < tile(32).cost(&edsr));
@@ -1101,5 +1253,49 @@ mod tests {
         assert_eq!(half_round(65504.0), 65504.0);
         assert_eq!(half_round(1e6), f32::INFINITY);
         assert_eq!(half_round(2f32.powi(-24)), 2f32.powi(-24));
+    }
+}
+
+#[cfg(test)]
+mod option_tests {
+    use super::*;
+    use crate::params::Padding;
+
+    /// Every inner-loop option passes naga on the shapes it serves: padded and unpadded
+    /// windows, strides, dilation, groups, a channel count the step does not divide (the
+    /// hoisted variant then falls back to the per-step decode).
+    #[test]
+    fn option_variants_validate() {
+        let f16 = |x: [usize; 4], w: [usize; 4], st, pad, dil, groups| {
+            ConvShape::new(x, w, st, pad, dil, groups, None)
+                .unwrap()
+                .with_layout(Layout::Nhwc)
+                .with_dtype(DType::F16)
+        };
+        let shapes = [
+            f16([2, 64, 9, 7], [32, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1),
+            f16([2, 64, 9, 7], [32, 32, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2),
+            f16([2, 48, 9, 7], [32, 48, 1, 1], (1, 1), Padding::Valid, (1, 1), 1),
+            ConvShape::new([2, 64, 9, 7], [32, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(32))
+                .unwrap()
+                .with_layout(Layout::Nhwc),
+            ConvShape::new([2, 20, 9, 7], [32, 20, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(32)).unwrap(),
+        ];
+        for shape in &shapes {
+            for &(bm, bn, sgm, sgn) in &TILES {
+                for &bk in &BK {
+                    for (layout, split) in [(0, 1), (0, 3), (1, 1), (1, 3), (2, 1)] {
+                        for opt in 1..8 {
+                            let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1, opt };
+                            if !v.well_formed() || !v.suits(shape) && v.generate(shape).is_err() {
+                                continue;
+                            }
+                            let k = v.generate(shape).unwrap();
+                            crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+                        }
+                    }
+                }
+            }
+        }
     }
 }
