@@ -1,12 +1,13 @@
 """The tensor-core family's inner-loop options, each against the same tile without it.
 GPU machines only.
 
-Usage: python benches/coop_options.py [--tiles b128x128x16_s2x2,...] [--opts 0,1,3,...]
-                                      [--only SUBSTRING] [--reps 8] [--json out.json]
+Usage: python benches/coop_options.py [--tiles b128x128x16_s2x2,...] [--opts 0,8,...]
+                                      [--only SUBSTRING] [--reps 8] [--warmup 5] [--json out.json]
 
 Options (a bit set, the `_o` suffix of a variant name): 1 = layout 2 gathers float16 vectors
 and stages them as loaded; 2 = the kernel window's (r, s) decode and tests once per (r, s)
-instead of per step; 4 = two staging buffers, one barrier per step. Every design is first
+instead of per step; 4 = two staging buffers, one barrier per step; 8 = the gathers test
+only the tile edges the shape can cut, and none is issued past the last step. Every design is first
 checked against the float64 reference on a small random problem (a wrong design is reported
 and not timed), then timed (`convtune.time_variant`, median of --reps) on float16 NHWC data:
 a plain GEMM as a 1x1 convolution and the public suite's compute-bound 3x3 layers.
@@ -26,7 +27,7 @@ from convtune.reference import conv2d_reference
 
 TILES = ["b128x128x16_s2x2", "b128x256x32_s2x4", "b128x256x16_s2x4", "b256x64x16_s4x2",
          "b128x64x16_s2x2", "b256x128x16_s4x2", "b128x128x32_s2x4"]
-OPTS = [0, 1, 3, 5, 7]
+OPTS = [0, 8, 10, 12]
 # (label, x (N, C, H, W), w (K, C, R, S), stride, padding)
 PROBLEMS = [
     ("GEMM 8192^3 (1x1)", (1, 8192, 64, 128), (8192, 8192, 1, 1), 1, 0),
@@ -66,6 +67,7 @@ def main():
     ap.add_argument("--opts", default=",".join(map(str, OPTS)))
     ap.add_argument("--only", default="")
     ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
     rng = np.random.default_rng(1)
@@ -95,7 +97,7 @@ def main():
                     continue
                 try:
                     _, t = convtune.time_variant((n, h, wd, c), w, stride, pad, variant=v, reps=args.reps,
-                                                 warmup=2, layout="NHWC", dtype="float16")
+                                                 warmup=args.warmup, layout="NHWC", dtype="float16")
                 except Exception as e:
                     print(f"  {v:40s} skipped: {str(e).splitlines()[0][:90]}", flush=True)
                     continue

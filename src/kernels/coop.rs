@@ -49,7 +49,10 @@ pub const OPT_HOIST: u32 = 2;
 /// Two staging buffers: a step stages the next step's tiles into the buffer it does not
 /// read, one barrier per step.
 pub const OPT_DOUBLE: u32 = 4;
-const OPTS: [u32; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+/// Channels-last gathers test only what the shape leaves open (a partial pixel, channel or
+/// reduction tile), index with unsigned shifts, and skip the gathers past the last step.
+pub const OPT_LEAN: u32 = 8;
+const OPTS: [u32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
 /// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
 /// (4x4 grids on 64-channel tiles with 2 or 4 subgroups, 128x64 and 256x64, ran 6-60%
@@ -242,6 +245,7 @@ impl KernelVariant for Coop {
             && OPTS.contains(&self.opt)
             && (self.opt & OPT_F16_LOADS == 0 || self.layout == 2)
             && (self.opt & OPT_HOIST == 0 || (self.channels_last() && self.splits == 1))
+            && (self.opt & OPT_LEAN == 0 || (self.channels_last() && self.splits == 1))
     }
 
     fn invocations(&self) -> u32 {
@@ -409,6 +413,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let in_place = reads_x_in_place(shape);
     let quads = pixel_quads(shape);
     let f16_loads = v.opt & OPT_F16_LOADS != 0;
+    let lean = Lean::of(v, shape);
     let hoist = v.opt & OPT_HOIST != 0 && Padded::of(shape).cp % v.bk as u64 == 0;
     let dt = shape.dtype.wgsl();
     let scaled = shape.dtype == DType::F32;
@@ -485,7 +490,19 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        let kr = k_next + bk{i};").unwrap();
         if vec_w || v.channels_last() {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
-            writeln!(s, "        let ok = bok{i} && kr < k_end{b_guard};").unwrap();
+            let bok = format!("bok{i}");
+            let ok = lean.conj(&[(&bok, lean.n), ("kr < k_end", lean.k)], &b_guard);
+            if lean.on && v.layout == 2 && !f16_loads {
+                if ok.is_empty() {
+                    writeln!(s, "        pb{i} = wt[u32(bbase{i} + kr) >> 3u];").unwrap();
+                } else {
+                    writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0u, u32(bbase{i} + kr) >> 3u, {ok})], {ok});").unwrap();
+                }
+                writeln!(s, "    }}").unwrap();
+                continue;
+            }
+            let ok = if ok.is_empty() { "true".to_string() } else { ok };
+            writeln!(s, "        let ok = {ok};").unwrap();
             if f16_loads {
                 writeln!(s, "        let j = select(0, (bbase{i} + kr) / 4, ok);").unwrap();
                 writeln!(s, "        pb{i} = select(vec4<f16>(0.0), wt[j], ok);").unwrap();
@@ -672,7 +689,7 @@ fn steps(v: &Coop, fetch: &str, advance: &str, a_slots: u32, b_slots: u32, b_par
         s.push_str(&stage_step(v, a_slots, b_slots, b_partial, f16_loads, ""));
         s.push_str("        workgroupBarrier();\n");
         s.push_str(advance);
-        s.push_str(fetch);
+        s.push_str(&guarded(v, fetch));
         s.push_str(&inner_product(v, ""));
         s.push_str("    }\n");
         return s;
@@ -682,13 +699,21 @@ fn steps(v: &Coop, fetch: &str, advance: &str, a_slots: u32, b_slots: u32, b_par
     s.push_str("    workgroupBarrier();\n");
     s.push_str("    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {\n");
     s.push_str(advance);
-    s.push_str(fetch);
+    s.push_str(&guarded(v, fetch));
     s.push_str(&inner_product(v, "cur"));
     s.push_str("        cur = cur ^ 1u;\n");
     s.push_str(&stage_step(v, a_slots, b_slots, b_partial, f16_loads, "cur"));
     s.push_str("        workgroupBarrier();\n");
     s.push_str("    }\n");
     s
+}
+
+/// The in-loop gathers; `OPT_LEAN` skips them past the last step (a uniform branch).
+fn guarded(v: &Coop, fetch: &str) -> String {
+    if v.opt & OPT_LEAN == 0 {
+        return fetch.to_string();
+    }
+    format!("        if (k_next < k_end) {{\n{fetch}        }}\n")
 }
 
 /// Layout 2's staging of one gather: 8 float16 values loaded as four u32s, stored as two
@@ -971,6 +996,17 @@ fn window_update(a_slots: u32, shape: &ConvShape, ind: &str) -> String {
 /// One slot's gather of `chunk` terms at element index `at` of `buf` (zeros unless `ok`).
 fn gather_a(s: &mut String, v: &Coop, i: u32, buf: &str, at: &str, ok: &str) {
     let chunk = v.a_chunk();
+    if v.opt & OPT_LEAN != 0 && v.opt & OPT_F16_LOADS == 0 {
+        let shift = chunk.trailing_zeros();
+        let (zero, load) = if v.layout == 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
+        if ok.is_empty() {
+            writeln!(s, "            pa{i} = {load}({buf}[u32({at}) >> {shift}u]);").unwrap();
+        } else {
+            writeln!(s, "            pa{i} = select({zero}, {load}({buf}[select(0u, u32({at}) >> {shift}u, {ok})]), {ok});").unwrap();
+        }
+        return;
+    }
+    let ok = if ok.is_empty() { "true" } else { ok };
     if v.opt & OPT_F16_LOADS != 0 {
         writeln!(s, "            let j = select(0, ({at}) / 4, {ok});").unwrap();
         writeln!(s, "            pa{i} = select(vec4<f16>(0.0), {buf}[j], {ok});").unwrap();
@@ -1024,10 +1060,45 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, quads: bool) 
     }
 }
 
+/// What `OPT_LEAN` leaves out of the gathers' tests: which tile edges the shape never cuts.
+struct Lean {
+    on: bool,
+    /// Every pixel tile whole (M a multiple of BM), every channel tile (KG of BN), every
+    /// reduction step (KL of BK; the gathers past the last step are skipped).
+    m: bool,
+    n: bool,
+    k: bool,
+}
+
+impl Lean {
+    fn of(v: &Coop, shape: &ConvShape) -> Self {
+        let on = v.opt & OPT_LEAN != 0;
+        let view = View::of(shape);
+        Lean {
+            on,
+            m: on && view.m % v.bm as u64 == 0,
+            n: on && shape.kg() as u64 % v.bn as u64 == 0,
+            k: on && Padded::of(shape).krp % v.bk as u64 == 0,
+        }
+    }
+
+    /// The tests `parts` (each left out where its flag says the shape never fails it) and
+    /// `rest` (" && ..." or empty), joined by &&; empty when nothing is left.
+    fn conj(&self, parts: &[(&str, bool)], rest: &str) -> String {
+        let mut terms: Vec<&str> = parts.iter().filter(|(_, skip)| !skip).map(|(t, _)| *t).collect();
+        let rest = rest.trim_start_matches(" && ");
+        if !rest.is_empty() {
+            terms.push(rest);
+        }
+        terms.join(" && ")
+    }
+}
+
 /// Layout 1's gathers: the step's four terms (channels c .. c+3 of one (r, s), decoded once
 /// per step) for each slot's pixel, one 16-byte load each.
 fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape, x_buf: &str) {
     let chunk = v.a_chunk();
+    let lean = Lean::of(v, shape);
     writeln!(s, "    {{").unwrap();
     writeln!(s, "        let kr = k_next + {chunk} * acol;").unwrap();
     writeln!(s, "        let krs = kr / CP;").unwrap();
@@ -1039,8 +1110,9 @@ fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape
         writeln!(s, "        {{").unwrap();
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
-        writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
-        gather_a(s, v, i, x_buf, &format!("abase{i} + koff"), "ok");
+        let aok = format!("aok{i}");
+        let ok = lean.conj(&[(&aok, lean.m), ("kok", lean.k)], implicit::window_check(shape));
+        gather_a(s, v, i, x_buf, &format!("abase{i} + koff"), &ok);
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();
@@ -1285,7 +1357,7 @@ mod option_tests {
             for &(bm, bn, sgm, sgn) in &TILES {
                 for &bk in &BK {
                     for (layout, split) in [(0, 1), (0, 3), (1, 1), (1, 3), (2, 1)] {
-                        for opt in 1..8 {
+                        for opt in 1..16 {
                             let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1, opt };
                             if !v.well_formed() || !v.suits(shape) && v.generate(shape).is_err() {
                                 continue;
