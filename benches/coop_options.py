@@ -7,7 +7,8 @@ Usage: python benches/coop_options.py [--tiles b128x128x16_s2x2,...] [--opts 0,8
 Options (a bit set, the `_o` suffix of a variant name): 1 = layout 2 gathers float16 vectors
 and stages them as loaded; 2 = the kernel window's (r, s) decode and tests once per (r, s)
 instead of per step; 4 = two staging buffers, one barrier per step; 8 = the gathers test
-only the tile edges the shape can cut, and none is issued past the last step. Every design is first
+only the tile edges the shape can cut, and none is issued past the last step; 16 (with 8):
+those are issued, their index clamped, instead of a branch around them. Every design is first
 checked against the float64 reference on a small random problem (a wrong design is reported
 and not timed), then timed (`convtune.time_variant`, median of --reps) on float16 NHWC data:
 a plain GEMM as a 1x1 convolution and the public suite's compute-bound 3x3 layers.
@@ -26,8 +27,9 @@ import convtune
 from convtune.reference import conv2d_reference
 
 TILES = ["b128x128x16_s2x2", "b128x256x32_s2x4", "b128x256x16_s2x4", "b256x64x16_s4x2",
-         "b128x64x16_s2x2", "b256x128x16_s4x2", "b128x128x32_s2x4"]
-OPTS = [0, 8, 10, 12]
+         "b128x64x16_s2x2", "b256x128x16_s4x2", "b128x128x32_s2x4", "b256x128x32_s4x2",
+         "b256x64x32_s4x2", "b256x64x16_s4x1", "b256x64x32_s4x1", "b128x64x32_s2x1"]
+OPTS = [0, 8, 24, 26]
 # (label, x (N, C, H, W), w (K, C, R, S), stride, padding)
 PROBLEMS = [
     ("GEMM 8192^3 (1x1)", (1, 8192, 64, 128), (8192, 8192, 1, 1), 1, 0),
@@ -43,14 +45,23 @@ def name(tile, opt):
     return base if opt == 0 else f"{base}_k1_o{opt}"
 
 
+# Small float16 NHWC problems: ragged tile edges; whole pixel, channel and reduction tiles
+# (the edges `_o8` stops testing), padded and 1x1. (x (N, H, W, C), w, padding)
+CHECKS = [((2, 19, 23, 64), (40, 64, 3, 3), 1), ((2, 16, 16, 64), (256, 64, 3, 3), 1),
+          ((1, 8, 64, 64), (256, 64, 1, 1), 0)]
+
+
 def check(variant, rng):
-    """Max error relative to max |y| on a small float16 NHWC problem with a ragged edge."""
-    x = rng.standard_normal((2, 19, 23, 64)).astype(np.float16)
-    w = rng.standard_normal((40, 64, 3, 3)).astype(np.float16)
-    got = convtune.conv2d(x, w, 1, 1, layout="NHWC", variant=variant).astype(np.float64)
-    want = conv2d_reference(x.transpose(0, 3, 1, 2).astype(np.float64), w.astype(np.float64), 1, 1)
-    want = want.transpose(0, 2, 3, 1)
-    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    """Max error relative to max |y| over the CHECKS problems."""
+    worst = 0.0
+    for xs, ws, pad in CHECKS:
+        x = rng.standard_normal(xs).astype(np.float16)
+        w = rng.standard_normal(ws).astype(np.float16)
+        got = convtune.conv2d(x, w, 1, pad, layout="NHWC", variant=variant).astype(np.float64)
+        want = conv2d_reference(x.transpose(0, 3, 1, 2).astype(np.float64), w.astype(np.float64), 1, pad)
+        want = want.transpose(0, 2, 3, 1)
+        worst = max(worst, float(np.max(np.abs(got - want)) / np.max(np.abs(want))))
+    return worst
 
 
 def flops(x, w, stride, pad):

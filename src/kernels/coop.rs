@@ -52,7 +52,10 @@ pub const OPT_DOUBLE: u32 = 4;
 /// Channels-last gathers test only what the shape leaves open (a partial pixel, channel or
 /// reduction tile), index with unsigned shifts, and skip the gathers past the last step.
 pub const OPT_LEAN: u32 = 8;
-const OPTS: [u32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+/// With `OPT_LEAN`: the gathers past the last step are issued, kept in bounds by clamping
+/// their index instead of a branch around them.
+pub const OPT_CLAMP: u32 = 16;
+const OPT_ALL: u32 = 31;
 
 /// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
 /// (4x4 grids on 64-channel tiles with 2 or 4 subgroups, 128x64 and 256x64, ran 6-60%
@@ -71,6 +74,9 @@ const TILES: [(u32, u32, u32, u32); 11] = [
     (256, 128, 4, 2),
     (128, 256, 2, 4),
 ];
+/// Tiles of 4x4 accumulator grids on 64-channel tiles, offered only with `OPT_LEAN`
+/// (without it they ran 6-60% slower than 128x64 with 4 subgroups on the H100).
+const LEAN_TILES: [(u32, u32, u32, u32); 2] = [(256, 64, 4, 1), (128, 64, 2, 1)];
 const BK: [u32; 3] = [16, 32, 64];
 const SPLIT: [u32; 2] = [1, 3];
 const LAYOUT: [u32; 3] = [0, 1, 2];
@@ -222,7 +228,8 @@ impl KernelVariant for Coop {
 
     fn well_formed(&self) -> bool {
         let t = self.threads();
-        TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
+        (TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
+            || (self.opt & OPT_LEAN != 0 && LEAN_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
             && BK.contains(&self.bk)
             && SPLIT.contains(&self.split)
             && LAYOUT.contains(&self.layout)
@@ -242,7 +249,8 @@ impl KernelVariant for Coop {
             && SPLITS.contains(&self.splits)
             && (self.splits == 1
                 || (self.channels_last() && self.bk != 32 && SPLIT_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
-            && OPTS.contains(&self.opt)
+            && self.opt <= OPT_ALL
+            && (self.opt & OPT_CLAMP == 0 || self.opt & OPT_LEAN != 0)
             && (self.opt & OPT_F16_LOADS == 0 || self.layout == 2)
             && (self.opt & OPT_HOIST == 0 || (self.channels_last() && self.splits == 1))
             && (self.opt & OPT_LEAN == 0 || (self.channels_last() && self.splits == 1))
@@ -492,11 +500,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             // Whole chunks of a weight row, 16-byte aligned: one load each.
             let bok = format!("bok{i}");
             let ok = lean.conj(&[(&bok, lean.n), ("kr < k_end", lean.k)], &b_guard);
-            if lean.on && v.layout == 2 && !f16_loads {
+            if lean.on && !f16_loads {
+                let at = if lean.clamp { format!("min(bbase{i} + kr, B_LAST)") } else { format!("bbase{i} + kr") };
+                let shift = v.b_chunk().trailing_zeros();
+                let (zero, load) = if v.layout == 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
                 if ok.is_empty() {
-                    writeln!(s, "        pb{i} = wt[u32(bbase{i} + kr) >> 3u];").unwrap();
+                    writeln!(s, "        pb{i} = {load}(wt[u32({at}) >> {shift}u]);").unwrap();
                 } else {
-                    writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0u, u32(bbase{i} + kr) >> 3u, {ok})], {ok});").unwrap();
+                    writeln!(s, "        pb{i} = select({zero}, {load}(wt[select(0u, u32({at}) >> {shift}u, {ok})]), {ok});").unwrap();
                 }
                 writeln!(s, "    }}").unwrap();
                 continue;
@@ -601,6 +612,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("STEPS", steps),
         ("STAGING", if v.buffers() == 2 { "this variant" } else { "not this variant" }.to_string()),
         ("SA4", (v.a_rows() * lda / 4).to_string()),
+        // The last term a clamped gather may start at, in x (or its copy) and w's copy.
+        ("A_LAST", ((if in_place { shape.x_len() } else { padded.x_len(shape) }) - v.a_chunk() as u64).to_string()),
+        ("B_LAST", (padded.w_len(shape) - v.b_chunk() as u64).to_string()),
         ("SB4", (v.bn * ldb / 4).to_string()),
         ("STORE", store),
     ]);
@@ -710,7 +724,7 @@ fn steps(v: &Coop, fetch: &str, advance: &str, a_slots: u32, b_slots: u32, b_par
 
 /// The in-loop gathers; `OPT_LEAN` skips them past the last step (a uniform branch).
 fn guarded(v: &Coop, fetch: &str) -> String {
-    if v.opt & OPT_LEAN == 0 {
+    if v.opt & OPT_LEAN == 0 || v.opt & OPT_CLAMP != 0 {
         return fetch.to_string();
     }
     format!("        if (k_next < k_end) {{\n{fetch}        }}\n")
@@ -1063,6 +1077,8 @@ fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, quads: bool) 
 /// What `OPT_LEAN` leaves out of the gathers' tests: which tile edges the shape never cuts.
 struct Lean {
     on: bool,
+    /// Gathers past the last step clamp their index (`OPT_CLAMP`) rather than being skipped.
+    clamp: bool,
     /// Every pixel tile whole (M a multiple of BM), every channel tile (KG of BN), every
     /// reduction step (KL of BK; the gathers past the last step are skipped).
     m: bool,
@@ -1076,6 +1092,7 @@ impl Lean {
         let view = View::of(shape);
         Lean {
             on,
+            clamp: on && v.opt & OPT_CLAMP != 0,
             m: on && view.m % v.bm as u64 == 0,
             n: on && shape.kg() as u64 % v.bn as u64 == 0,
             k: on && Padded::of(shape).krp % v.bk as u64 == 0,
@@ -1111,8 +1128,13 @@ fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape
         writeln!(s, "            let ih = aih{i} + khd;").unwrap();
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
         let aok = format!("aok{i}");
-        let ok = lean.conj(&[(&aok, lean.m), ("kok", lean.k)], implicit::window_check(shape));
-        gather_a(s, v, i, x_buf, &format!("abase{i} + koff"), &ok);
+        let window = implicit::window_check(shape);
+        // Clamped: a test that stays keeps the step's too (its select then zeroes past the
+        // end); with none left the index is clamped.
+        let keep_k = lean.clamp && (!lean.m || !window.is_empty());
+        let ok = lean.conj(&[(&aok, lean.m), ("kok", lean.k && !keep_k)], window);
+        let at = if lean.clamp && ok.is_empty() { format!("min(abase{i} + koff, A_LAST)") } else { format!("abase{i} + koff") };
+        gather_a(s, v, i, x_buf, &at, &ok);
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();
@@ -1354,10 +1376,10 @@ mod option_tests {
             ConvShape::new([2, 20, 9, 7], [32, 20, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(32)).unwrap(),
         ];
         for shape in &shapes {
-            for &(bm, bn, sgm, sgn) in &TILES {
+            for &(bm, bn, sgm, sgn) in TILES.iter().chain(&LEAN_TILES) {
                 for &bk in &BK {
                     for (layout, split) in [(0, 1), (0, 3), (1, 1), (1, 3), (2, 1)] {
-                        for opt in 1..16 {
+                        for opt in 1..32 {
                             let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1, opt };
                             if !v.well_formed() || !v.suits(shape) && v.generate(shape).is_err() {
                                 continue;
