@@ -6,8 +6,7 @@
 // Every {{BK}}-step, x and w are gathered from storage into registers, scaled by a power of two
 // and converted to f16 while being staged in workgroup memory, then multiplied 16x16x16 at a
 // time. The next step's gathers are issued before this step's products, so their latency hides
-// behind them. With two staging buffers ({{STAGING}}) a step stages into the buffer the next
-// step multiplies, one barrier per step instead of two.
+// behind them.
 //
 // Scaling: a pass before this kernel stores max |x| and max |w| over finite elements in
 // `scales`; values are multiplied by 2^(14 - e), so the largest lands just under 2^14, far
@@ -95,10 +94,6 @@ const BN: i32 = {{BN}};
 const BK: i32 = {{BK}};
 const LDA: u32 = {{LDA}}u;         // staged A: f16 elements per k row (BM + 8)
 const LDB: u32 = {{LDB}}u;         // staged B: f16 elements per n row (BK + 8)
-const SA4: u32 = {{SA4}}u;         // vec4s of one staging buffer of A, and of B
-const SB4: u32 = {{SB4}}u;
-const A_LAST: i32 = {{A_LAST}};    // the last chunk's first term in x (or its copy), w's copy
-const B_LAST: i32 = {{B_LAST}};
 const M_BLOCKS: u32 = {{M_BLOCKS}}u;
 const N_BLOCKS: u32 = {{N_BLOCKS}}u;
 const BLOCKS: u32 = {{BLOCKS}}u;
@@ -160,7 +155,7 @@ fn main(
 
 {{FETCH}}
     // The k-steps: stage the gathered terms, issue the next step's gathers (past the end
-    // they load zeros), multiply the staged tiles while those loads are in flight.
+    // they load zeros, or are skipped), multiply the staged tiles while those loads fly.
 {{STEPS}}
 
     let ux = ldexp(1.0, -ex);
