@@ -34,6 +34,10 @@ CASES = [
     ((2, 64, 8, 8), (32, 64, 3, 3), dict(padding=1)),  # short grid, long reduction: split-K
     # Groups of 8 channels (16-byte gathers of NHWC x in place), padding, stride along w.
     ((1, 16, 9, 10), (24, 8, 3, 3), dict(stride=(1, 2), padding=1, groups=2)),
+    # One group of 32 channels at stride 1: the staged input windows of the tensor-core
+    # family (`_l3`), ragged at every image edge, with a 3x2 window unpadded.
+    ((2, 32, 13, 37), (24, 32, 3, 3), dict(padding=1)),
+    ((1, 32, 9, 70), (40, 32, 3, 2), {}),
 ]
 
 
@@ -94,7 +98,7 @@ def test_fma_families_compute_float16(variant, layout):
 @needs_tc
 @pytest.mark.parametrize("variant, layout", [(v, lay) for v in COOP_VARIANTS for lay in ("NCHW", "NHWC")
                                              if convtune.variant_knobs(v)["layout"] in
-                                             ((0, 1) if lay == "NCHW" else (1, 2))])
+                                             ((0, 1) if lay == "NCHW" else (1, 2, 3))])
 def test_tensor_core_variants_compute_float16(variant, layout):
     run_cases(variant, layout)
 

@@ -29,7 +29,10 @@ pub struct Coop {
     /// 0: gather x in place (N, C, H, W); 1: gather from a channels-last copy a prologue
     /// makes (16-byte loads, each group's channels zero-padded to a multiple of 4; workspace
     /// of x's size); 2: layout 1 for float16 NHWC x with C/groups a multiple of 8, read in
-    /// place, x and w's copy gathered 8 values (16 bytes) at a time.
+    /// place, x and w's copy gathered 8 values (16 bytes) at a time. 3: layout 2 with the
+    /// input window staged: each workgroup's output tile is a TH x TW block of one image's
+    /// pixels, whose input patch (TH + R - 1) x (TW + S - 1) x BK is staged once per channel
+    /// block and read by every (r, s) of the kernel in place (3x3 and smaller, stride 1).
     pub layout: u32,
     /// Split-K: workgroups sharing one output tile's reduction, each writing its partial
     /// tile; a finishing pass adds them in a fixed order (results do not change from run
@@ -56,7 +59,13 @@ const TILES: [(u32, u32, u32, u32); 11] = [
 ];
 const BK: [u32; 3] = [16, 32, 64];
 const SPLIT: [u32; 2] = [1, 3];
-const LAYOUT: [u32; 3] = [0, 1, 2];
+const LAYOUT: [u32; 4] = [0, 1, 2, 3];
+/// Widths a window tile may take (multiples of 16: a 16-pixel matrix row block stays in one
+/// row of the tile), and the largest kernel window layout 3 stages.
+const WINDOW_WIDTHS: [u32; 3] = [64, 32, 16];
+const WINDOW_MAX_RS: u32 = 3;
+/// The most output pixels a window tiling may compute per pixel it stores.
+const WINDOW_WASTE: f64 = 1.3;
 const SPLITS: [u32; 3] = [1, 2, 4];
 /// The tiles split-K is offered for: those that win on deep layers with few output pixels,
 /// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128).
@@ -94,7 +103,7 @@ impl Coop {
     }
     /// Terms of x one A gather loads: 8 (16 bytes of float16) for layout 2, else 4.
     fn a_chunk(&self) -> u32 {
-        if self.layout == 2 { 8 } else { 4 }
+        if self.layout >= 2 { 8 } else { 4 }
     }
     /// Terms of w's copy one B gather loads: 8 packed float16 for layout 2, else 4.
     fn b_chunk(&self) -> u32 {
@@ -104,9 +113,25 @@ impl Coop {
     fn lda(&self) -> u32 {
         if self.channels_last() { self.bk + PAD } else { self.bm + PAD }
     }
+    /// Layout 3: the staged patch's pixels for the largest window, over the tile widths it
+    /// may take (the patch array has this fixed size).
+    fn patch_capacity(&self) -> u32 {
+        WINDOW_WIDTHS
+            .iter()
+            .filter(|&&tw| tw <= self.bm)
+            .map(|&tw| (self.bm / tw + WINDOW_MAX_RS - 1) * (tw + WINDOW_MAX_RS - 1))
+            .max()
+            .unwrap_or(0)
+    }
     /// Staged A rows: k (layout 0) or pixels (layouts 1, 2).
     fn a_rows(&self) -> u32 {
-        if self.channels_last() { self.bm } else { self.bk }
+        if self.layout == 3 {
+            self.patch_capacity()
+        } else if self.channels_last() {
+            self.bm
+        } else {
+            self.bk
+        }
     }
     fn ldb(&self) -> u32 {
         self.bk + PAD
@@ -208,11 +233,13 @@ impl KernelVariant for Coop {
             // every slot count is whole.
             && t % (if self.channels_last() { self.bk / self.a_chunk() } else { self.bm / 4 }) == 0
             && (self.bm * self.bk / self.a_chunk()) % t == 0
-            // Layout 2 is the single pass on float16 data, which has no lo part.
-            && (self.layout != 2 || self.split == 1)
+            // Layouts 2 and 3 are the single pass on float16 data, which has no lo part.
+            && (self.layout < 2 || self.split == 1)
+            // The window tile: unsplit, 16- or 32-term steps (the patch must fit).
+            && (self.layout != 3 || (self.splits == 1 && self.bk <= 32))
             // Whole B slots, or (layout 2's 8-term chunks on a narrow tile) fewer chunks
             // than invocations, which the first ones gather.
-            && ((self.bn * self.bk / self.b_chunk()) % t == 0 || (self.layout == 2 && self.bn * self.bk / 8 < t))
+            && ((self.bn * self.bk / self.b_chunk()) % t == 0 || (self.layout >= 2 && self.bn * self.bk / 8 < t))
             // The large-k-step variants only where the tile stays small enough to pay off.
             && (self.bk <= 32 || self.bm * self.bn <= 128 * 128)
             // Split-K on channels-last tiles that win deep layers, with 16- and 64-term steps.
@@ -254,15 +281,23 @@ impl KernelVariant for Coop {
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
-            && (self.layout != 2 || wide_x(shape));
+            && (self.layout < 2 || wide_x(shape));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
-        layout_ok && split_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+        // The window tile where its padding at image edges stays small.
+        let window_ok = self.layout != 3 || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE);
+        layout_ok && split_ok && window_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
         let view = View::of(shape);
-        let (_, _, tiles) = view.grid(self.bm, self.bn);
+        let (_, _, tiles) = grid(self, shape);
+        // Layout 3 stages each x term of its patch once for all R*S taps (plus the halo), and
+        // computes the pixels its tiles pad the image with.
+        let (a_share, waste) = match (self.layout, Window::of(self, shape)) {
+            (3, Some(w)) => ((w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * (shape.r * shape.s) as f64), w.waste(shape)),
+            _ => (1.0, 1.0),
+        };
         // Layout 1 gathers four terms per load and index computation, after a prologue
         // that reads x and w once and writes them once.
         let (gather, prologue, padded) = if self.channels_last() {
@@ -276,7 +311,7 @@ impl KernelVariant for Coop {
             (GATHER_LOAD, 0.0, 1.0)
         };
         let per_fma = MMA * self.split as f64
-            + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
+            + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + a_share / self.bn as f64)
             + COOP_BARRIER * 2.0 / (self.bk as f64 * 16.0);
         // A split is credited with the multiprocessors it fills beyond its unsplit tile's
         // grid (the unsplit ranking is fitted without a fill term) and pays for its partials.
@@ -286,7 +321,7 @@ impl KernelVariant for Coop {
         } else {
             (1.0, 0.0)
         };
-        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * per_fma
+        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * waste * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
             / residency(self.workgroup_bytes(), self.threads(), tiles)
             / fill
@@ -296,6 +331,68 @@ impl KernelVariant for Coop {
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
         generate(self, shape)
+    }
+}
+
+/// Layout 3's tiling: each workgroup's output tile is `th` x `tw` pixels of one image, and
+/// reads a `pr` x `pc` patch of x (zeros outside the image).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Window {
+    th: u32,
+    tw: u32,
+    pr: u32,
+    pc: u32,
+    tiles_h: u64,
+    tiles_w: u64,
+}
+
+impl Window {
+    /// The tiling for the width in `WINDOW_WIDTHS` that pads the output least (the wider on
+    /// a tie), where layout 3 takes the shape: float16 NHWC read in place, one group whose
+    /// channels are whole steps, stride and dilation 1, a window of at most 3 x 3, y stored
+    /// in place.
+    fn of(v: &Coop, shape: &ConvShape) -> Option<Window> {
+        let takes = wide_x(shape)
+            && shape.groups == 1
+            && shape.cg() % v.bk == 0
+            && shape.stride == (1, 1)
+            && shape.dilation == (1, 1)
+            && shape.r <= WINDOW_MAX_RS
+            && shape.s <= WINDOW_MAX_RS
+            && !moves_y(shape);
+        if !takes {
+            return None;
+        }
+        let (oh, ow) = (shape.oh() as u64, shape.ow() as u64);
+        WINDOW_WIDTHS
+            .iter()
+            .filter(|&&tw| tw <= v.bm)
+            .map(|&tw| {
+                let th = v.bm / tw;
+                let (tiles_h, tiles_w) = (oh.div_ceil(th as u64), ow.div_ceil(tw as u64));
+                Window { th, tw, pr: th + shape.r - 1, pc: tw + shape.s - 1, tiles_h, tiles_w }
+            })
+            .min_by_key(|w| (w.tiles_h * w.tiles_w, std::cmp::Reverse(w.tw)))
+    }
+
+    /// Workgroups along the pixels: every image's tiles.
+    fn tiles(&self, shape: &ConvShape) -> u64 {
+        shape.n as u64 * self.tiles_h * self.tiles_w
+    }
+
+    /// Output pixels computed per pixel stored (tile padding at the image's edges).
+    fn waste(&self, shape: &ConvShape) -> f64 {
+        (self.tiles_h * self.th as u64 * self.tiles_w * self.tw as u64) as f64 / (shape.oh() as u64 * shape.ow() as u64) as f64
+    }
+}
+
+/// Workgroups along the pixels and channels, and in all: layout 3 tiles each image.
+fn grid(v: &Coop, shape: &ConvShape) -> (u64, u64, u64) {
+    let view = View::of(shape);
+    let (mb, nb, blocks) = view.grid(v.bm, v.bn);
+    match (v.layout, Window::of(v, shape)) {
+        (3, Some(w)) => (w.tiles(shape), nb, w.tiles(shape) * nb * view.groups),
+        _ => (mb, nb, blocks),
     }
 }
 
@@ -377,12 +474,20 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             v.name()
         )));
     }
-    if v.layout == 2 && !wide_x(shape) {
+    if v.layout >= 2 && !wide_x(shape) {
         return Err(Error::invalid(format!(
             "variant {} cannot run on this shape: layout 2 reads float16 NHWC x in place, 8 channels at a time (channels per group a multiple of 8)",
             v.name()
         )));
     }
+    let window = Window::of(v, shape);
+    if v.layout == 3 && window.is_none() {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: layout 3 stages the input window of float16 NHWC problems with one group, channels a multiple of its step, stride and dilation 1, a window of at most 3x3 and y stored in place",
+            v.name()
+        )));
+    }
+    let window = window.filter(|_| v.layout == 3);
     let in_place = reads_x_in_place(shape);
     let quads = pixel_quads(shape);
     let lean = Lean::of(v, shape);
@@ -396,8 +501,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let (lda, ldb) = (v.lda(), v.ldb());
     let split = v.split == 3;
     let view = View::of(shape);
-    let (_, _, blocks) = view.grid(v.bm, v.bn);
-    let a_slots = v.bm * v.bk / v.a_chunk() / t;
+    let (m_blocks, n_blocks, blocks) = grid(v, shape);
+    // Layout 3 stages its patch with a loop of its own: no A slots.
+    let a_slots = if window.is_some() { 0 } else { v.bm * v.bk / v.a_chunk() / t };
     let b_chunks_per_n = v.bk / v.b_chunk();
     let b_total = v.bn * v.bk / v.b_chunk();
     let b_slots = b_total.div_ceil(t);
@@ -411,7 +517,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
     }
 
-    let a_setup = if v.channels_last() { a_setup_channels_last(v, a_slots) } else { a_setup_in_place(v, a_slots) };
+    let a_setup = match window {
+        Some(w) => window_setup(v, &w),
+        None if v.channels_last() => a_setup_channels_last(v, a_slots),
+        None => a_setup_in_place(v, a_slots),
+    };
     let mut b_setup = String::new();
     for i in 0..b_slots {
         let s = &mut b_setup;
@@ -420,7 +530,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
         writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
         // Layout 2 holds each gather's 8 packed float16 values as the 16 bytes it loaded.
-        writeln!(s, "    var pb{i}: vec4<{}>;", if v.layout == 2 { "u32" } else { "f32" }).unwrap();
+        writeln!(s, "    var pb{i}: vec4<{}>;", if v.layout >= 2 { "u32" } else { "f32" }).unwrap();
     }
     let mut acc = String::new();
     for i in 0..tm {
@@ -439,7 +549,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let vec_w = view.red % 4 == 0;
     let w_buf = if v.channels_last() { "wt" } else { "w" };
     let mut fetch = String::new();
-    if v.channels_last() {
+    if window.is_some() {
+        // The patch is staged by the steps themselves.
+    } else if v.channels_last() {
         fetch_channels_last(&mut fetch, v, a_slots, shape, if in_place { "x" } else { "xt" });
     } else {
         fetch_in_place(&mut fetch, a_slots, shape, quads);
@@ -458,7 +570,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 continue;
             }
             writeln!(s, "        let ok = {ok};").unwrap();
-            if v.layout == 2 {
+            if v.layout >= 2 {
                 writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0, (bbase{i} + kr) / 8, ok)], ok);").unwrap();
             } else {
                 writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
@@ -481,14 +593,22 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
 
     let stage = stage_step(v, a_slots, b_slots, b_total < t);
-    let steps = steps(&stage, &advance, &fetch, &inner_product(v), lean.on);
+    let steps = match window {
+        Some(_) => window_steps(v, &stage, &fetch),
+        None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
+    };
 
     let vec_y = stores_quads(shape);
-    let store = store_step(v, shape, vec_y);
+    let store = store_step(v, shape, vec_y, window.is_some());
     let finish_store = finish_store(vec_y);
 
     let mut vars = shape_vars(shape, &v.name());
-    vars.extend(view.grid_vars(v.bm, v.bn));
+    vars.extend([
+        ("M", view.m.to_string()),
+        ("M_BLOCKS", m_blocks.to_string()),
+        ("N_BLOCKS", n_blocks.to_string()),
+        ("BLOCKS", blocks.to_string()),
+    ]);
     let padded = Padded::of(shape);
     let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk());
     vars.extend(prologue_vars);
@@ -526,10 +646,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("PART0", part0.to_string()),
         ("FINISH_STORE", finish_store),
         ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("WT_ELEM", if v.layout == 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("WT_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_ELEM", if v.layout == 2 { "vec4<u32>".to_string() } else if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_AT", if v.layout == 2 {
+        ("X_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if v.layout >= 2 {
             "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
         } else if in_place || quads {
             "    return f32(x[i / 4][i % 4]);"
@@ -592,7 +712,7 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) -> String {
         writeln!(s, "        }}").unwrap();
     };
     for i in 0..a_slots {
-        if v.layout == 2 {
+        if v.layout >= 2 {
             stage_packed(&mut stage, "a", &format!("pa{i}"), &format!("(u32(arow{i}) * LDA) / 4u + 2u * u32(acol)"));
             continue;
         }
@@ -605,7 +725,7 @@ fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) -> String {
     }
     for i in 0..b_slots {
         let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
-        if v.layout == 2 {
+        if v.layout >= 2 {
             // A partial slot (see `b_guard`): only the invocations that gathered store.
             let guard = if b_partial { "if (lid < BN * BK / 8) " } else { "" };
             writeln!(stage, "        {guard}{{").unwrap();
@@ -642,7 +762,9 @@ fn inner_product(v: &Coop) -> String {
         for p in parts {
             for i in 0..tm {
                 // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
-                let load = if v.channels_last() {
+                let load = if v.layout == 3 {
+                    format!("coopLoadT<MatA>(&a_{p}[(u32(pf{i} + tap) * LDA + {}u) / 4u], LDA / 4u)", kk * 16)
+                } else if v.channels_last() {
                     format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
                 } else {
                     format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
@@ -679,7 +801,7 @@ fn inner_product(v: &Coop) -> String {
 /// axis are always in range together and 16-byte aligned (`vec_y`: whole quads of pixels in
 /// every image, or of channels in every group), each lane stores them as one vec4. Split-K
 /// variants store unscaled partial sums instead, for the finishing pass.
-fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
+fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool) -> String {
     let split = v.split == 3;
     let (tm, tn) = (v.tm(), v.tn());
     let pixel_fastest = shape.layout == Layout::Nchw;
@@ -744,7 +866,15 @@ fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool) -> String {
                 } else {
                     writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
                 }
-                writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                if window {
+                    // The tile's pixel p is (oh0 + p / TW, ow0 + p % TW) of image `img`; past
+                    // the image's edge it stores nothing (m = M).
+                    writeln!(s, "        let p = i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                    writeln!(s, "        let oh = oh0 + p / TW;\n        let ow = ow0 + p % TW;").unwrap();
+                    writeln!(s, "        let m = select(M, (img * OH + oh) * OW + ow, oh < OH && ow < OW);").unwrap();
+                } else {
+                    writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                }
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
                 writeln!(s, "            let k = g * KG + n;").unwrap();
@@ -842,7 +972,7 @@ fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
     let mut s = String::new();
     let chunks_per_row = v.bk / v.a_chunk();
     // Layout 2 holds each gather's 8 float16 values as the 16 bytes it loaded.
-    let reg = if v.layout == 2 { "vec4<u32>" } else { "vec4<f32>" };
+    let reg = if v.layout >= 2 { "vec4<u32>" } else { "vec4<f32>" };
     writeln!(s, "    let acol = lid % {chunks_per_row};").unwrap();
     for i in 0..a_slots {
         writeln!(s, "    let arow{i} = (lid + {}) / {chunks_per_row};", i * v.threads()).unwrap();
@@ -899,7 +1029,7 @@ struct Lean {
 
 impl Lean {
     fn of(v: &Coop, shape: &ConvShape) -> Self {
-        let on = v.channels_last() && v.splits == 1 && implicit::window_check(shape).is_empty();
+        let on = v.channels_last() && v.layout != 3 && v.splits == 1 && implicit::window_check(shape).is_empty();
         Lean {
             on,
             m: on && View::of(shape).m % v.bm as u64 == 0,
@@ -925,7 +1055,7 @@ impl Lean {
 /// (no test at all when `ok` is empty). Layout 2 keeps the 16 bytes as loaded.
 fn gather(s: &mut String, reg: &str, layout: u32, buf: &str, at: &str, chunk: u32, ok: &str) {
     let shift = chunk.trailing_zeros();
-    let (zero, load) = if layout == 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
+    let (zero, load) = if layout >= 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
     if ok.is_empty() {
         writeln!(s, "        {reg} = {load}({buf}[u32({at}) >> {shift}u]);").unwrap();
     } else {
@@ -952,12 +1082,62 @@ fn steps(stage: &str, advance: &str, fetch: &str, inner: &str, lean: bool) -> St
     s
 }
 
+/// Layout 3's set-up: the tile's image and first output row and column, the patch's
+/// geometry, and where each of this subgroup's 16-pixel row blocks starts in the patch.
+fn window_setup(v: &Coop, w: &Window) -> String {
+    let mut s = String::new();
+    writeln!(s, "    // Window tiles: {} x {} output pixels of one image, a {} x {} patch of x per step's channels.", w.th, w.tw, w.pr, w.pc).unwrap();
+    writeln!(s, "    const TW: i32 = {};\n    const PC: i32 = {};", w.tw, w.pc).unwrap();
+    writeln!(s, "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};", w.tiles_h, w.tiles_w).unwrap();
+    writeln!(s, "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch", w.pr * w.pc * v.bk / 8).unwrap();
+    writeln!(s, "    const NSTEPS: i32 = {};        // channel blocks x (r, s)", "CP / BK * R * S").unwrap();
+    writeln!(s, "    let img = i32(m_block) / (TILES_H * TILES_W);").unwrap();
+    writeln!(s, "    let oh0 = (i32(m_block) / TILES_W) % TILES_H * {};", w.th).unwrap();
+    writeln!(s, "    let ow0 = i32(m_block) % TILES_W * TW;").unwrap();
+    for i in 0..v.tm() {
+        writeln!(s, "    let pf{i} = ((i32(wm) + {o}) / TW) * PC + (i32(wm) + {o}) % TW;", o = i * 16).unwrap();
+    }
+    s
+}
+
+/// Layout 3's steps, over channel blocks and, within each, the kernel's (r, s): at a block's
+/// first step the patch is staged (zeros outside the image), then every step stages its
+/// weights and multiplies the patch read at the (r, s) offset, as the other layouts do.
+fn window_steps(v: &Coop, stage_b: &str, fetch_b: &str) -> String {
+    let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
+    s.push_str("        let rs = t % (R * S);\n");
+    s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str("        if (rs == 0) {\n");
+    s.push_str("            let c0 = (t / (R * S)) * BK;\n");
+    writeln!(s, "            for (var q = lid; q < PATCH_CHUNKS; q = q + {}) {{", v.threads()).unwrap();
+    s.push_str("                let pix = q / (BK / 8);\n");
+    s.push_str("                let cc = 8 * (q % (BK / 8));\n");
+    s.push_str("                let ih = oh0 - PH + pix / PC;\n");
+    s.push_str("                let iw = ow0 - PW + pix % PC;\n");
+    s.push_str("                let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;\n");
+    s.push_str("                let v = select(vec4<u32>(0u), x[select(0u, u32(((img * H + ih) * W + iw) * CHP + c0 + cc) >> 3u, ok)], ok);\n");
+    s.push_str("                let at = (u32(pix) * LDA + u32(cc)) / 4u;\n");
+    s.push_str("                a_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float(v.x)), vec2<f16>(unpack2x16float(v.y)));\n");
+    s.push_str("                a_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float(v.z)), vec2<f16>(unpack2x16float(v.w)));\n");
+    s.push_str("            }\n        }\n");
+    s.push_str(stage_b);
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str("        // The next step's weights: channel block, then (r, s), as w's copy is ordered.\n");
+    s.push_str("        k_next = ((t + 1) % (R * S)) * CP + ((t + 1) / (R * S)) * BK;\n");
+    s.push_str(fetch_b);
+    s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
+    s.push_str(&inner_product(v));
+    s.push_str("    }\n");
+    s
+}
+
 /// Layout 1's gathers: the step's four terms (channels c .. c+3 of one (r, s), decoded once
 /// per step) for each slot's pixel, one 16-byte load each.
 fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape, x_buf: &str) {
     let chunk = v.a_chunk();
     let lean = Lean::of(v, shape);
-    let (zero, load) = if v.layout == 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
+    let (zero, load) = if v.layout >= 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
     writeln!(s, "    {{").unwrap();
     writeln!(s, "        let kr = k_next + {chunk} * acol;").unwrap();
     writeln!(s, "        let krs = kr / CP;").unwrap();
@@ -1213,5 +1393,64 @@ mod lean_tests {
             let tested = src.contains("select(0u, u32(abase0 + koff)");
             assert_eq!(tested, shape == &ragged, "A test on {shape:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use crate::params::Padding;
+
+    fn f16_nhwc(x: [usize; 4], w: [usize; 4], pad: i64) -> ConvShape {
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(pad, pad), (1, 1), 1, Some(w[0]))
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16)
+    }
+
+    /// Tiles follow the image: EDSR's 1280-wide rows take 64-wide tiles, 56-wide ones the
+    /// width that pads least; shapes outside layout 3's reach are refused with a reason.
+    #[test]
+    fn window_tiles_follow_the_image() {
+        let v = Coop { bm: 256, bn: 64, bk: 16, sgm: 4, sgn: 2, split: 1, layout: 3, splits: 1 };
+        let edsr = f16_nhwc([1, 64, 720, 1280], [64, 64, 3, 3], 1);
+        let w = Window::of(&v, &edsr).unwrap();
+        assert_eq!((w.th, w.tw, w.pr, w.pc, w.tiles_h, w.tiles_w), (4, 64, 6, 66, 180, 20));
+        assert_eq!(grid(&v, &edsr), (3600, 1, 3600));
+        let r56 = f16_nhwc([32, 64, 56, 56], [64, 64, 3, 3], 1);
+        let w = Window::of(&v, &r56).unwrap();
+        assert_eq!((w.th, w.tw, w.tiles_h * w.th as u64 * w.tiles_w * w.tw as u64), (4, 64, 56 * 64));
+        assert!(v.suits(&r56) && v.suits(&edsr));
+        let strided = ConvShape::new([1, 64, 32, 32], [64, 64, 3, 3], (2, 2), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
+        assert!(!v.suits(&strided));
+        assert!(v.generate(&strided).is_err());
+        let five = f16_nhwc([1, 64, 32, 32], [64, 64, 5, 5], 2);
+        assert!(Window::of(&v, &five).is_none());
+        // 7x7 images pad a 256-pixel tile far past the waste bound.
+        assert!(!v.suits(&f16_nhwc([32, 512, 7, 7], [512, 512, 3, 3], 1)));
+    }
+
+    /// Every layout 3 variant passes naga on the shapes it takes: padded and not, ragged
+    /// image edges, partial channel tiles, a bias and an epilogue.
+    #[test]
+    fn window_variants_validate() {
+        let shapes = [
+            f16_nhwc([2, 64, 19, 23], [40, 64, 3, 3], 1),
+            f16_nhwc([1, 32, 16, 64], [64, 32, 1, 1], 0),
+            f16_nhwc([2, 64, 9, 70], [72, 64, 3, 2], 0)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+        ];
+        let mut seen = 0;
+        for shape in &shapes {
+            for v in Coop::space().into_iter().filter(|v| v.layout == 3) {
+                let Ok(k) = v.generate(shape) else { continue };
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+                seen += 1;
+            }
+        }
+        assert!(seen > 20, "{seen} layout 3 kernels generated");
     }
 }
