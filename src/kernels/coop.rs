@@ -33,8 +33,6 @@ pub struct Coop {
     /// input window staged: each workgroup's output tile is a TH x TW block of one image's
     /// pixels, whose input patch (TH + R - 1) x (TW + S - 1) x BK is staged once per channel
     /// block and read by every (r, s) of the kernel in place (3x3 and smaller, stride 1).
-    /// 4: layout 3 with the weights of every (r, s) staged with the patch, so that a
-    /// channel block's R*S steps run between two barriers.
     pub layout: u32,
     /// Split-K: workgroups sharing one output tile's reduction, each writing its partial
     /// tile; a finishing pass adds them in a fixed order (results do not change from run
@@ -61,13 +59,13 @@ const TILES: [(u32, u32, u32, u32); 11] = [
 ];
 const BK: [u32; 3] = [16, 32, 64];
 const SPLIT: [u32; 2] = [1, 3];
-const LAYOUT: [u32; 5] = [0, 1, 2, 3, 4];
+const LAYOUT: [u32; 4] = [0, 1, 2, 3];
 /// Widths a window tile may take (multiples of 16: a 16-pixel matrix row block stays in one
 /// row of the tile), and the largest kernel window layout 3 stages.
 const WINDOW_WIDTHS: [u32; 3] = [64, 32, 16];
 const WINDOW_MAX_RS: u32 = 3;
 /// The most output pixels a window tiling may compute per pixel it stores.
-const WINDOW_WASTE: f64 = 1.35;
+const WINDOW_WASTE: f64 = 1.3;
 const SPLITS: [u32; 3] = [1, 2, 4];
 /// The tiles split-K is offered for: those that win on deep layers with few output pixels,
 /// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128).
@@ -115,14 +113,6 @@ impl Coop {
     fn lda(&self) -> u32 {
         if self.channels_last() { self.bk + PAD } else { self.bm + PAD }
     }
-    /// Layouts 3 and 4: the input window staged (see `layout`).
-    fn windowed(&self) -> bool {
-        self.layout >= 3
-    }
-    /// Staged B rows: one channel row per tile column, for every (r, s) in layout 4.
-    fn b_rows(&self) -> u32 {
-        if self.layout == 4 { WINDOW_MAX_RS * WINDOW_MAX_RS * self.bn } else { self.bn }
-    }
     /// Layout 3: the staged patch's pixels for the largest window, over the tile widths it
     /// may take (the patch array has this fixed size).
     fn patch_capacity(&self) -> u32 {
@@ -135,7 +125,7 @@ impl Coop {
     }
     /// Staged A rows: k (layout 0) or pixels (layouts 1, 2).
     fn a_rows(&self) -> u32 {
-        if self.windowed() {
+        if self.layout == 3 {
             self.patch_capacity()
         } else if self.channels_last() {
             self.bm
@@ -246,7 +236,7 @@ impl KernelVariant for Coop {
             // Layouts 2 and 3 are the single pass on float16 data, which has no lo part.
             && (self.layout < 2 || self.split == 1)
             // The window tile: unsplit, 16- or 32-term steps (the patch must fit).
-            && (!self.windowed() || (self.splits == 1 && self.bk <= 32))
+            && (self.layout != 3 || (self.splits == 1 && self.bk <= 32))
             // Whole B slots, or (layout 2's 8-term chunks on a narrow tile) fewer chunks
             // than invocations, which the first ones gather.
             && ((self.bn * self.bk / self.b_chunk()) % t == 0 || (self.layout >= 2 && self.bn * self.bk / 8 < t))
@@ -263,7 +253,7 @@ impl KernelVariant for Coop {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        let staged = (self.a_rows() * self.lda() + self.b_rows() * self.ldb()) * 2 * self.parts();
+        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
         let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
         staged + scratch
     }
@@ -295,7 +285,7 @@ impl KernelVariant for Coop {
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         // The window tile where its padding at image edges stays small.
-        let window_ok = !self.windowed() || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE && shape.r * shape.s > 1);
+        let window_ok = self.layout != 3 || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE);
         layout_ok && split_ok && window_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
@@ -304,14 +294,9 @@ impl KernelVariant for Coop {
         let (_, _, tiles) = grid(self, shape);
         // Layout 3 stages each x term of its patch once for all R*S taps (plus the halo), and
         // computes the pixels its tiles pad the image with.
-        // Layout 4 puts a channel block's R*S steps between two barriers.
-        let (a_share, waste, barriers) = match (self.windowed(), Window::of(self, shape)) {
-            (true, Some(w)) => {
-                let taps = (shape.r * shape.s) as f64;
-                let a_share = (w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * taps);
-                (a_share, w.waste(shape), if self.layout == 4 { 1.0 / taps } else { 1.0 })
-            }
-            _ => (1.0, 1.0, 1.0),
+        let (a_share, waste) = match (self.layout, Window::of(self, shape)) {
+            (3, Some(w)) => ((w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * (shape.r * shape.s) as f64), w.waste(shape)),
+            _ => (1.0, 1.0),
         };
         // Layout 1 gathers four terms per load and index computation, after a prologue
         // that reads x and w once and writes them once.
@@ -327,7 +312,7 @@ impl KernelVariant for Coop {
         };
         let per_fma = MMA * self.split as f64
             + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + a_share / self.bn as f64)
-            + COOP_BARRIER * 2.0 * barriers / (self.bk as f64 * 16.0);
+            + COOP_BARRIER * 2.0 / (self.bk as f64 * 16.0);
         // A split is credited with the multiprocessors it fills beyond its unsplit tile's
         // grid (the unsplit ranking is fitted without a fill term) and pays for its partials.
         let (fill, partials) = if self.splits > 1 {
@@ -496,13 +481,13 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         )));
     }
     let window = Window::of(v, shape);
-    if v.windowed() && window.is_none() {
+    if v.layout == 3 && window.is_none() {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: layouts 3 and 4 stage the input window of float16 NHWC problems with one group, channels a multiple of its step, stride and dilation 1, a window of at most 3x3 and y stored in place",
+            "variant {} cannot run on this shape: layout 3 stages the input window of float16 NHWC problems with one group, channels a multiple of its step, stride and dilation 1, a window of at most 3x3 and y stored in place",
             v.name()
         )));
     }
-    let window = window.filter(|_| v.windowed());
+    let window = window.filter(|_| v.layout == 3);
     let in_place = reads_x_in_place(shape);
     let quads = pixel_quads(shape);
     let lean = Lean::of(v, shape);
@@ -521,8 +506,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let a_slots = if window.is_some() { 0 } else { v.bm * v.bk / v.a_chunk() / t };
     let b_chunks_per_n = v.bk / v.b_chunk();
     let b_total = v.bn * v.bk / v.b_chunk();
-    // Layout 4 stages its weights with the patch: no B slots.
-    let b_slots = if v.layout == 4 { 0 } else { b_total.div_ceil(t) };
+    let b_slots = b_total.div_ceil(t);
     // Fewer B chunks than invocations: the rest skip the gather and the staging store.
     let b_guard = if b_total < t { format!(" && lid < {b_total}") } else { String::new() };
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
@@ -530,7 +514,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut smem = String::new();
     for p in parts {
         writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
-        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.b_rows() * ldb / 4).unwrap();
+        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
     }
 
     let a_setup = match window {
@@ -610,7 +594,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let stage = stage_step(v, a_slots, b_slots, b_total < t);
     let steps = match window {
-        Some(_) if v.layout == 4 => window_block_steps(v),
         Some(_) => window_steps(v, &stage, &fetch),
         None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
     };
@@ -779,7 +762,7 @@ fn inner_product(v: &Coop) -> String {
         for p in parts {
             for i in 0..tm {
                 // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
-                let load = if v.windowed() {
+                let load = if v.layout == 3 {
                     format!("coopLoadT<MatA>(&a_{p}[(u32(pf{i} + tap) * LDA + {}u) / 4u], LDA / 4u)", kk * 16)
                 } else if v.channels_last() {
                     format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
@@ -791,8 +774,7 @@ fn inner_product(v: &Coop) -> String {
             for j in 0..tn {
                 writeln!(
                     s,
-                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[(({}wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
-                    if v.layout == 4 { "u32(rs) * BN_U + " } else { "" },
+                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
                     j * 16,
                     kk * 16
                 )
@@ -1047,7 +1029,7 @@ struct Lean {
 
 impl Lean {
     fn of(v: &Coop, shape: &ConvShape) -> Self {
-        let on = v.channels_last() && !v.windowed() && v.splits == 1 && implicit::window_check(shape).is_empty();
+        let on = v.channels_last() && v.layout != 3 && v.splits == 1 && implicit::window_check(shape).is_empty();
         Lean {
             on,
             m: on && View::of(shape).m % v.bm as u64 == 0,
@@ -1128,8 +1110,17 @@ fn window_steps(v: &Coop, stage_b: &str, fetch_b: &str) -> String {
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        if (rs == 0) {\n");
     s.push_str("            let c0 = (t / (R * S)) * BK;\n");
-    s.push_str(&patch_stage(v));
-    s.push_str("        }\n");
+    writeln!(s, "            for (var q = lid; q < PATCH_CHUNKS; q = q + {}) {{", v.threads()).unwrap();
+    s.push_str("                let pix = q / (BK / 8);\n");
+    s.push_str("                let cc = 8 * (q % (BK / 8));\n");
+    s.push_str("                let ih = oh0 - PH + pix / PC;\n");
+    s.push_str("                let iw = ow0 - PW + pix % PC;\n");
+    s.push_str("                let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;\n");
+    s.push_str("                let v = select(vec4<u32>(0u), x[select(0u, u32(((img * H + ih) * W + iw) * CHP + c0 + cc) >> 3u, ok)], ok);\n");
+    s.push_str("                let at = (u32(pix) * LDA + u32(cc)) / 4u;\n");
+    s.push_str("                a_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float(v.x)), vec2<f16>(unpack2x16float(v.y)));\n");
+    s.push_str("                a_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float(v.z)), vec2<f16>(unpack2x16float(v.w)));\n");
+    s.push_str("            }\n        }\n");
     s.push_str(stage_b);
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        // The next step's weights: channel block, then (r, s), as w's copy is ordered.\n");
@@ -1138,49 +1129,6 @@ fn window_steps(v: &Coop, stage_b: &str, fetch_b: &str) -> String {
     s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
     s.push_str(&inner_product(v));
     s.push_str("    }\n");
-    s
-}
-
-/// Layout 4's steps: per channel block, the patch and every (r, s)'s weights staged between
-/// two barriers, then the R*S taps multiplied without one.
-fn window_block_steps(v: &Coop) -> String {
-    let mut s = String::from("    const BN_U: u32 = u32(BN);\n");
-    s.push_str("    for (var c0: i32 = 0; c0 < CP; c0 = c0 + BK) {\n");
-    s.push_str("        // Everyone is done reading the staged tiles of the previous block.\n");
-    s.push_str("        workgroupBarrier();\n");
-    s.push_str(&patch_stage(v));
-    writeln!(s, "        for (var q = lid; q < R * S * BN * BK / 8; q = q + {}) {{", v.threads()).unwrap();
-    s.push_str("            let tap = q / (BN * BK / 8);\n");
-    s.push_str("            let n = (q / (BK / 8)) % BN;\n");
-    s.push_str("            let cc = 8 * (q % (BK / 8));\n");
-    s.push_str("            let ok = n0 + n < KG;\n");
-    s.push_str("            let v = select(vec4<u32>(0u), wt[select(0u, u32((g * KG + n0 + n) * KL + tap * CP + c0 + cc) >> 3u, ok)], ok);\n");
-    s.push_str("            let at = (u32(tap * BN + n) * LDB + u32(cc)) / 4u;\n");
-    s.push_str("            b_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float(v.x)), vec2<f16>(unpack2x16float(v.y)));\n");
-    s.push_str("            b_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float(v.z)), vec2<f16>(unpack2x16float(v.w)));\n");
-    s.push_str("        }\n");
-    s.push_str("        workgroupBarrier();\n");
-    s.push_str("        for (var rs: i32 = 0; rs < R * S; rs = rs + 1) {\n");
-    s.push_str("            let tap = (rs / S) * PC + rs % S;\n");
-    s.push_str(&inner_product(v));
-    s.push_str("        }\n    }\n");
-    s
-}
-
-/// The patch of x for the channels from `c0`, zeros outside the image (layouts 3, 4).
-fn patch_stage(v: &Coop) -> String {
-    let mut s = String::new();
-    writeln!(s, "        for (var q = lid; q < PATCH_CHUNKS; q = q + {}) {{", v.threads()).unwrap();
-    s.push_str("            let pix = q / (BK / 8);\n");
-    s.push_str("            let cc = 8 * (q % (BK / 8));\n");
-    s.push_str("            let ih = oh0 - PH + pix / PC;\n");
-    s.push_str("            let iw = ow0 - PW + pix % PC;\n");
-    s.push_str("            let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;\n");
-    s.push_str("            let v = select(vec4<u32>(0u), x[select(0u, u32(((img * H + ih) * W + iw) * CHP + c0 + cc) >> 3u, ok)], ok);\n");
-    s.push_str("            let at = (u32(pix) * LDA + u32(cc)) / 4u;\n");
-    s.push_str("            a_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float(v.x)), vec2<f16>(unpack2x16float(v.y)));\n");
-    s.push_str("            a_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float(v.z)), vec2<f16>(unpack2x16float(v.w)));\n");
-    s.push_str("        }\n");
     s
 }
 
@@ -1497,7 +1445,7 @@ mod window_tests {
         ];
         let mut seen = 0;
         for shape in &shapes {
-            for v in Coop::space().into_iter().filter(|v| v.windowed()) {
+            for v in Coop::space().into_iter().filter(|v| v.layout == 3) {
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
                 seen += 1;
