@@ -65,7 +65,7 @@ const LAYOUT: [u32; 4] = [0, 1, 2, 3];
 const WINDOW_WIDTHS: [u32; 3] = [64, 32, 16];
 const WINDOW_MAX_RS: u32 = 3;
 /// The most output pixels a window tiling may compute per pixel it stores.
-const WINDOW_WASTE: f64 = 1.3;
+const WINDOW_WASTE: f64 = 1.35;
 const SPLITS: [u32; 3] = [1, 2, 4];
 /// The tiles split-K is offered for: those that win on deep layers with few output pixels,
 /// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128).
@@ -285,7 +285,10 @@ impl KernelVariant for Coop {
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         // The window tile where its padding at image edges stays small.
-        let window_ok = self.layout != 3 || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE);
+        // The window tile where its padding at image edges stays small, on kernels wider than
+        // 1x1 (a 1x1 kernel reads each term once: nothing to share).
+        let window_ok = self.layout != 3
+            || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE && shape.r * shape.s > 1);
         layout_ok && split_ok && window_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
