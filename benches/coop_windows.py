@@ -1,0 +1,63 @@
+"""The tensor-core family's staged input windows (`_l3`) against its gathering tiles (`_l2`)
+on float16 NHWC 3x3 layers. GPU machines only.
+
+Usage: python benches/coop_windows.py [--reps 5] [--top 8] [--json out.json]
+
+Times the usual layout 2 winners and every layout 3 variant (`convtune.time_variant`,
+timestamp queries, median of --reps) on each layer and prints the fastest --top with
+TFLOP/s (the direct method's FLOPs) and their time over the best layout 2 tile's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import convtune
+
+# (label, x (N, C, H, W), w (K, C, R, S), padding)
+CONVS = [
+    ("EDSR 1,64,720,1280 -> 64", (1, 64, 720, 1280), (64, 64, 3, 3), 1),
+    ("32,64,56,56 -> 64", (32, 64, 56, 56), (64, 64, 3, 3), 1),
+    ("2,320,64,64 -> 320", (2, 320, 64, 64), (320, 320, 3, 3), 1),
+    ("32,256,14,14 -> 256", (32, 256, 14, 14), (256, 256, 3, 3), 1),
+    ("32,128,28,28 -> 128", (32, 128, 28, 28), (128, 128, 3, 3), 1),
+    ("UNet 1,128,256,256 -> 128", (1, 128, 256, 256), (128, 128, 3, 3), 1),
+]
+GATHERING = ["coop_b256x64x16_s4x2_p1_l2", "coop_b128x64x16_s2x2_p1_l2", "coop_b128x128x32_s2x4_p1_l2",
+             "coop_b128x128x16_s2x2_p1_l2"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    windows = [v for v in convtune.variant_space()
+               if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] == 3]
+    out = {"adapter": convtune.adapter_info(), "rows": []}
+    for label, (n, c, h, wd), w, pad in CONVS:
+        flops = 2.0 * n * w[0] * h * wd * c * w[2] * w[3]
+        timed = []
+        for v in GATHERING + windows:
+            try:
+                _, t = convtune.time_variant((n, h, wd, c), w, 1, pad, variant=v, reps=args.reps, warmup=2,
+                                             layout="NHWC", dtype="float16")
+            except Exception:  # a tile this adapter or shape cannot take
+                continue
+            timed.append((statistics.median(t) * 1e3, v))
+        timed.sort()
+        best_l2 = min(ms for ms, v in timed if v.endswith("_l2"))
+        print(f"\n{label}  best layout 2: {best_l2:.4f} ms", flush=True)
+        for ms, v in timed[:args.top]:
+            print(f"  {v:36s} {ms:8.4f} ms {flops / ms / 1e9:6.1f} TFLOP/s {ms / best_l2:5.2f}x", flush=True)
+        out["rows"] += [{"conv": label, "variant": v, "ms": ms} for ms, v in timed]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
