@@ -1,0 +1,683 @@
+//! The cooperative-matrix family: implicit GEMM like `gemm`, with the products on 16x16x16
+//! f16 tensor-core tiles and f32 accumulators. x and w are scaled by powers of two and
+//! converted to f16 while staging; `split = 3` adds the lo parts of a hi/lo split for
+//! float32-class accuracy; `splits > 1` splits the reduction of short grids (split-K).
+//! Runs only where the adapter has 16x16x16 f16->f32 cooperative matrices on 32-wide
+//! subgroups.
+
+use super::cost::{multiprocessor_fill, parallel_efficiency, residency, GATHER_LOAD, LONG_GRID};
+use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
+use super::{Family, KernelVariant};
+use crate::codegen::{render, shape_vars, Kernel};
+use crate::error::{Error, Result};
+use crate::dtype::DType;
+use crate::params::{ConvShape, Layout};
+use crate::precision::Precision;
+use std::fmt::Write as _;
+
+mod gather;
+mod prologue;
+mod variant;
+mod steps;
+mod store;
+mod window;
+
+use gather::{a_setup_channels_last, a_setup_in_place, fetch_channels_last, fetch_in_place, gather, Lean};
+use prologue::prologue_vars;
+use steps::{inner_product, stage_step, steps};
+use store::{finish_store, store_step};
+pub use variant::{Coop, SUBGROUP};
+use variant::*;
+use window::{window_setup, window_steps, Window, WINDOW_WASTE};
+
+
+/// A tensor-core multiply-add relative to a scalar FMA, per multiply-add it performs.
+const MMA: f64 = 0.08;
+/// The scale pass and the f16 conversion while staging, per staged element.
+const CONVERT: f64 = 2.0;
+/// Layout 1's prologue, per element of x and w it copies.
+const PROLOGUE: f64 = 6.0;
+/// A workgroup barrier, per multiply-add of the step it closes: a quarter of the FMA
+/// families' figure. On the H100, 16-term steps beat 32- and 64-term ones on every long
+/// grid measured (EDSR, 32,64,56,56, the 1x1 layers: 7-45%), and lost only where the grid
+/// is short (32,256,14,14, where residency does not matter).
+const COOP_BARRIER: f64 = 5.0;
+
+
+impl Coop {
+    /// Staged A rows: k (layout 0) or pixels (layouts 1, 2).
+    fn a_rows(&self) -> u32 {
+        if self.layout == 3 {
+            window::patch_capacity(self)
+        } else if self.channels_last() {
+            self.bm
+        } else {
+            self.bk
+        }
+    }
+
+    /// A split only where the grid leaves at least half the multiprocessors idle, each part
+    /// keeps at least two steps, the partials stay small, and binding 5 can hold them as f32
+    /// (x read in place, or the f32 copy of float32 data before them).
+    fn splits_suit(&self, shape: &ConvShape) -> bool {
+        if self.splits == 1 {
+            return true;
+        }
+        let view = View::of(shape);
+        let kl = Padded::of(shape).krp;
+        // Half the multiprocessors idle at least: on the H100 split-K won at 52 tiles
+        // (32,512,7,7, 0.146 -> 0.091 ms) and lost at 98 (32,256,14,14, 0.079 -> 0.087).
+        view.grid(self.bm, self.bn).2 * 2 <= LONG_GRID
+            && kl >= 2 * (self.splits * self.bk) as u64
+            && implicit::partial_bytes(shape, self.splits) <= SPLIT_WORKSPACE
+            && split_possible(self, shape)
+    }
+}
+
+/// A split's partials are f32 in binding 5, after the x copy (f32 for float32 data) or
+/// alone (x read in place), and within the split-K workspace's hard limit.
+fn split_possible(v: &Coop, shape: &ConvShape) -> bool {
+    (shape.dtype == DType::F32 || reads_x_in_place(shape))
+        && implicit::partial_bytes(shape, v.splits) <= 4 * SPLIT_WORKSPACE
+}
+
+impl Family for Coop {
+    const NAME: &'static str = "coop";
+    const TEMPLATE: &'static str = include_str!("../../../shaders/coop.wgsl");
+
+    fn space() -> Vec<Self> {
+        let mut out = Vec::new();
+        for &layout in &LAYOUT {
+            for &split in &SPLIT {
+                for &(bm, bn, sgm, sgn) in &TILES {
+                    for &bk in &BK {
+                        for &splits in &SPLITS {
+                            let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits };
+                            if v.well_formed() {
+                                out.push(v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0, splits: 1 }),
+            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1 }),
+            [bm, bn, bk, sgm, sgn, split, layout, splits] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits }),
+            _ => None,
+        }
+    }
+}
+
+impl KernelVariant for Coop {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        let name = format!("coop_b{}x{}x{}_s{}x{}_p{}", self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split);
+        // Layout 0 and unsplit variants keep the names they had before layouts and splits
+        // existed, so caches stay valid.
+        let name = if self.layout == 0 { name } else { format!("{name}_l{}", self.layout) };
+        if self.splits == 1 { name } else { format!("{name}_k{}", self.splits) }
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![
+            ("bm", self.bm), ("bn", self.bn), ("bk", self.bk),
+            ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split), ("layout", self.layout),
+            ("splits", self.splits),
+        ]
+    }
+
+    fn well_formed(&self) -> bool {
+        let t = self.threads();
+        TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
+            && BK.contains(&self.bk)
+            && SPLIT.contains(&self.split)
+            && LAYOUT.contains(&self.layout)
+            // Each invocation stages whole chunks of four, with the same four pixels
+            // (layout 0) or the same four reduction terms (layout 1) in every A slot, and
+            // every slot count is whole.
+            && t % (if self.channels_last() { self.bk / self.a_chunk() } else { self.bm / 4 }) == 0
+            && (self.bm * self.bk / self.a_chunk()) % t == 0
+            // Layouts 2 and 3 are the single pass on float16 data, which has no lo part.
+            && (self.layout < 2 || self.split == 1)
+            // The window tile: unsplit, 16- or 32-term steps (the patch must fit).
+            && (self.layout != 3 || (self.splits == 1 && self.bk <= 32))
+            // Whole B slots, or (layout 2's 8-term chunks on a narrow tile) fewer chunks
+            // than invocations, which the first ones gather.
+            && ((self.bn * self.bk / self.b_chunk()) % t == 0 || (self.layout >= 2 && self.bn * self.bk / 8 < t))
+            // The large-k-step variants only where the tile stays small enough to pay off.
+            && (self.bk <= 32 || self.bm * self.bn <= 128 * 128)
+            // Split-K on channels-last tiles that win deep layers, with 16- and 64-term steps.
+            && SPLITS.contains(&self.splits)
+            && (self.splits == 1
+                || (self.channels_last() && self.bk != 32 && SPLIT_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
+    }
+
+    fn invocations(&self) -> u32 {
+        self.threads()
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
+        let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
+        staged + scratch
+    }
+
+    fn needs_tensor_cores(&self) -> bool {
+        true
+    }
+
+    /// The single pass serves "high"; the split serves "highest" (it would serve "high" too,
+    /// at three times the work, so tuning for "high" does not spend its budget on it).
+    fn serves(&self, precision: Precision) -> bool {
+        matches!((self.split, precision), (1, Precision::High) | (3, Precision::Highest))
+    }
+
+    /// Stores that move y's elements (pixel shuffle, a lowered transposed convolution) go
+    /// through `ystore` in the store step; the split-K finishing pass has no such store.
+    fn computes(&self, shape: &ConvShape) -> bool {
+        self.splits == 1 || !moves_y(shape)
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        if !self.computes(shape) {
+            return false;
+        }
+        // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
+        // a padded copy); layout 0 gathers along NCHW's rows.
+        let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
+            && (self.layout < 2 || wide_x(shape));
+        // float16 data has no lo part: the split would triple the work for nothing.
+        let split_ok = self.split == 1 || shape.dtype == DType::F32;
+        // The window tile where its padding at image edges stays small.
+        // The window tile where its padding at image edges stays small, on kernels wider than
+        // 1x1 (a 1x1 kernel reads each term once: nothing to share).
+        let window_ok = self.layout != 3
+            || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE && shape.r * shape.s > 1);
+        layout_ok && split_ok && window_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+    }
+
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let view = View::of(shape);
+        let (_, _, tiles) = grid(self, shape);
+        // Layout 3 stages each x term of its patch once for all R*S taps (plus the halo), and
+        // computes the pixels its tiles pad the image with.
+        let (a_share, waste) = match (self.layout, Window::of(self, shape)) {
+            (3, Some(w)) => ((w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * (shape.r * shape.s) as f64), w.waste(shape)),
+            _ => (1.0, 1.0),
+        };
+        // Layout 1 gathers four terms per load and index computation, after a prologue
+        // that reads x and w once and writes them once.
+        let (gather, prologue, padded) = if self.channels_last() {
+            let p = Padded::of(shape);
+            let x_copied = if reads_x_in_place(shape) { 0 } else { p.x_len(shape) };
+            let copied = (x_copied + p.w_len(shape)) as f64;
+            (GATHER_LOAD / self.a_chunk() as f64, PROLOGUE * copied, p.krp as f64 / view.red as f64)
+        } else if pixel_quads(shape) {
+            (GATHER_LOAD / 4.0, 0.0, 1.0)
+        } else {
+            (GATHER_LOAD, 0.0, 1.0)
+        };
+        let per_fma = MMA * self.split as f64
+            + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + a_share / self.bn as f64)
+            + COOP_BARRIER * 2.0 / (self.bk as f64 * 16.0);
+        // A split is credited with the multiprocessors it fills beyond its unsplit tile's
+        // grid (the unsplit ranking is fitted without a fill term) and pays for its partials.
+        let (fill, partials) = if self.splits > 1 {
+            let gain = multiprocessor_fill(tiles * self.splits as u64) / multiprocessor_fill(tiles);
+            (gain, PARTIAL * (self.splits as u64 * shape.y_len()) as f64)
+        } else {
+            (1.0, 0.0)
+        };
+        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * waste * per_fma
+            / parallel_efficiency(tiles * self.invocations() as u64)
+            / residency(self.workgroup_bytes(), self.threads(), tiles)
+            / fill
+            + prologue
+            + partials
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape)
+    }
+}
+
+/// Workgroups along the pixels and channels, and in all: layout 3 tiles each image.
+fn grid(v: &Coop, shape: &ConvShape) -> (u64, u64, u64) {
+    let view = View::of(shape);
+    let (mb, nb, blocks) = view.grid(v.bm, v.bn);
+    match (v.layout, Window::of(v, shape)) {
+        (3, Some(w)) => (w.tiles(shape), nb, w.tiles(shape) * nb * view.groups),
+        _ => (mb, nb, blocks),
+    }
+}
+
+
+
+
+
+
+
+
+fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
+    if moves_y(shape) && v.splits > 1 {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: split-K variants of the tensor-core family do not fuse a pixel shuffle or a transposed convolution's scatter",
+            v.name()
+        )));
+    }
+    if shape.layout != Layout::Nchw && !v.channels_last() {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1, _l2)",
+            v.name()
+        )));
+    }
+    if v.layout >= 2 && !wide_x(shape) {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: layout 2 reads float16 NHWC x in place, 8 channels at a time (channels per group a multiple of 8)",
+            v.name()
+        )));
+    }
+    let window = Window::of(v, shape);
+    if v.layout == 3 && window.is_none() {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: layout 3 stages the input window of float16 NHWC problems with one group, channels a multiple of its step, stride and dilation 1, a window of at most 3x3 and y stored in place",
+            v.name()
+        )));
+    }
+    let window = window.filter(|_| v.layout == 3);
+    let in_place = reads_x_in_place(shape);
+    let quads = pixel_quads(shape);
+    let lean = Lean::of(v, shape);
+    let dt = shape.dtype.wgsl();
+    let scaled = shape.dtype == DType::F32;
+    // float16 data is copied as float16 (half the bytes to gather); registers stay f32 (f16
+    // registers measured no faster on the H100).
+    let ct = if scaled { "f32" } else { "f16" };
+    let t = v.threads();
+    let (tm, tn) = (v.tm(), v.tn());
+    let (lda, ldb) = (v.lda(), v.ldb());
+    let split = v.split == 3;
+    let view = View::of(shape);
+    let (m_blocks, n_blocks, blocks) = grid(v, shape);
+    // Layout 3 stages its patch with a loop of its own: no A slots.
+    let a_slots = if window.is_some() { 0 } else { v.bm * v.bk / v.a_chunk() / t };
+    let b_chunks_per_n = v.bk / v.b_chunk();
+    let b_total = v.bn * v.bk / v.b_chunk();
+    let b_slots = b_total.div_ceil(t);
+    // Fewer B chunks than invocations: the rest skip the gather and the staging store.
+    let b_guard = if b_total < t { format!(" && lid < {b_total}") } else { String::new() };
+    let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
+
+    let mut smem = String::new();
+    for p in parts {
+        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
+        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
+    }
+
+    let a_setup = match window {
+        Some(w) => window_setup(v, &w),
+        None if v.channels_last() => a_setup_channels_last(v, a_slots),
+        None => a_setup_in_place(v, a_slots),
+    };
+    let mut b_setup = String::new();
+    for i in 0..b_slots {
+        let s = &mut b_setup;
+        writeln!(s, "    let bk{i} = {} * ((lid + {}) % {b_chunks_per_n});", v.b_chunk(), i * t).unwrap();
+        writeln!(s, "    let bn{i} = (lid + {}) / {b_chunks_per_n};", i * t).unwrap();
+        writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
+        writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
+        // Layout 2 holds each gather's 8 packed float16 values as the 16 bytes it loaded.
+        writeln!(s, "    var pb{i}: vec4<{}>;", if v.layout >= 2 { "u32" } else { "f32" }).unwrap();
+    }
+    let mut acc = String::new();
+    for i in 0..tm {
+        for j in 0..tn {
+            writeln!(acc, "    var acc{i}_{j}: MatC;").unwrap();
+            if split {
+                writeln!(acc, "    var cor{i}_{j}: MatC;").unwrap();
+            }
+        }
+    }
+    acc.push_str("    var k_next: i32 = k_begin;\n");
+
+    let lanes = ["x", "y", "z", "w"];
+    // Weight rows of a multiple of four values are bound as vec4s; layout 1 reads its
+    // channels-last copy, whose rows are always whole vec4s.
+    let vec_w = view.red % 4 == 0;
+    let w_buf = if v.channels_last() { "wt" } else { "w" };
+    let mut fetch = String::new();
+    if window.is_some() {
+        // The patch is staged by the steps themselves.
+    } else if v.channels_last() {
+        fetch_channels_last(&mut fetch, v, a_slots, shape, if in_place { "x" } else { "xt" });
+    } else {
+        fetch_in_place(&mut fetch, a_slots, shape, quads);
+    }
+    for i in 0..b_slots {
+        let s = &mut fetch;
+        writeln!(s, "    {{").unwrap();
+        writeln!(s, "        let kr = k_next + bk{i};").unwrap();
+        if vec_w || v.channels_last() {
+            // Whole chunks of a weight row, 16-byte aligned: one load each.
+            let bok = format!("bok{i}");
+            let ok = lean.conj(&[(&bok, lean.n), ("kr < k_end", lean.k)], &b_guard);
+            if lean.on {
+                gather(s, &format!("pb{i}"), v.layout, "wt", &format!("bbase{i} + kr"), v.b_chunk(), &ok);
+                writeln!(s, "    }}").unwrap();
+                continue;
+            }
+            writeln!(s, "        let ok = {ok};").unwrap();
+            if v.layout >= 2 {
+                writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0, (bbase{i} + kr) / 8, ok)], ok);").unwrap();
+            } else {
+                writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
+            }
+            writeln!(s, "    }}").unwrap();
+            continue;
+        }
+        for (q, lane) in lanes.iter().enumerate() {
+            writeln!(s, "        {{").unwrap();
+            writeln!(s, "            let ok = bok{i} && kr + {q} < k_end;").unwrap();
+            writeln!(s, "            pb{i}.{lane} = select(0.0, f32(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
+            writeln!(s, "        }}").unwrap();
+        }
+        writeln!(s, "    }}").unwrap();
+    }
+
+    let mut advance = String::from("        k_next = k0 + BK;\n");
+    if v.layout == 0 {
+        implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
+    }
+
+    let stage = stage_step(v, a_slots, b_slots, b_total < t);
+    let steps = match window {
+        Some(_) => window_steps(v, &stage, &fetch),
+        None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
+    };
+
+    let vec_y = stores_quads(shape);
+    let store = store_step(v, shape, vec_y, window.is_some());
+    let finish_store = finish_store(vec_y);
+
+    let mut vars = shape_vars(shape, &v.name());
+    vars.extend([
+        ("M", view.m.to_string()),
+        ("M_BLOCKS", m_blocks.to_string()),
+        ("N_BLOCKS", n_blocks.to_string()),
+        ("BLOCKS", blocks.to_string()),
+    ]);
+    let padded = Padded::of(shape);
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk());
+    vars.extend(prologue_vars);
+    let kl = if v.channels_last() { padded.krp } else { view.red as u64 };
+    let ks = implicit::split_share(kl, v.splits, v.bk);
+    let x_copy = if in_place { 0 } else { padded.x_len(shape) };
+    // The partials' first vec4 in binding 5: after the x copy (f32 whenever a split runs).
+    let part0 = x_copy / 4;
+    vars.extend([
+        ("BM", v.bm.to_string()),
+        ("BN", v.bn.to_string()),
+        ("BK", v.bk.to_string()),
+        ("LDA", lda.to_string()),
+        ("LDB", ldb.to_string()),
+        ("TM", tm.to_string()),
+        ("TN", tn.to_string()),
+        ("SGN", v.sgn.to_string()),
+        ("WM", (tm * 16).to_string()),
+        ("WN", (tn * 16).to_string()),
+        ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
+        ("SPLIT", v.split.to_string()),
+        ("LAYOUT", v.layout.to_string()),
+        ("CP", padded.cp.to_string()),
+        ("CHP", padded.chp.to_string()),
+        ("KL", kl.to_string()),
+        ("THREADS", t.to_string()),
+        ("CT", ct.to_string()),
+        // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
+        // leaves it to the partials alone.
+        ("XT_ELEM", if in_place { "vec4<f32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("SPLITS", v.splits.to_string()),
+        ("KS", ks.to_string()),
+        ("YLEN", shape.y_len().to_string()),
+        ("YLEN4", (shape.y_len().div_ceil(4) * 4).to_string()),
+        ("PART0", part0.to_string()),
+        ("FINISH_STORE", finish_store),
+        ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("WT_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if v.layout >= 2 {
+            "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
+        } else if in_place || quads {
+            "    return f32(x[i / 4][i % 4]);"
+        } else {
+            "    return f32(x[i]);"
+        }.to_string()),
+        ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
+        ("EW", if scaled { "scale_exp(atomicLoad(&scales[1]))" } else { "0" }.to_string()),
+        ("SMEM", smem),
+        ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
+        ("A_SETUP", a_setup),
+        ("B_SETUP", b_setup),
+        ("ACC_DECL", acc),
+        ("FETCH", fetch),
+        ("STEPS", steps),
+        ("STORE", store),
+    ]);
+    // What a split cannot do without (where it would merely be slow, `suits` says so).
+    if v.splits > 1 && !split_possible(v, shape) {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: split-K needs outputs stored four at a time and f32 room for its partials",
+            v.name()
+        )));
+    }
+    let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks * v.splits as u64);
+    kernel.scaled = scaled;
+    if v.channels_last() {
+        kernel.prologue = Some(prologue_blocks);
+        let bytes = shape.dtype.size();
+        let partials = if v.splits > 1 { v.splits as u64 * shape.y_len().div_ceil(4) * 16 } else { 0 };
+        kernel.workspace = [x_copy * bytes + partials, padded.w_len(shape) * bytes];
+    }
+    if v.splits > 1 {
+        kernel.finish = Some(shape.y_len().div_ceil(4).div_ceil(256));
+    }
+    Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The f16 rounding the kernel does, emulated on the CPU: scale by 2^(14 - e), split
+    /// into hi and a 2^11-scaled lo, multiply as the tensor cores do (exact products,
+    /// f32 sums), unscale.
+    fn f16(v: f32) -> f32 {
+        half_round(v)
+    }
+
+    /// Round to the nearest f16 value (ties to even), as a float32, with f16's subnormals.
+    fn half_round(v: f32) -> f32 {
+        if !v.is_finite() || v == 0.0 {
+            return v;
+        }
+        let e = v.abs().log2().floor().max(-14.0);
+        let ulp = (e - 10.0).exp2();
+        let q = v / ulp;
+        let r = q.round_ties_even();
+        let out = r * ulp;
+        if out.abs() > 65504.0 { f32::INFINITY.copysign(v) } else { out }
+    }
+
+    fn scale_exp(max: f32) -> i32 {
+        let e = if max > 0.0 { max.log2().floor() as i32 + 1 } else { 0 };
+        (14 - e).clamp(-126, 126)
+    }
+
+    fn dot(x: &[f32], w: &[f32], split: bool) -> f64 {
+        let mx = x.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+        let mw = w.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+        let (ex, ew) = (scale_exp(mx), scale_exp(mw));
+        let (sx, sw) = (2f32.powi(ex), 2f32.powi(ew));
+        let (mut acc, mut cor) = (0f32, 0f32);
+        for (&a, &b) in x.iter().zip(w) {
+            let (a, b) = (a * sx, b * sw);
+            // The split keeps hi as v's top 11 significant bits, as the kernel masks them.
+            let hi = |v: f32| if split { f16(f32::from_bits(v.to_bits() & 0xFFFF_E000)) } else { f16(v) };
+            let (ah, bh) = (hi(a), hi(b));
+            acc += ah * bh;
+            if split {
+                let (al, bl) = (f16((a - ah) * 2048.0), f16((b - bh) * 2048.0));
+                cor += ah * bl + al * bh;
+            }
+        }
+        ((acc + cor / 2048.0) as f64) * 2f64.powi(-ex) * 2f64.powi(-ew)
+    }
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// The split scheme reaches float32-class error, the single pass TF32-class, on inputs
+    /// of any overall scale.
+    #[test]
+    fn emulated_split_meets_the_precision_bounds_at_any_scale() {
+        let mut seed = 7;
+        for &(xs, ws) in &[(1.0f32, 1.0f32), (1e-30, 1e30), (1e20, 1e-25), (3e-38, 1.0), (1e15, 1e15)] {
+            for len in [9usize, 64, 576, 2304] {
+                let x: Vec<f32> = (0..len).map(|_| lcg(&mut seed) * xs).collect();
+                let w: Vec<f32> = (0..len).map(|_| lcg(&mut seed) * ws).collect();
+                let exact: f64 = x.iter().zip(&w).map(|(&a, &b)| a as f64 * b as f64).sum();
+                // Relative to the sum of magnitudes: the scale the tuner's bound is about.
+                let mag: f64 = x.iter().zip(&w).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                let e3 = (dot(&x, &w, true) - exact).abs() / mag;
+                let e1 = (dot(&x, &w, false) - exact).abs() / mag;
+                assert!(e3 < Precision::Highest.tolerance(), "split, scale {xs}x{ws}, len {len}: {e3:e}");
+                assert!(e1 < Precision::High.tolerance(), "single, scale {xs}x{ws}, len {len}: {e1:e}");
+                assert!(e1 > e3 || e1 == 0.0);
+            }
+        }
+    }
+
+    /// On a long grid the model ranks tiles by how many workgroups stay resident: EDSR's
+    /// 128x64 tile with a 16-term step ahead of the same tile with a 64-term step (H100:
+    /// 0.77 against 1.93 ms on float16 data); on a short grid the longer step stays ahead.
+    #[test]
+    fn long_grids_rank_small_staging_first() {
+        use crate::params::Padding;
+        let tile = |bk| Coop { bm: 128, bn: 64, bk, sgm: 2, sgn: 2, split: 1, layout: 1, splits: 1 };
+        let mut edsr = ConvShape::new([1, 64, 720, 1280], [64, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        edsr.layout = Layout::Nhwc;
+        assert!(tile(16).cost(&edsr) < tile(32).cost(&edsr));
+        assert!(tile(32).cost(&edsr) < tile(64).cost(&edsr));
+        let deep = ConvShape::new([32, 512, 7, 7], [512, 512, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        assert!(tile(64).cost(&deep) < tile(16).cost(&deep));
+    }
+
+    #[test]
+    fn half_rounding_matches_f16_steps() {
+        assert_eq!(half_round(1.0 + 1.0 / 4096.0), 1.0);
+        assert_eq!(half_round(1.0 + 3.0 / 4096.0), 1.0 + 1.0 / 1024.0);
+        assert_eq!(half_round(65504.0), 65504.0);
+        assert_eq!(half_round(1e6), f32::INFINITY);
+        assert_eq!(half_round(2f32.powi(-24)), 2f32.powi(-24));
+    }
+}
+
+#[cfg(test)]
+mod lean_tests {
+    use super::*;
+    use crate::params::Padding;
+
+    fn nhwc(x: [usize; 4], w: [usize; 4], pad: Padding, dtype: DType) -> ConvShape {
+        ConvShape::new(x, w, (1, 1), pad, (1, 1), 1, None).unwrap().with_layout(Layout::Nhwc).with_dtype(dtype)
+    }
+
+    /// Without a kernel window, gathers on whole tiles carry no test (and pass naga); partial
+    /// tiles keep theirs; a padded window keeps every test.
+    #[test]
+    fn lean_gathers_test_only_the_edges_a_shape_cuts() {
+        let v = |layout| Coop { bm: 128, bn: 64, bk: 32, sgm: 2, sgn: 2, split: 1, layout, splits: 1 };
+        let whole = nhwc([1, 64, 16, 16], [128, 64, 1, 1], Padding::Valid, DType::F16);
+        let ragged = nhwc([1, 64, 15, 15], [72, 64, 1, 1], Padding::Valid, DType::F16);
+        let padded = nhwc([1, 64, 16, 16], [128, 64, 3, 3], Padding::Explicit(1, 1), DType::F16);
+        let f32_whole = nhwc([1, 64, 16, 16], [128, 64, 1, 1], Padding::Valid, DType::F32);
+        for (shape, layout) in [(&whole, 2), (&ragged, 2), (&padded, 2), (&f32_whole, 1)] {
+            let src = v(layout).generate(shape).unwrap().source;
+            crate::codegen::validate(&src).unwrap_or_else(|e| panic!("{e}"));
+            let lean = src.contains("if (k_next < k_end)");
+            assert_eq!(lean, shape.pad == (0, 0));
+            let tested = src.contains("select(0u, u32(abase0 + koff)");
+            assert_eq!(tested, shape == &ragged, "A test on {shape:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use crate::params::Padding;
+
+    fn f16_nhwc(x: [usize; 4], w: [usize; 4], pad: i64) -> ConvShape {
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(pad, pad), (1, 1), 1, Some(w[0]))
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16)
+    }
+
+    /// Tiles follow the image: EDSR's 1280-wide rows take 64-wide tiles, 56-wide ones the
+    /// width that pads least; shapes outside layout 3's reach are refused with a reason.
+    #[test]
+    fn window_tiles_follow_the_image() {
+        let v = Coop { bm: 256, bn: 64, bk: 16, sgm: 4, sgn: 2, split: 1, layout: 3, splits: 1 };
+        let edsr = f16_nhwc([1, 64, 720, 1280], [64, 64, 3, 3], 1);
+        let w = Window::of(&v, &edsr).unwrap();
+        assert_eq!((w.th, w.tw, w.pr, w.pc, w.tiles_h, w.tiles_w), (4, 64, 6, 66, 180, 20));
+        assert_eq!(grid(&v, &edsr), (3600, 1, 3600));
+        let r56 = f16_nhwc([32, 64, 56, 56], [64, 64, 3, 3], 1);
+        let w = Window::of(&v, &r56).unwrap();
+        assert_eq!((w.th, w.tw, w.tiles_h * w.th as u64 * w.tiles_w * w.tw as u64), (4, 64, 56 * 64));
+        assert!(v.suits(&r56) && v.suits(&edsr));
+        let strided = ConvShape::new([1, 64, 32, 32], [64, 64, 3, 3], (2, 2), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
+        assert!(!v.suits(&strided));
+        assert!(v.generate(&strided).is_err());
+        let five = f16_nhwc([1, 64, 32, 32], [64, 64, 5, 5], 2);
+        assert!(Window::of(&v, &five).is_none());
+        // 7x7 images pad a 256-pixel tile far past the waste bound.
+        assert!(!v.suits(&f16_nhwc([32, 512, 7, 7], [512, 512, 3, 3], 1)));
+    }
+
+    /// Every layout 3 variant passes naga on the shapes it takes: padded and not, ragged
+    /// image edges, partial channel tiles, a bias and an epilogue.
+    #[test]
+    fn window_variants_validate() {
+        let shapes = [
+            f16_nhwc([2, 64, 19, 23], [40, 64, 3, 3], 1),
+            f16_nhwc([1, 32, 16, 64], [64, 32, 1, 1], 0),
+            f16_nhwc([2, 64, 9, 70], [72, 64, 3, 2], 0)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+        ];
+        let mut seen = 0;
+        for shape in &shapes {
+            for v in Coop::space().into_iter().filter(|v| v.layout == 3) {
+                let Ok(k) = v.generate(shape) else { continue };
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+                seen += 1;
+            }
+        }
+        assert!(seen > 20, "{seen} layout 3 kernels generated");
+    }
+}

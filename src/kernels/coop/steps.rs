@@ -1,0 +1,131 @@
+//! The k-step: staging the gathered terms in workgroup memory and the tensor-core
+//! products on them.
+
+use super::variant::*;
+use std::fmt::Write as _;
+
+/// One k-step's staging: each slot's registers scaled, converted to f16 and stored in
+/// workgroup memory; for the split also the scaled remainder.
+pub(super) fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) -> String {
+    let split = v.split == 3;
+    let mut stage = String::new();
+    let stage_one = |s: &mut String, tile: &str, reg: &str, scale: &str, at: String| {
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "            let v = {reg} * {scale};").unwrap();
+        if split {
+            // hi keeps v's top 11 significant bits by masking, so v - hi is exact and no
+            // compiler can fold a float round trip away (converting through f16 and back did
+            // leave lo zero on the GPU). Inf and NaN go into hi whole (a mask could turn a
+            // NaN into Inf) with a zero lo (Inf - Inf would make a NaN of an Inf result).
+            writeln!(s, "            let bits = bitcast<vec4<u32>>(v);").unwrap();
+            writeln!(s, "            let fin = (bits & vec4<u32>(0x7F800000u)) != vec4<u32>(0x7F800000u);").unwrap();
+            writeln!(s, "            let h32 = select(v, bitcast<vec4<f32>>(bits & vec4<u32>(0xFFFFE000u)), fin);").unwrap();
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(h32);").unwrap();
+            writeln!(s, "            {tile}_lo[{at}] = vec4<f16>(select(vec4<f32>(0.0), (v - h32) * LO, fin));").unwrap();
+        } else {
+            writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(v);").unwrap();
+        }
+        writeln!(s, "        }}").unwrap();
+    };
+    for i in 0..a_slots {
+        if v.layout >= 2 {
+            stage_packed(&mut stage, "a", &format!("pa{i}"), &format!("(u32(arow{i}) * LDA) / 4u + 2u * u32(acol)"));
+            continue;
+        }
+        let at = if v.channels_last() {
+            format!("(u32(arow{i}) * LDA) / 4u + u32(acol)")
+        } else {
+            format!("(u32(ak{i}) * LDA) / 4u + u32(am)")
+        };
+        stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
+    }
+    for i in 0..b_slots {
+        let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
+        if v.layout >= 2 {
+            // A partial slot (see `b_guard`): only the invocations that gathered store.
+            let guard = if b_partial { "if (lid < BN * BK / 8) " } else { "" };
+            writeln!(stage, "        {guard}{{").unwrap();
+            stage_packed(&mut stage, "b", &format!("pb{i}"), &at);
+            writeln!(stage, "        }}").unwrap();
+            continue;
+        }
+        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", at);
+    }
+    stage
+}
+
+/// Layout 2's staging of one gather: 8 float16 values loaded as four u32s, stored as two
+/// vec4s of the staged row starting at vec4 `at` (not scaled: float16 data).
+pub(super) fn stage_packed(s: &mut String, tile: &str, reg: &str, at: &str) {
+    writeln!(s, "        {{").unwrap();
+    writeln!(s, "            let at = {at};").unwrap();
+    writeln!(s, "            {tile}_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
+    writeln!(s, "            {tile}_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
+    writeln!(s, "        }}").unwrap();
+}
+
+/// One k-step's products: per 16-term slice, the subgroup's A and B tiles loaded from
+/// workgroup memory and multiplied into its accumulators (and, for the split, the
+/// correction terms into theirs).
+pub(super) fn inner_product(v: &Coop) -> String {
+    let split = v.split == 3;
+    let (tm, tn) = (v.tm(), v.tn());
+    let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
+    let mut inner = String::new();
+    for kk in 0..v.bk / 16 {
+        let s = &mut inner;
+        writeln!(s, "        {{").unwrap();
+        for p in parts {
+            for i in 0..tm {
+                // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
+                let load = if v.layout == 3 {
+                    format!("coopLoadT<MatA>(&a_{p}[(u32(pf{i} + tap) * LDA + {}u) / 4u], LDA / 4u)", kk * 16)
+                } else if v.channels_last() {
+                    format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
+                } else {
+                    format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
+                };
+                writeln!(s, "            let a{p}{i} = {load};").unwrap();
+            }
+            for j in 0..tn {
+                writeln!(
+                    s,
+                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
+                    j * 16,
+                    kk * 16
+                )
+                .unwrap();
+            }
+        }
+        for i in 0..tm {
+            for j in 0..tn {
+                writeln!(s, "            acc{i}_{j} = coopMultiplyAdd(ahi{i}, bhi{j}, acc{i}_{j});").unwrap();
+                if split {
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(ahi{i}, blo{j}, cor{i}_{j});").unwrap();
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(alo{i}, bhi{j}, cor{i}_{j});").unwrap();
+                }
+            }
+        }
+        writeln!(s, "        }}").unwrap();
+    }
+    inner
+}
+
+/// The k-step loop: barrier, stage, barrier, gather ahead, multiply. Lean variants skip the
+/// gathers past the last step (a uniform branch) instead of testing each.
+pub(super) fn steps(stage: &str, advance: &str, fetch: &str, inner: &str, lean: bool) -> String {
+    let mut s = String::from("    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {\n");
+    s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str(stage);
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str(advance);
+    if lean {
+        s.push_str(&format!("        if (k_next < k_end) {{\n{fetch}        }}\n"));
+    } else {
+        s.push_str(fetch);
+    }
+    s.push_str(inner);
+    s.push_str("    }\n");
+    s
+}

@@ -1,0 +1,159 @@
+//! The store step: accumulator tiles through the subgroup's scratch to y (with the
+//! epilogue, a pixel shuffle's or a transposed convolution's scatter), and split-K's finish.
+
+use super::variant::*;
+use crate::params::{ConvShape, Layout};
+use std::fmt::Write as _;
+
+/// The store step: each accumulator tile goes through the subgroup's scratch, laid out so
+/// that neighbouring lanes write neighbouring elements of y: pixel fastest for NCHW
+/// (column-major), channel fastest for NHWC (row-major). Where four neighbours along that
+/// axis are always in range together and 16-byte aligned (`vec_y`: whole quads of pixels in
+/// every image, or of channels in every group), each lane stores them as one vec4. Split-K
+/// variants store unscaled partial sums instead, for the finishing pass.
+pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool) -> String {
+    let split = v.split == 3;
+    let (tm, tn) = (v.tm(), v.tn());
+    let pixel_fastest = shape.layout == Layout::Nchw;
+    let store_fn = if pixel_fastest { "coopStore" } else { "coopStoreT" };
+    let split_at = v.sgm * v.sgn * 256;
+    let sum = |at: &str| {
+        if split {
+            format!("scratch[{at}] + scratch[{split_at} + {at}] / LO")
+        } else {
+            format!("scratch[{at}]")
+        }
+    };
+    let mut store = String::new();
+    for i in 0..tm {
+        for j in 0..tn {
+            let s = &mut store;
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
+            if split {
+                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
+            }
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
+            // quad q holds elements 4q .. 4q + 3 of the same layout.
+            let (e_m, e_n) = match (pixel_fastest, vec_y) {
+                (true, false) => ("e % 16u", "e / 16u"),
+                (false, false) => ("e / 16u", "e % 16u"),
+                (true, true) => ("4u * (e % 4u)", "e / 4u"),
+                (false, true) => ("e / 4u", "4u * (e % 4u)"),
+            };
+            let rounds = if vec_y { 2 } else { 8 };
+            // A scatter's mapping splits into a pixel half and a channel half: the half that
+            // every round of this lane shares is computed once (NCHW's one-at-a-time rounds
+            // keep the pixel, NHWC's the channel).
+            let scatter = shape.scatter.is_some();
+            // NCHW scatters keep a channel's phases side by side: a round's lanes take the
+            // tile's elements phase column fastest, then pixel, so that neighbouring lanes
+            // store neighbouring output columns (`sw` of them per pixel).
+            let sw = match shape.scatter {
+                Some(sc) if pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => sc.phases.1,
+                _ => 1,
+            };
+            let m_offsets: Vec<u32> = (0..rounds).map(|r| (r * 32 / sw) % 16).collect();
+            if scatter && pixel_fastest && !vec_y {
+                let mut seen = Vec::new();
+                for &o in &m_offsets {
+                    if !seen.contains(&o) {
+                        seen.push(o);
+                        writeln!(s, "    let ypm{i}_{j}_{o} = ypix(m0 + i32(wm) + {} + i32((lane / {sw}u + {o}u) % 16u));", i * 16).unwrap();
+                    }
+                }
+            } else if scatter && !pixel_fastest {
+                let lane_n = if vec_y { "4u * (lane % 4u)" } else { "lane % 16u" };
+                writeln!(s, "    let ycn{i}_{j} = ychan(g * KG + n0 + i32(wn) + {} + i32({lane_n}));", j * 16).unwrap();
+            }
+            for r in 0..rounds {
+                writeln!(s, "    {{").unwrap();
+                if sw > 1 {
+                    // `e` then names the element in the tile's column-major order.
+                    writeln!(s, "        let q = {}u + lane;", r * 32).unwrap();
+                    writeln!(s, "        let e = ((q / {}u) * {sw}u + q % {sw}u) * 16u + (q / {sw}u) % 16u;", 16 * sw).unwrap();
+                } else {
+                    writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
+                }
+                if window {
+                    // The tile's pixel p is (oh0 + p / TW, ow0 + p % TW) of image `img`; past
+                    // the image's edge it stores nothing (m = M).
+                    writeln!(s, "        let p = i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                    writeln!(s, "        let oh = oh0 + p / TW;\n        let ow = ow0 + p % TW;").unwrap();
+                    writeln!(s, "        let m = select(M, (img * OH + oh) * OW + ow, oh < OH && ow < OW);").unwrap();
+                } else {
+                    writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                }
+                writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
+                writeln!(s, "        if (m < M && n < KG) {{").unwrap();
+                writeln!(s, "            let k = g * KG + n;").unwrap();
+                let at = "(m / OHW) * YSN + k * YSK + (m % OHW) * YSP";
+                if scatter {
+                    let mapped = if pixel_fastest {
+                        format!("yscatter(ypm{i}_{j}_{}, ychan(k))", m_offsets[r as usize])
+                    } else {
+                        format!("yscatter(ypix(m), ycn{i}_{j})")
+                    };
+                    writeln!(s, "            let yi = {mapped};").unwrap();
+                    writeln!(s, "            if (yi >= 0) {{").unwrap();
+                } else if moves_y(shape) {
+                    // ystore gives -1 for an output past y's edges (a transposed
+                    // convolution's lowered form), and never does otherwise.
+                    writeln!(s, "            let yi = ystore({at});").unwrap();
+                    writeln!(s, "            if (yi >= 0) {{").unwrap();
+                } else {
+                    writeln!(s, "            let yi = {at};").unwrap();
+                    writeln!(s, "            {{").unwrap();
+                }
+                // The smaller factor first: an intermediate overflows only if the result does.
+                let one = |at: &str, k: &str, yi: &str| {
+                    format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), {k}, {yi}))", sum(at))
+                };
+                if v.splits > 1 && vec_y {
+                    // A partial sum, unscaled: the finishing pass adds the parts and applies
+                    // the epilogue.
+                    let parts: Vec<String> = (0..4)
+                        .map(|t| format!("({}) * min(ux, uw) * max(ux, uw)", sum(&format!("sbase + 4u * e + {t}u"))))
+                        .collect();
+                    writeln!(s, "            xt[PART0 + (sp * YLEN4 + yi) / 4] = vec4<f32>(\n                {});", parts.join(",\n                ")).unwrap();
+                } else if v.splits > 1 {
+                    writeln!(s, "            let pi = sp * YLEN4 + yi;").unwrap();
+                    writeln!(s, "            xt[PART0 + pi / 4][pi % 4] = ({}) * min(ux, uw) * max(ux, uw);", sum("sbase + e")).unwrap();
+                } else if vec_y {
+                    let parts: Vec<String> = (0..4)
+                        .map(|t| {
+                            let k = if pixel_fastest || t == 0 { "k".to_string() } else { format!("k + {t}") };
+                            one(&format!("sbase + 4u * e + {t}u"), &k, &format!("yi + {t}"))
+                        })
+                        .collect();
+                    writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
+                } else {
+                    writeln!(s, "            y[yi] = {};", one("sbase + e", "k", "yi")).unwrap();
+                }
+                writeln!(s, "            }}").unwrap();
+                writeln!(s, "        }}").unwrap();
+                writeln!(s, "    }}").unwrap();
+            }
+        }
+    }
+    store
+}
+
+/// The finishing pass's store (split-K): the summed parts of four neighbouring outputs, as
+/// one vec4 where y's rows are whole quads, else one element at a time within y.
+pub(super) fn finish_store(vec_y: bool) -> String {
+    let k_of = |e: &str| format!("({e} / YSK) % K");
+    if vec_y {
+        let parts: Vec<String> = (0..4)
+            .map(|t| format!("DT(epilogue(sum[{t}], {}, 4 * i + {t}))", k_of(&format!("(4 * i + {t})"))))
+            .collect();
+        format!("    y[i] = vec4<DT>(\n        {});\n", parts.join(",\n        "))
+    } else {
+        let mut f = String::new();
+        for t in 0..4 {
+            writeln!(f, "    if (4 * i + {t} < YLEN) {{ y[4 * i + {t}] = DT(epilogue(sum[{t}], {}, 4 * i + {t})); }}", k_of(&format!("(4 * i + {t})"))).unwrap();
+        }
+        f
+    }
+}

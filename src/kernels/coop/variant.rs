@@ -1,0 +1,160 @@
+//! The tensor-core family's variant: its knobs, the tile geometry they imply, and what it
+//! reads of a problem's shape.
+
+use crate::dtype::DType;
+use crate::params::{ConvShape, Layout};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Coop {
+    /// Workgroup tile: `bm` output pixels x `bn` output channels, reduction step `bk`.
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    /// Subgroups along the pixel and channel sides of the tile.
+    pub sgm: u32,
+    pub sgn: u32,
+    /// 1: one f16 product per term; 3: hi*hi + hi*lo + lo*hi.
+    pub split: u32,
+    /// 0: gather x in place (N, C, H, W); 1: gather from a channels-last copy a prologue
+    /// makes (16-byte loads, each group's channels zero-padded to a multiple of 4; workspace
+    /// of x's size); 2: layout 1 for float16 NHWC x with C/groups a multiple of 8, read in
+    /// place, x and w's copy gathered 8 values (16 bytes) at a time. 3: layout 2 with the
+    /// input window staged: each workgroup's output tile is a TH x TW block of one image's
+    /// pixels, whose input patch (TH + R - 1) x (TW + S - 1) x BK is staged once per channel
+    /// block and read by every (r, s) of the kernel in place (3x3 and smaller, stride 1).
+    pub layout: u32,
+    /// Split-K: workgroups sharing one output tile's reduction, each writing its partial
+    /// tile; a finishing pass adds them in a fixed order (results do not change from run
+    /// to run). 1: no split.
+    pub splits: u32,
+}
+
+/// (bm, bn, sgm, sgn): accumulator grids of 2x2 to 4x4 per subgroup, 4 or 8 subgroups.
+/// (4x4 grids on 64-channel tiles with 2 or 4 subgroups, 128x64 and 256x64, ran 6-60%
+/// slower than 128x64 with 4 subgroups on every H100 shape tried.) The tall tiles of 64
+/// channels (2x4 and 4x2 grids) are for narrow layers: EDSR's 64 output channels.
+pub(super) const TILES: [(u32, u32, u32, u32); 11] = [
+    (128, 64, 4, 1),
+    (256, 64, 4, 2),
+    (256, 64, 8, 1),
+    (64, 64, 2, 2),
+    (128, 64, 2, 2),
+    (64, 128, 2, 2),
+    (128, 128, 2, 2),
+    (128, 128, 2, 4),
+    (128, 128, 4, 2),
+    (256, 128, 4, 2),
+    (128, 256, 2, 4),
+];
+pub(super) const BK: [u32; 3] = [16, 32, 64];
+pub(super) const SPLIT: [u32; 2] = [1, 3];
+pub(super) const LAYOUT: [u32; 4] = [0, 1, 2, 3];
+pub(super) const SPLITS: [u32; 3] = [1, 2, 4];
+/// The tiles split-K is offered for: those that win on deep layers with few output pixels,
+/// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128).
+pub(super) const SPLIT_TILES: [(u32, u32, u32, u32); 2] = [(128, 64, 2, 2), (128, 128, 2, 4)];
+/// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
+pub(super) const PAD: u32 = 8;
+/// Subgroup width the kernel's tile partition assumes.
+pub const SUBGROUP: u32 = 32;
+
+
+impl Coop {
+    pub(super) fn threads(&self) -> u32 {
+        SUBGROUP * self.sgm * self.sgn
+    }
+    pub(super) fn tm(&self) -> u32 {
+        self.bm / (self.sgm * 16)
+    }
+    pub(super) fn tn(&self) -> u32 {
+        self.bn / (self.sgn * 16)
+    }
+    /// Layouts 1 and 2 walk the reduction channels fastest (a pixel's row of terms).
+    pub(super) fn channels_last(&self) -> bool {
+        self.layout >= 1
+    }
+    /// Terms of x one A gather loads: 8 (16 bytes of float16) for layout 2, else 4.
+    pub(super) fn a_chunk(&self) -> u32 {
+        if self.layout >= 2 { 8 } else { 4 }
+    }
+    /// Terms of w's copy one B gather loads: 8 packed float16 for layout 2, else 4.
+    pub(super) fn b_chunk(&self) -> u32 {
+        self.a_chunk()
+    }
+    /// Staged A row length: a k row of the tile (layout 0) or a pixel's row (layouts 1, 2).
+    pub(super) fn lda(&self) -> u32 {
+        if self.channels_last() { self.bk + PAD } else { self.bm + PAD }
+    }
+    pub(super) fn ldb(&self) -> u32 {
+        self.bk + PAD
+    }
+    /// Staged copies of each tile: hi, and lo when split.
+    pub(super) fn parts(&self) -> u32 {
+        if self.split == 3 { 2 } else { 1 }
+    }
+}
+
+/// Layout 1's channel padding: each group's channels rounded up to a multiple of 4, so a
+/// pixel's terms are whole vec4s for any C (no slow path for an unlucky count).
+pub(super) struct Padded {
+    /// Channels per group, padded.
+    pub(super) cp: u64,
+    /// A pixel's row in the copy of x: groups * cp.
+    pub(super) chp: u64,
+    /// A weight row in the copy of w: cp * R * S.
+    pub(super) krp: u64,
+}
+
+impl Padded {
+    pub(super) fn of(shape: &ConvShape) -> Self {
+        let cp = (shape.cg() as u64).div_ceil(4) * 4;
+        Padded { cp, chp: cp * shape.groups as u64, krp: cp * shape.r as u64 * shape.s as u64 }
+    }
+    pub(super) fn x_len(&self, shape: &ConvShape) -> u64 {
+        shape.n as u64 * shape.h as u64 * shape.w as u64 * self.chp
+    }
+    pub(super) fn w_len(&self, shape: &ConvShape) -> u64 {
+        shape.k as u64 * self.krp
+    }
+}
+
+/// NCHW x whose output pixels are its own pixels (1x1, stride 1, unpadded), whole quads of
+/// them in every image: layout 0 gathers four neighbouring pixels with one 16-byte load.
+pub(super) fn pixel_quads(shape: &ConvShape) -> bool {
+    shape.layout == Layout::Nchw
+        && (shape.r, shape.s, shape.stride) == (1, 1, (1, 1))
+        && shape.pad == (0, 0)
+        && shape.pad_end == (0, 0)
+        && (shape.h * shape.w) % 4 == 0
+}
+
+/// Whether the store step writes y four neighbours at a time: whole quads of pixels in
+/// every image (NCHW) or of channels in every group (NHWC), 16-byte aligned either way. A
+/// pixel shuffle moves neighbours apart; a lowered transposed convolution keeps an NHWC
+/// quad together where each phase's channels are whole quads.
+pub(super) fn stores_quads(shape: &ConvShape) -> bool {
+    if shape.pixel_shuffle.is_some() {
+        return false;
+    }
+    if let Some(sc) = shape.scatter {
+        return shape.layout == Layout::Nhwc && sc.kg % 4 == 0;
+    }
+    if shape.layout == Layout::Nchw { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 }
+}
+
+/// Whether y's elements move on the way out (`ystore`): a pixel shuffle or a lowered
+/// transposed convolution's scatter.
+pub(super) fn moves_y(shape: &ConvShape) -> bool {
+    shape.pixel_shuffle.is_some() || shape.scatter.is_some()
+}
+
+/// float16 NHWC x whose groups' channels are whole runs of 8: layout 2 reads it in place,
+/// 16 bytes per gather.
+pub(super) fn wide_x(shape: &ConvShape) -> bool {
+    shape.layout == Layout::Nhwc && shape.dtype == DType::F16 && shape.cg() % 8 == 0
+}
+
+/// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.
+pub(super) fn reads_x_in_place(shape: &ConvShape) -> bool {
+    shape.layout == Layout::Nhwc && shape.cg() % 4 == 0
+}

@@ -1,0 +1,126 @@
+//! Layout 3: window tiles. Each workgroup computes a TH x TW block of one image's output
+//! pixels and stages the block's input patch once per channel block, for every (r, s).
+
+use super::variant::*;
+use super::steps::inner_product;
+use crate::params::ConvShape;
+use std::fmt::Write as _;
+
+/// Widths a window tile may take (multiples of 16: a 16-pixel matrix row block stays in one
+/// row of the tile), and the largest kernel window layout 3 stages.
+pub(super) const WINDOW_WIDTHS: [u32; 3] = [64, 32, 16];
+pub(super) const WINDOW_MAX_RS: u32 = 3;
+/// The most output pixels a window tiling may compute per pixel it stores.
+pub(super) const WINDOW_WASTE: f64 = 1.35;
+/// Layout 3's tiling: each workgroup's output tile is `th` x `tw` pixels of one image, and
+/// reads a `pr` x `pc` patch of x (zeros outside the image).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Window {
+    pub(super) th: u32,
+    pub(super) tw: u32,
+    pub(super) pr: u32,
+    pub(super) pc: u32,
+    pub(super) tiles_h: u64,
+    pub(super) tiles_w: u64,
+}
+
+impl Window {
+    /// The tiling for the width in `WINDOW_WIDTHS` that pads the output least (the wider on
+    /// a tie), where layout 3 takes the shape: float16 NHWC read in place, one group whose
+    /// channels are whole steps, stride and dilation 1, a window of at most 3 x 3, y stored
+    /// in place.
+    pub(super) fn of(v: &Coop, shape: &ConvShape) -> Option<Window> {
+        let takes = wide_x(shape)
+            && shape.groups == 1
+            && shape.cg() % v.bk == 0
+            && shape.stride == (1, 1)
+            && shape.dilation == (1, 1)
+            && shape.r <= WINDOW_MAX_RS
+            && shape.s <= WINDOW_MAX_RS
+            && !moves_y(shape);
+        if !takes {
+            return None;
+        }
+        let (oh, ow) = (shape.oh() as u64, shape.ow() as u64);
+        WINDOW_WIDTHS
+            .iter()
+            .filter(|&&tw| tw <= v.bm)
+            .map(|&tw| {
+                let th = v.bm / tw;
+                let (tiles_h, tiles_w) = (oh.div_ceil(th as u64), ow.div_ceil(tw as u64));
+                Window { th, tw, pr: th + shape.r - 1, pc: tw + shape.s - 1, tiles_h, tiles_w }
+            })
+            .min_by_key(|w| (w.tiles_h * w.tiles_w, std::cmp::Reverse(w.tw)))
+    }
+
+    /// Workgroups along the pixels: every image's tiles.
+    pub(super) fn tiles(&self, shape: &ConvShape) -> u64 {
+        shape.n as u64 * self.tiles_h * self.tiles_w
+    }
+
+    /// Output pixels computed per pixel stored (tile padding at the image's edges).
+    pub(super) fn waste(&self, shape: &ConvShape) -> f64 {
+        (self.tiles_h * self.th as u64 * self.tiles_w * self.tw as u64) as f64 / (shape.oh() as u64 * shape.ow() as u64) as f64
+    }
+}
+
+/// Layout 3's set-up: the tile's image and first output row and column, the patch's
+/// geometry, and where each of this subgroup's 16-pixel row blocks starts in the patch.
+pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
+    let mut s = String::new();
+    writeln!(s, "    // Window tiles: {} x {} output pixels of one image, a {} x {} patch of x per step's channels.", w.th, w.tw, w.pr, w.pc).unwrap();
+    writeln!(s, "    const TW: i32 = {};\n    const PC: i32 = {};", w.tw, w.pc).unwrap();
+    writeln!(s, "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};", w.tiles_h, w.tiles_w).unwrap();
+    writeln!(s, "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch", w.pr * w.pc * v.bk / 8).unwrap();
+    writeln!(s, "    const NSTEPS: i32 = {};        // channel blocks x (r, s)", "CP / BK * R * S").unwrap();
+    writeln!(s, "    let img = i32(m_block) / (TILES_H * TILES_W);").unwrap();
+    writeln!(s, "    let oh0 = (i32(m_block) / TILES_W) % TILES_H * {};", w.th).unwrap();
+    writeln!(s, "    let ow0 = i32(m_block) % TILES_W * TW;").unwrap();
+    for i in 0..v.tm() {
+        writeln!(s, "    let pf{i} = ((i32(wm) + {o}) / TW) * PC + (i32(wm) + {o}) % TW;", o = i * 16).unwrap();
+    }
+    s
+}
+
+/// Layout 3's steps, over channel blocks and, within each, the kernel's (r, s): at a block's
+/// first step the patch is staged (zeros outside the image), then every step stages its
+/// weights and multiplies the patch read at the (r, s) offset, as the other layouts do.
+pub(super) fn window_steps(v: &Coop, stage_b: &str, fetch_b: &str) -> String {
+    let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
+    s.push_str("        let rs = t % (R * S);\n");
+    s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str("        if (rs == 0) {\n");
+    s.push_str("            let c0 = (t / (R * S)) * BK;\n");
+    writeln!(s, "            for (var q = lid; q < PATCH_CHUNKS; q = q + {}) {{", v.threads()).unwrap();
+    s.push_str("                let pix = q / (BK / 8);\n");
+    s.push_str("                let cc = 8 * (q % (BK / 8));\n");
+    s.push_str("                let ih = oh0 - PH + pix / PC;\n");
+    s.push_str("                let iw = ow0 - PW + pix % PC;\n");
+    s.push_str("                let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;\n");
+    s.push_str("                let v = select(vec4<u32>(0u), x[select(0u, u32(((img * H + ih) * W + iw) * CHP + c0 + cc) >> 3u, ok)], ok);\n");
+    s.push_str("                let at = (u32(pix) * LDA + u32(cc)) / 4u;\n");
+    s.push_str("                a_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float(v.x)), vec2<f16>(unpack2x16float(v.y)));\n");
+    s.push_str("                a_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float(v.z)), vec2<f16>(unpack2x16float(v.w)));\n");
+    s.push_str("            }\n        }\n");
+    s.push_str(stage_b);
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str("        // The next step's weights: channel block, then (r, s), as w's copy is ordered.\n");
+    s.push_str("        k_next = ((t + 1) % (R * S)) * CP + ((t + 1) / (R * S)) * BK;\n");
+    s.push_str(fetch_b);
+    s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
+    s.push_str(&inner_product(v));
+    s.push_str("    }\n");
+    s
+}
+
+/// Layout 3: the staged patch's pixels for the largest window, over the tile widths it
+/// may take (the patch array has this fixed size).
+pub(super) fn patch_capacity(v: &Coop) -> u32 {
+    WINDOW_WIDTHS
+        .iter()
+        .filter(|&&tw| tw <= v.bm)
+        .map(|&tw| (v.bm / tw + WINDOW_MAX_RS - 1) * (tw + WINDOW_MAX_RS - 1))
+        .max()
+        .unwrap_or(0)
+}
