@@ -1,11 +1,13 @@
 """The tensor-core family's staged input windows (`_l3`) against its gathering tiles (`_l2`)
 on float16 NHWC 3x3 layers. GPU machines only.
 
-Usage: python benches/coop_windows.py [--reps 5] [--top 8] [--json out.json]
+Usage: python benches/coop_windows.py [--reps 5] [--top 8] [--names v1,v2] [--json out.json]
 
 Times the usual layout 2 winners and every layout 3 variant (`convtune.time_variant`,
 timestamp queries, median of --reps) on each layer and prints the fastest --top with
-TFLOP/s (the direct method's FLOPs) and their time over the best layout 2 tile's.
+TFLOP/s (the direct method's FLOPs) and their time over the best layout 2 tile's. --names
+adds variants outside the tuning space, e.g. the 4x4-grid window tiles
+`coop_b512x64x16_s8x1_p1_l3,coop_b256x64x16_s4x1_p1_l3`.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--names", default="", help="more variants to time, comma-separated")
     ap.add_argument("--json")
     args = ap.parse_args()
     windows = [v for v in convtune.variant_space()
                if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] == 3]
+    windows += [v for v in args.names.split(",") if v]
     out = {"adapter": convtune.adapter_info(), "rows": []}
     for label, (n, c, h, wd), w, pad in CONVS:
         flops = 2.0 * n * w[0] * h * wd * c * w[2] * w[3]

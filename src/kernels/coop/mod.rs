@@ -137,7 +137,8 @@ impl KernelVariant for Coop {
 
     fn well_formed(&self) -> bool {
         let t = self.threads();
-        TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
+        (TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
+            || (self.layout == 3 && WINDOW_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
             && BK.contains(&self.bk)
             && SPLIT.contains(&self.split)
             && LAYOUT.contains(&self.layout)
@@ -672,7 +673,10 @@ mod window_tests {
         ];
         let mut seen = 0;
         for shape in &shapes {
-            for v in Coop::space().into_iter().filter(|v| v.layout == 3) {
+            let by_name = WINDOW_TILES.iter().flat_map(|&(bm, bn, sgm, sgn)| {
+                [16, 32].map(|bk| Coop { bm, bn, bk, sgm, sgn, split: 1, layout: 3, splits: 1 })
+            });
+            for v in Coop::space().into_iter().filter(|v| v.layout == 3).chain(by_name) {
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
                 seen += 1;
