@@ -66,7 +66,8 @@ def designs(dtype, match=""):
             continue
         knobs = convtune.variant_knobs(name)
         # Split-K is for short grids, a matter of filling the GPU rather than of the design.
-        if knobs["family"] != "coop" or knobs["split"] != 1 or knobs["layout"] == 0 or knobs["splits"] > 1:
+        # (Layout 3 stages the input windows of kernels wider than 1x1: not a GEMM design.)
+        if knobs["family"] != "coop" or knobs["split"] != 1 or knobs["layout"] in (0, 3) or knobs["splits"] > 1:
             continue
         if knobs["layout"] == 2 and dtype != "float16":
             continue

@@ -183,9 +183,10 @@ impl KernelVariant for Coop {
     }
 
     /// Stores that move y's elements (pixel shuffle, a lowered transposed convolution) go
-    /// through `ystore` in the store step; the split-K finishing pass has no such store.
+    /// through `ystore` in the store step; the split-K finishing pass and the window tiles (layout
+    /// 3) store in place only.
     fn computes(&self, shape: &ConvShape) -> bool {
-        self.splits == 1 || !moves_y(shape)
+        (self.splits == 1 && self.layout != 3) || !moves_y(shape)
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -283,7 +284,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
     if v.layout >= 2 && !wide_x(shape) {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: layout 2 reads float16 NHWC x in place, 8 channels at a time (channels per group a multiple of 8)",
+            "variant {} cannot run on this shape: layouts 2 and 3 read float16 NHWC x in place, 8 channels at a time (channels per group a multiple of 8)",
             v.name()
         )));
     }
