@@ -51,6 +51,8 @@ impl Window {
                 Window { th, tw, pr: th + shape.r - 1, pc: tw + shape.s - 1, tiles_h, tiles_w }
             })
             .min_by_key(|w| (w.tiles_h * w.tiles_w, std::cmp::Reverse(w.tw)))
+            // The patch array holds the largest window's patch (`patch_capacity`).
+            .filter(|w| w.pr * w.pc <= patch_capacity(v))
     }
 
     /// Workgroups along the pixels: every image's tiles.
@@ -72,7 +74,7 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
     writeln!(s, "    const TW: i32 = {};\n    const PC: i32 = {};", w.tw, w.pc).unwrap();
     writeln!(s, "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};", w.tiles_h, w.tiles_w).unwrap();
     writeln!(s, "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch", w.pr * w.pc * v.bk / 8).unwrap();
-    writeln!(s, "    const NSTEPS: i32 = {};        // channel blocks x (r, s)", "CP / BK * R * S").unwrap();
+    s.push_str("    const NSTEPS: i32 = CP / BK * R * S;        // channel blocks x (r, s)\n");
     writeln!(s, "    let img = i32(m_block) / (TILES_H * TILES_W);").unwrap();
     writeln!(s, "    let oh0 = (i32(m_block) / TILES_W) % TILES_H * {};", w.th).unwrap();
     writeln!(s, "    let ow0 = i32(m_block) % TILES_W * TW;").unwrap();
