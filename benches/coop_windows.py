@@ -1,13 +1,15 @@
 """The tensor-core family's staged input windows (`_l3`) against its gathering tiles (`_l2`)
 on float16 NHWC 3x3 layers. GPU machines only.
 
-Usage: python benches/coop_windows.py [--reps 5] [--top 8] [--names v1,v2] [--json out.json]
+Usage: python benches/coop_windows.py [--reps 5] [--top 8] [--names v1,v2] [--float32] [--json out.json]
 
 Times the usual layout 2 winners and every layout 3 variant (`convtune.time_variant`,
 timestamp queries, median of --reps) on each layer and prints the fastest --top with
 TFLOP/s (the direct method's FLOPs) and their time over the best layout 2 tile's. --names
 adds variants outside the tuning space, e.g. the 4x4-grid window tiles
-`coop_b512x64x16_s8x1_p1_l3,coop_b256x64x16_s4x1_p1_l3`.
+`coop_b512x64x16_s8x1_p1_l3,coop_b256x64x16_s4x1_p1_l3`. --float32 runs float32 data in
+`precision="high"`: the layout 1 tiles the tuner offers against layouts 2 and 3 on the packed
+float16 copy a prologue writes (runnable by name, not tuned yet).
 """
 
 from __future__ import annotations
@@ -36,25 +38,33 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--names", default="", help="more variants to time, comma-separated")
+    ap.add_argument("--float32", action="store_true", help='float32 data, precision "high"')
     ap.add_argument("--json")
     args = ap.parse_args()
     windows = [v for v in convtune.variant_space()
                if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] == 3]
     windows += [v for v in args.names.split(",") if v]
+    dtype, base = ("float32", "_l1") if args.float32 else ("float16", "_l2")
+    gathering = [v.replace("_l2", base) for v in GATHERING]
+    if args.float32:
+        windows += GATHERING  # layout 2 on the packed copy
     out = {"adapter": convtune.adapter_info(), "rows": []}
     for label, (n, c, h, wd), w, pad in CONVS:
         flops = 2.0 * n * w[0] * h * wd * c * w[2] * w[3]
         timed = []
-        for v in GATHERING + windows:
+        for v in gathering + windows:
             try:
                 _, t = convtune.time_variant((n, h, wd, c), w, 1, pad, variant=v, reps=args.reps, warmup=2,
-                                             layout="NHWC", dtype="float16")
+                                             layout="NHWC", dtype=dtype, precision="high")
             except Exception:  # a tile this adapter or shape cannot take
                 continue
             timed.append((statistics.median(t) * 1e3, v))
         timed.sort()
-        best_l2 = min(ms for ms, v in timed if v.endswith("_l2"))
-        print(f"\n{label}  best layout 2: {best_l2:.4f} ms", flush=True)
+        if not any(v in gathering for _, v in timed):
+            print(f"\n{label}: no tensor-core variant ran on this adapter", flush=True)
+            continue
+        best_l2 = min(ms for ms, v in timed if v in gathering)
+        print(f"\n{label} ({dtype})  best {base[1:]}: {best_l2:.4f} ms", flush=True)
         for ms, v in timed[:args.top]:
             print(f"  {v:36s} {ms:8.4f} ms {flops / ms / 1e9:6.1f} TFLOP/s {ms / best_l2:5.2f}x", flush=True)
         out["rows"] += [{"conv": label, "variant": v, "ms": ms} for ms, v in timed]

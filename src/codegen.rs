@@ -19,6 +19,9 @@ pub struct Kernel {
     /// Workgroups of the module's `prologue` entry point, run before `main`. It fills the
     /// workspace buffers and, for a scaled kernel, computes the scales itself.
     pub prologue: Option<u64>,
+    /// With a prologue on a scaled kernel: the max-|x|, max-|w| pass runs first anyway, so
+    /// the prologue can write scaled copies (otherwise it computes the maxima itself).
+    pub prescale: bool,
     /// Bytes of the two workspace buffers (bindings 5 and 6) the prologue fills.
     pub workspace: [u64; 2],
     /// Workgroups of the module's `finish` entry point, run after `main` (split-K sums).
@@ -58,7 +61,7 @@ pub struct WeightPrep {
 impl Kernel {
     /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
     pub fn plain(source: String, workgroups: u64) -> Kernel {
-        Kernel { source, workgroups, scaled: false, prologue: None, workspace: [0, 0], finish: None, wprep: None, chunks: 1 }
+        Kernel { source, workgroups, scaled: false, prologue: None, prescale: false, workspace: [0, 0], finish: None, wprep: None, chunks: 1 }
     }
 }
 

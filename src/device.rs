@@ -58,6 +58,8 @@ pub struct Compiled {
     pub scaled: bool,
     /// The module's `prologue` entry point and its workgroups (`Kernel::prologue`).
     pub prologue: Option<(wgpu::ComputePipeline, u64)>,
+    /// The max pass runs before the prologue (`Kernel::prescale`).
+    pub prescale: bool,
     /// Bytes of the workspace buffers (`Kernel::workspace`).
     pub workspace: [u64; 2],
     /// The module's `finish` entry point and its workgroups (`Kernel::finish`).
@@ -645,6 +647,7 @@ impl Engine {
             workgroups: kernel.workgroups,
             scaled: kernel.scaled,
             prologue,
+            prescale: kernel.prescale,
             workspace: kernel.workspace,
             finish,
             wprep,

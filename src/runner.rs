@@ -279,7 +279,7 @@ pub(crate) fn encode(
         began = true;
     }
     if let (true, Some(words)) = (kernel.scaled, &b.words) {
-        if kernel.prologue.is_some() {
+        if kernel.prologue.is_some() && !kernel.prescale {
             encoder.clear_buffer(words, 0, Some(16));
         } else {
             let checker = engine.checker()?;

@@ -196,6 +196,8 @@ impl KernelVariant for Coop {
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
+            // Layouts 2 and 3 on float32 data (a packed float16 copy) are not measured on a
+            // GPU yet: runnable by name, not tuned.
             && (self.layout < 2 || wide_x(shape));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
@@ -282,9 +284,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             v.name()
         )));
     }
-    if v.layout >= 2 && !wide_x(shape) {
+    if v.layout >= 2 && !(wide_x(shape) || packs_f32(shape)) {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: layouts 2 and 3 read float16 NHWC x in place, 8 channels at a time (channels per group a multiple of 8)",
+            "variant {} cannot run on this shape: layouts 2 and 3 read float16 data 8 channels at a time, float16 NHWC x in place or a packed float16 copy of float32 x (channels per group a multiple of 8)",
             v.name()
         )));
     }
@@ -296,7 +298,17 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         )));
     }
     let window = window.filter(|_| v.layout == 3);
-    let in_place = reads_x_in_place(shape);
+    // float32 data on layouts 2 and 3: the prologue writes x and w as packed float16 copies,
+    // scaled by the max pass that runs before it.
+    let packed = v.layout >= 2 && shape.dtype == DType::F32;
+    if packed && v.splits > 1 {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape: split-K keeps its partials where float32 data's packed copy goes",
+            v.name()
+        )));
+    }
+    let x_vec4 = reads_x_in_place(shape);
+    let in_place = x_vec4 && !packed;
     let quads = pixel_quads(shape);
     let lean = Lean::of(v, shape);
     let dt = shape.dtype.wgsl();
@@ -402,7 +414,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let stage = stage_step(v, a_slots, b_slots, b_total < t);
     let steps = match window {
-        Some(_) => window_steps(v, &stage, &fetch),
+        Some(_) => window_steps(v, &stage, &fetch, if in_place { "x" } else { "xt" }),
         None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
     };
 
@@ -418,7 +430,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("BLOCKS", blocks.to_string()),
     ]);
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk());
+    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk(), packed);
     vars.extend(prologue_vars);
     let kl = if v.channels_last() { padded.krp } else { view.red as u64 };
     let ks = implicit::split_share(kl, v.splits, v.bk);
@@ -446,7 +458,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("CT", ct.to_string()),
         // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
         // leaves it to the partials alone.
-        ("XT_ELEM", if in_place { "vec4<f32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("XT_ELEM", if in_place { "vec4<f32>".to_string() } else if packed { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("SPLITS", v.splits.to_string()),
         ("KS", ks.to_string()),
         ("YLEN", shape.y_len().to_string()),
@@ -456,10 +468,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("WT_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else if in_place || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_AT", if v.layout >= 2 {
+        ("X_ELEM", if v.layout >= 2 && !packed { "vec4<u32>".to_string() } else if x_vec4 || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if v.layout >= 2 && !packed {
             "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
-        } else if in_place || quads {
+        } else if x_vec4 || quads {
             "    return f32(x[i / 4][i % 4]);"
         } else {
             "    return f32(x[i]);"
@@ -484,9 +496,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
     let mut kernel = Kernel::plain(render(Coop::TEMPLATE, &vars)?, blocks * v.splits as u64);
     kernel.scaled = scaled;
+    kernel.prescale = packed;
     if v.channels_last() {
         kernel.prologue = Some(prologue_blocks);
-        let bytes = shape.dtype.size();
+        // The copies' element size: float16 for float16 data and for the packed copies.
+        let bytes = if packed { 2 } else { shape.dtype.size() };
         let partials = if v.splits > 1 { v.splits as u64 * shape.y_len().div_ceil(4) * 16 } else { 0 };
         kernel.workspace = [x_copy * bytes + partials, padded.w_len(shape) * bytes];
     }
@@ -684,5 +698,40 @@ mod window_tests {
             }
         }
         assert!(seen > 20, "{seen} layout 3 kernels generated");
+    }
+}
+
+#[cfg(test)]
+mod packed_tests {
+    use super::*;
+    use crate::params::Padding;
+
+    /// float32 data on layouts 2 and 3: the prologue writes scaled packed float16 copies of
+    /// x (either layout) and w after the max pass (`prescale`), every such kernel passes naga,
+    /// and the tuner does not offer them yet.
+    #[test]
+    fn float32_data_runs_layouts_2_and_3_on_packed_copies() {
+        let nchw = ConvShape::new([2, 32, 13, 37], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24)).unwrap();
+        let nhwc = nchw.clone().with_layout(Layout::Nhwc);
+        let mut seen = 0;
+        for shape in [&nchw, &nhwc] {
+            for v in Coop::space().into_iter().filter(|v| v.layout >= 2 && v.splits == 1) {
+                let k = match v.generate(shape) {
+                    Ok(k) => k,
+                    Err(e) => panic!("{}: {e}", v.name()),
+                };
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+                assert!(k.scaled && k.prescale && k.prologue.is_some(), "{}", v.name());
+                assert_eq!(k.workspace, [2 * shape.x_len(), 2 * 24 * 32 * 9], "{}", v.name());
+                assert!(!v.suits(shape), "{}", v.name());
+                seen += 1;
+            }
+        }
+        assert!(seen > 40, "{seen}");
+        // Channels that are not whole runs of 8, and split-K, are refused.
+        let c12 = ConvShape::new([2, 12, 9, 9], [8, 12, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        let l2 = Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 2, splits: 1 };
+        assert!(l2.generate(&c12).is_err());
+        assert!(Coop { splits: 2, ..l2 }.generate(&nchw).is_err());
     }
 }

@@ -5,12 +5,15 @@ use crate::params::{ConvShape, Layout};
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32) -> (Vec<(&'static str, String)>, u64) {
+pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, packed: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
     let padded_vec4s = padded.x_len(shape) / 4;
     let (x_blocks, prologue_x) = match (shape.layout, in_place) {
+        // float32 data packed for layouts 2 and 3 (whole runs of 8 channels: no padding).
+        (Layout::Nhwc, _) if packed => ((shape.x_len() / 8).div_ceil(256), PROLOGUE_X_PACK),
+        (Layout::Nchw, _) if packed => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY_PACKED),
         // x read in place needs no pass of its own unless its scale is wanted.
         (Layout::Nhwc, true) if !scaled => (0, PROLOGUE_X_NONE),
         // A few workgroups striding over x: one vec4 per invocation made a 100 MB x pay a
@@ -27,7 +30,7 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
         ("X_BLOCKS", x_blocks.to_string()),
         ("W_BLOCKS", w_blocks.to_string()),
         ("WV", wv.to_string()),
-        ("WT_WRITE", if wv == 8 { WT_WRITE_PACKED } else { WT_WRITE }.to_string()),
+        ("WT_WRITE", if packed { WT_WRITE_PACKED_SCALED } else if wv == 8 { WT_WRITE_PACKED } else { WT_WRITE }.to_string()),
         ("W_AT", w_at.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
         ("PROLOGUE_X", prologue_x.to_string()),
@@ -44,6 +47,48 @@ pub(super) const WT_WRITE: &str = "            wt[i] = vec4<CT>(v);";
 pub(super) const WT_WRITE_PACKED: &str = r#"            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
                               w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
             wt[i] = vec4<u32>(pack2x16float(v.xy), pack2x16float(v.zw), pack2x16float(u.xy), pack2x16float(u.zw));"#;
+
+/// The same for float32 data, scaled as the max pass before the prologue says (its max
+/// below changes nothing: the pass's maxima are final).
+pub(super) const WT_WRITE_PACKED_SCALED: &str = r#"            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
+                              w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
+            let sw = ldexp(1.0, scale_exp(atomicLoad(&scales[1])));
+            wt[i] = vec4<u32>(pack2x16float(v.xy * sw), pack2x16float(v.zw * sw), pack2x16float(u.xy * sw), pack2x16float(u.zw * sw));"#;
+
+/// The prologue's x part for float32 NHWC x on layouts 2 and 3: 8 channels per invocation,
+/// scaled (the max pass ran before the prologue) and packed as float16.
+pub(super) const PROLOGUE_X_PACK: &str = r#"        let i = i32(block) * 256 + lid;
+        let sx = ldexp(1.0, scale_exp(atomicLoad(&scales[0])));
+        if (i < X_VEC4S / 2) {
+            let v = vec4<f32>(x_at(8 * i), x_at(8 * i + 1), x_at(8 * i + 2), x_at(8 * i + 3)) * sx;
+            let u = vec4<f32>(x_at(8 * i + 4), x_at(8 * i + 5), x_at(8 * i + 6), x_at(8 * i + 7)) * sx;
+            xt[i] = vec4<u32>(pack2x16float(v.xy), pack2x16float(v.zw), pack2x16float(u.xy), pack2x16float(u.zw));
+        }"#;
+
+/// The prologue's x part for float32 NCHW x on layouts 2 and 3: a 32-channel x 32-pixel
+/// tile through workgroup memory as `PROLOGUE_X_COPY`, scaled, written 8 channels of a
+/// pixel (16 bytes of packed float16) per invocation.
+pub(super) const PROLOGUE_X_COPY_PACKED: &str = r#"        let p0 = i32(block % P_TILES) * 32;
+        let c0 = i32((block / P_TILES) % C_TILES) * 32;
+        let n = i32(block / (P_TILES * C_TILES));
+        let sx = ldexp(1.0, scale_exp(atomicLoad(&scales[0])));
+        for (var i = 0; i < 4; i = i + 1) {
+            let cy = lid / 32 + 8 * i;
+            let p = p0 + lid % 32;
+            let cg = (c0 + cy) / CP;
+            let cc = (c0 + cy) % CP;
+            let ok = c0 + cy < CHP && cc < CG && p < HW;
+            tile[cy * 33 + lid % 32] = select(0.0, x_at(select(0, (n * CH + cg * CG + cc) * HW + p, ok)), ok) * sx;
+        }
+        workgroupBarrier();
+        let py = lid / 4;
+        let c8 = 8 * (lid % 4);
+        if (lid < 128 && p0 + py < HW && c0 + c8 < CHP) {
+            let t = c8 * 33 + py;
+            xt[((n * HW + p0 + py) * CHP + c0 + c8) / 8] = vec4<u32>(
+                pack2x16float(vec2<f32>(tile[t], tile[t + 33])), pack2x16float(vec2<f32>(tile[t + 66], tile[t + 99])),
+                pack2x16float(vec2<f32>(tile[t + 132], tile[t + 165])), pack2x16float(vec2<f32>(tile[t + 198], tile[t + 231])));
+        }"#;
 
 /// Workgroups of the prologue's max pass over x read in place, as in `check`'s.
 pub(super) const MAX_BLOCKS: u64 = 1024;

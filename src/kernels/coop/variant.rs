@@ -157,6 +157,12 @@ pub(super) fn wide_x(shape: &ConvShape) -> bool {
     shape.layout == Layout::Nhwc && shape.dtype == DType::F16 && shape.cg() % 8 == 0
 }
 
+/// float32 x whose groups' channels are whole runs of 8, in either layout: layouts 2 and 3
+/// read a packed float16 copy of it (scaled), 8 channels per gather.
+pub(super) fn packs_f32(shape: &ConvShape) -> bool {
+    shape.dtype == DType::F32 && shape.cg() % 8 == 0
+}
+
 /// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.
 pub(super) fn reads_x_in_place(shape: &ConvShape) -> bool {
     shape.layout == Layout::Nhwc && shape.cg() % 4 == 0

@@ -30,7 +30,7 @@ impl Window {
     /// channels are whole steps, stride and dilation 1, a window of at most 3 x 3, y stored
     /// in place.
     pub(super) fn of(v: &Coop, shape: &ConvShape) -> Option<Window> {
-        let takes = wide_x(shape)
+        let takes = (wide_x(shape) || packs_f32(shape))
             && shape.groups == 1
             && shape.cg() % v.bk == 0
             && shape.stride == (1, 1)
@@ -87,7 +87,7 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
 /// Layout 3's steps, over channel blocks and, within each, the kernel's (r, s): at a block's
 /// first step the patch is staged (zeros outside the image), then every step stages its
 /// weights and multiplies the patch read at the (r, s) offset, as the other layouts do.
-pub(super) fn window_steps(v: &Coop, stage_b: &str, fetch_b: &str) -> String {
+pub(super) fn window_steps(v: &Coop, stage_b: &str, fetch_b: &str, x_buf: &str) -> String {
     let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
     s.push_str("        let rs = t % (R * S);\n");
     s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
@@ -100,7 +100,7 @@ pub(super) fn window_steps(v: &Coop, stage_b: &str, fetch_b: &str) -> String {
     s.push_str("                let ih = oh0 - PH + pix / PC;\n");
     s.push_str("                let iw = ow0 - PW + pix % PC;\n");
     s.push_str("                let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;\n");
-    s.push_str("                let v = select(vec4<u32>(0u), x[select(0u, u32(((img * H + ih) * W + iw) * CHP + c0 + cc) >> 3u, ok)], ok);\n");
+    writeln!(s, "                let v = select(vec4<u32>(0u), {x_buf}[select(0u, u32(((img * H + ih) * W + iw) * CHP + c0 + cc) >> 3u, ok)], ok);").unwrap();
     s.push_str("                let at = (u32(pix) * LDA + u32(cc)) / 4u;\n");
     s.push_str("                a_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float(v.x)), vec2<f16>(unpack2x16float(v.y)));\n");
     s.push_str("                a_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float(v.z)), vec2<f16>(unpack2x16float(v.w)));\n");
