@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import reference_conv2d
+from reference import check_mode_bound, nhwc, reference_conv2d
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
@@ -156,6 +156,43 @@ def test_tensor_core_variant_computes_the_reference(variant):
         assert err <= _bound(variant), (variant, xs, ws, err)
         ran += 1
     assert ran >= 1, variant
+
+
+# float32 data on layouts 2 and 3: scaled, packed float16 copies of x and w written by the
+# prologue after the max pass. Runnable by name only (the tuner does not offer them yet).
+PACKED = [v for v in convtune.variant_space()
+          if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 2
+          and convtune.variant_knobs(v)["splits"] == 1][::3]
+PACKED_SHAPES = [
+    # x, w, padding, bias, x's scale, w's scale
+    ((2, 64, 20, 20), (64, 64, 3, 3), 1, True, 1.0, 1.0),
+    ((1, 32, 9, 70), (40, 32, 3, 2), 0, False, 1e12, 1e-25),  # the scaling at work
+    ((2, 16, 12, 10), (24, 16, 1, 1), 0, True, 1e-20, 1.0),
+]
+
+
+@needs_tc
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("variant", PACKED)
+def test_float32_data_on_packed_float16_copies(variant, layout):
+    rng = np.random.default_rng(abs(hash((variant, layout))) % 2**32)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    ran = 0
+    for xs, ws, pad, has_b, sx, sw in PACKED_SHAPES:
+        x = (rng.standard_normal(xs) * sx).astype(np.float32)
+        w = (rng.standard_normal(ws) * sw).astype(np.float32)
+        b = (rng.standard_normal(ws[0]) * sx * sw).astype(np.float32) if has_b else None
+        try:
+            got = convtune.conv2d(to(x), w, padding=pad, bias=b, layout=layout, variant=variant, precision="high")
+        except ValueError as e:
+            if "the adapter allows" in str(e):
+                pytest.skip(f"{variant} exceeds this adapter's workgroup memory: {e}")
+            assert "cannot run on this shape" in str(e), e
+            continue  # a window tile on channels its step does not divide
+        want = reference_conv2d(x, w, padding=pad, bias=b)
+        check_mode_bound(got, to(want), False, "high", f"{variant} {layout} {xs} {ws}")
+        ran += 1
+    assert ran >= 2, f"{variant} {layout} ran {ran} shapes"
 
 
 @needs_tc
