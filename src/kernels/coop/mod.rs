@@ -432,7 +432,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let padded = Padded::of(shape);
     let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk(), packed);
     vars.extend(prologue_vars);
-    let kl = if v.channels_last() { padded.krp } else { view.red as u64 };
+    let kl = if v.channels_last() { padded.krp } else { view.red };
     let ks = implicit::split_share(kl, v.splits, v.bk);
     let x_copy = if in_place { 0 } else { padded.x_len(shape) };
     // The partials' first vec4 in binding 5: after the x copy (f32 whenever a split runs).
