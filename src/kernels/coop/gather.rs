@@ -29,8 +29,7 @@ pub(super) fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
 pub(super) fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
     let mut s = String::new();
     let chunks_per_row = v.bk / v.a_chunk();
-    // Layout 2 holds each gather's 8 float16 values as the 16 bytes it loaded.
-    let reg = if v.layout >= 2 { "vec4<u32>" } else { "vec4<f32>" };
+    let (reg, _, _) = gather_register(v.layout);
     writeln!(s, "    let acol = lid % {chunks_per_row};").unwrap();
     for i in 0..a_slots {
         writeln!(s, "    let arow{i} = (lid + {}) / {chunks_per_row};", i * v.threads()).unwrap();
@@ -113,7 +112,7 @@ impl Lean {
 /// (no test at all when `ok` is empty). Layout 2 keeps the 16 bytes as loaded.
 pub(super) fn gather(s: &mut String, reg: &str, layout: u32, buf: &str, at: &str, chunk: u32, ok: &str) {
     let shift = chunk.trailing_zeros();
-    let (zero, load) = if layout >= 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
+    let (_, zero, load) = gather_register(layout);
     if ok.is_empty() {
         writeln!(s, "        {reg} = {load}({buf}[u32({at}) >> {shift}u]);").unwrap();
     } else {
@@ -126,7 +125,7 @@ pub(super) fn gather(s: &mut String, reg: &str, layout: u32, buf: &str, at: &str
 pub(super) fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape, x_buf: &str) {
     let chunk = v.a_chunk();
     let lean = Lean::of(v, shape);
-    let (zero, load) = if v.layout >= 2 { ("vec4<u32>(0u)", "") } else { ("vec4<f32>(0.0)", "vec4<f32>") };
+    let (_, zero, load) = gather_register(v.layout);
     writeln!(s, "    {{").unwrap();
     writeln!(s, "        let kr = k_next + {chunk} * acol;").unwrap();
     writeln!(s, "        let krs = kr / CP;").unwrap();

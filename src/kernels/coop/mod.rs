@@ -350,7 +350,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
         writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
         // Layout 2 holds each gather's 8 packed float16 values as the 16 bytes it loaded.
-        writeln!(s, "    var pb{i}: vec4<{}>;", if v.layout >= 2 { "u32" } else { "f32" }).unwrap();
+        writeln!(s, "    var pb{i}: {};", gather_register(v.layout).0).unwrap();
     }
     let mut acc = String::new();
     for i in 0..tm {

@@ -163,6 +163,13 @@ pub(super) fn packs_f32(shape: &ConvShape) -> bool {
     shape.dtype == DType::F32 && shape.cg() % 8 == 0
 }
 
+/// How a channels-last gather holds its 16 bytes until staged: layouts 2 and 3 keep the
+/// packed float16 as loaded, the others convert to f32. (register type, its zero, the
+/// conversion applied to a load.)
+pub(super) fn gather_register(layout: u32) -> (&'static str, &'static str, &'static str) {
+    if layout >= 2 { ("vec4<u32>", "vec4<u32>(0u)", "") } else { ("vec4<f32>", "vec4<f32>(0.0)", "vec4<f32>") }
+}
+
 /// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.
 pub(super) fn reads_x_in_place(shape: &ConvShape) -> bool {
     shape.layout == Layout::Nhwc && shape.cg() % 4 == 0
