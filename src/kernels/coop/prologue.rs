@@ -30,7 +30,7 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
         ("X_BLOCKS", x_blocks.to_string()),
         ("W_BLOCKS", w_blocks.to_string()),
         ("WV", wv.to_string()),
-        ("WT_WRITE", if packed { WT_WRITE_PACKED_SCALED } else if wv == 8 { WT_WRITE_PACKED } else { WT_WRITE }.to_string()),
+        ("WT_WRITE", if wv == 8 { wt_write_packed(packed) } else { WT_WRITE.to_string() }),
         ("W_AT", w_at.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
         ("PROLOGUE_X", prologue_x.to_string()),
@@ -42,18 +42,17 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
 /// The prologue's write of four channels of w's copy.
 pub(super) const WT_WRITE: &str = "            wt[i] = vec4<CT>(v);";
 
-/// Layout 2's: eight float16 channels packed into 16 bytes (float16 data is never scaled:
-/// the max below, of the first four, goes unused).
-pub(super) const WT_WRITE_PACKED: &str = r#"            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
+/// Layouts 2 and 3's: eight channels packed as float16 into 16 bytes. float16 data is never
+/// scaled (the max below, of the first four, goes unused); float32 data (`scaled`) is scaled
+/// as the max pass before the prologue says (the max below then changes nothing).
+fn wt_write_packed(scaled: bool) -> String {
+    let (sw, times) = if scaled { ("            let sw = ldexp(1.0, scale_exp(atomicLoad(&scales[1])));\n", " * sw") } else { ("", "") };
+    format!(
+        "            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
                               w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
-            wt[i] = vec4<u32>(pack2x16float(v.xy), pack2x16float(v.zw), pack2x16float(u.xy), pack2x16float(u.zw));"#;
-
-/// The same for float32 data, scaled as the max pass before the prologue says (its max
-/// below changes nothing: the pass's maxima are final).
-pub(super) const WT_WRITE_PACKED_SCALED: &str = r#"            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
-                              w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
-            let sw = ldexp(1.0, scale_exp(atomicLoad(&scales[1])));
-            wt[i] = vec4<u32>(pack2x16float(v.xy * sw), pack2x16float(v.zw * sw), pack2x16float(u.xy * sw), pack2x16float(u.zw * sw));"#;
+{sw}            wt[i] = vec4<u32>(pack2x16float(v.xy{times}), pack2x16float(v.zw{times}), pack2x16float(u.xy{times}), pack2x16float(u.zw{times}));"
+    )
+}
 
 /// The prologue's x part for float32 NHWC x on layouts 2 and 3: 8 channels per invocation,
 /// scaled (the max pass ran before the prologue) and packed as float16.
