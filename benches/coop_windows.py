@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import sys
 
 import convtune
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from coop_ceiling import time_ms  # noqa: E402
 
 # (label, x (N, C, H, W), w (K, C, R, S), padding)
 CONVS = [
@@ -53,12 +57,9 @@ def main():
         flops = 2.0 * n * w[0] * h * wd * c * w[2] * w[3]
         timed = []
         for v in gathering + windows:
-            try:
-                _, t = convtune.time_variant((n, h, wd, c), w, 1, pad, variant=v, reps=args.reps, warmup=2,
-                                             layout="NHWC", dtype=dtype, precision="high")
-            except Exception:  # a tile this adapter or shape cannot take
-                continue
-            timed.append((statistics.median(t) * 1e3, v))
+            ms, _ = time_ms((n, c, h, wd), w, 1, pad, 1, dtype, v, args.reps)
+            if ms is not None:  # else a tile this adapter or shape cannot take
+                timed.append((ms, v))
         timed.sort()
         if not any(v in gathering for _, v in timed):
             print(f"\n{label}: no tensor-core variant ran on this adapter", flush=True)
