@@ -6,8 +6,7 @@ Usage: python benches/coop_windows.py [--reps 5] [--top 8] [--names v1,v2] [--fl
 Times the usual layout 2 winners and every layout 3 variant (`convtune.time_variant`,
 timestamp queries, median of --reps) on each layer and prints the fastest --top with
 TFLOP/s (the direct method's FLOPs) and their time over the best layout 2 tile's. --names
-adds variants outside the tuning space, e.g. the 4x4-grid window tiles
-`coop_b512x64x16_s8x1_p1_l3,coop_b256x64x16_s4x1_p1_l3`. --float32 runs float32 data in
+adds variants to time (any of `convtune.variant_space()`, e.g. a layout 1 tile). --float32 runs float32 data in
 `precision="high"`: the layout 1 tiles the tuner offers against layouts 2 and 3 on the packed
 float16 copy a prologue writes (runnable by name, not tuned yet).
 """

@@ -24,8 +24,6 @@ BOUND = 4 * 2.0**-11
 FMA_VARIANTS = FMA_SAMPLE
 COOP_VARIANTS = [v for v in convtune.variant_space()
                  if v.startswith("coop_") and convtune.variant_knobs(v)["split"] == 1]
-# 4x4-grid window tiles on 64 channels: runnable by name, not in the tuning space yet.
-COOP_VARIANTS += ["coop_b512x64x16_s8x1_p1_l3", "coop_b256x64x16_s4x1_p1_l3", "coop_b256x64x32_s4x1_p1_l3"]
 
 CASES = [
     ((2, 8, 12, 11), (6, 8, 3, 3), dict(padding=1)),

@@ -159,7 +159,7 @@ def test_tensor_core_variant_computes_the_reference(variant):
 
 
 # float32 data on layouts 2 and 3: scaled, packed float16 copies of x and w written by the
-# prologue after the max pass. Runnable by name only (the tuner does not offer them yet).
+# prologue after the max pass; the tuner offers them for "high".
 PACKED = [v for v in convtune.variant_space()
           if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 2
           and convtune.variant_knobs(v)["splits"] == 1][::3]

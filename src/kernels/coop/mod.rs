@@ -89,7 +89,7 @@ impl Family for Coop {
         let mut out = Vec::new();
         for &layout in &LAYOUT {
             for &split in &SPLIT {
-                for &(bm, bn, sgm, sgn) in &TILES {
+                for &(bm, bn, sgm, sgn) in TILES.iter().chain(&WINDOW_TILES) {
                     for &bk in &BK {
                         for &splits in &SPLITS {
                             let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits };
@@ -138,7 +138,7 @@ impl KernelVariant for Coop {
     fn well_formed(&self) -> bool {
         let t = self.threads();
         (TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
-            || (self.layout == 3 && WINDOW_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
+            || (self.layout == 3 && self.bk == 16 && WINDOW_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
             && BK.contains(&self.bk)
             && SPLIT.contains(&self.split)
             && LAYOUT.contains(&self.layout)
@@ -196,9 +196,8 @@ impl KernelVariant for Coop {
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
-            // Layouts 2 and 3 on float32 data (a packed float16 copy) are not measured on a
-            // GPU yet: runnable by name, not tuned.
-            && (self.layout < 2 || wide_x(shape));
+            // Layouts 2 and 3 read float16 NHWC x in place, or float32 data's packed copy.
+            && (self.layout < 2 || wide_x(shape) || packs_f32(shape));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         // The window tile where its padding at image edges stays small.
@@ -222,7 +221,8 @@ impl KernelVariant for Coop {
         // that reads x and w once and writes them once.
         let (gather, prologue, padded) = if self.channels_last() {
             let p = Padded::of(shape);
-            let x_copied = if reads_x_in_place(shape) { 0 } else { p.x_len(shape) };
+            let packed = self.layout >= 2 && shape.dtype == DType::F32;
+            let x_copied = if reads_x_in_place(shape) && !packed { 0 } else { p.x_len(shape) };
             let copied = (x_copied + p.w_len(shape)) as f64;
             (GATHER_LOAD / self.a_chunk() as f64, PROLOGUE * copied, p.krp as f64 / view.red as f64)
         } else if pixel_quads(shape) {
@@ -418,7 +418,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
     };
 
-    let vec_y = stores_quads(shape);
+    // A window tile's four neighbouring NCHW pixels share an output row only where the rows
+    // are whole quads: elsewhere a quad would run into the next row (and off its alignment).
+    let vec_y = stores_quads(shape) && !(window.is_some() && shape.layout == Layout::Nchw && shape.ow() % 4 != 0);
     let store = store_step(v, shape, vec_y, window.is_some());
     let finish_store = finish_store(vec_y);
 
@@ -688,10 +690,7 @@ mod window_tests {
         ];
         let mut seen = 0;
         for shape in &shapes {
-            let by_name = WINDOW_TILES.iter().flat_map(|&(bm, bn, sgm, sgn)| {
-                [16, 32].map(|bk| Coop { bm, bn, bk, sgm, sgn, split: 1, layout: 3, splits: 1 })
-            });
-            for v in Coop::space().into_iter().filter(|v| v.layout == 3).chain(by_name) {
+            for v in Coop::space().into_iter().filter(|v| v.layout == 3) {
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
                 seen += 1;
@@ -708,12 +707,12 @@ mod packed_tests {
 
     /// float32 data on layouts 2 and 3: the prologue writes scaled packed float16 copies of
     /// x (either layout) and w after the max pass (`prescale`), every such kernel passes naga,
-    /// and the tuner does not offer them yet.
+    /// and the tuner offers them.
     #[test]
     fn float32_data_runs_layouts_2_and_3_on_packed_copies() {
         let nchw = ConvShape::new([2, 32, 13, 37], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24)).unwrap();
         let nhwc = nchw.clone().with_layout(Layout::Nhwc);
-        let mut seen = 0;
+        let (mut seen, mut offered) = (0, 0);
         for shape in [&nchw, &nhwc] {
             for v in Coop::space().into_iter().filter(|v| v.layout >= 2 && v.splits == 1) {
                 let k = match v.generate(shape) {
@@ -723,15 +722,29 @@ mod packed_tests {
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
                 assert!(k.scaled && k.prescale && k.prologue.is_some(), "{}", v.name());
                 assert_eq!(k.workspace, [2 * shape.x_len(), 2 * 24 * 32 * 9], "{}", v.name());
-                assert!(!v.suits(shape), "{}", v.name());
+                offered += v.suits(shape) as usize;
                 seen += 1;
             }
         }
         assert!(seen > 40, "{seen}");
+        assert!(offered > 10, "{offered} of {seen} offered");
         // Channels that are not whole runs of 8, and split-K, are refused.
         let c12 = ConvShape::new([2, 12, 9, 9], [8, 12, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         let l2 = Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 2, splits: 1 };
         assert!(l2.generate(&c12).is_err());
         assert!(Coop { splits: 2, ..l2 }.generate(&nchw).is_err());
+    }
+
+    /// A window tile stores NCHW y four pixels at a time only where output rows are whole
+    /// quads: 12 x 10 outputs (120 per image, whole quads) would otherwise write a row's last
+    /// two pixels over the next row's first two.
+    #[test]
+    fn window_tiles_store_nchw_quads_only_on_whole_rows() {
+        let l3 = Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 3, splits: 1 };
+        for (w, quads) in [(10, false), (12, true)] {
+            let shape = ConvShape::new([2, 16, 12, w], [24, 16, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, Some(24)).unwrap();
+            let k = l3.generate(&shape).unwrap();
+            assert_eq!(k.source.contains("y[yi / 4] = vec4"), quads, "width {w}");
+        }
     }
 }
