@@ -94,6 +94,7 @@ mod autotune;
 mod cache;
 mod check;
 mod codegen;
+mod compiling;
 mod device;
 mod dtype;
 mod encode;

@@ -5,6 +5,7 @@
 //! and each family's own cost estimate.
 
 use crate::check::Comparison;
+use crate::compiling::{worker_count, Compiler, StopOnDrop};
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::families::Families;
@@ -103,7 +104,7 @@ pub struct CandidateResult {
     /// Why it failed or was dropped (error message, measured error), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// Wall milliseconds its compilation took on its own thread (batches compile in
+    /// Wall milliseconds its compilation took on its own thread (candidates compile in
     /// parallel, so these add up to more than the compile phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile_ms: Option<f64>,
@@ -155,8 +156,8 @@ pub struct TuningPhases {
     /// Random inputs made and uploaded, the reference kernel compiled and run, the GPU
     /// brought to load clocks.
     pub setup_s: f64,
-    /// Waiting for candidates to compile (in parallel batches, on a GPU while the previous
-    /// batch is measured: wall time not hidden behind other work).
+    /// Waiting for candidates to compile (on a pool of threads, on a GPU while earlier
+    /// candidates are measured: wall time not hidden behind other work).
     pub compile_s: f64,
     /// Candidates run once on poisoned outputs and compared with the reference.
     pub validate_s: f64,
@@ -180,7 +181,6 @@ impl TuneReport {
     }
 }
 
-/// Knobs of a tuning run.
 /// Sustained load a GPU needs to reach its load clocks from idle: on an H200, 100 ms of load
 /// still timed 3-5x slow; half a second suffices.
 const GPU_SPIN_UP: Duration = Duration::from_millis(500);
@@ -189,6 +189,7 @@ const GPU_SPIN_UP: Duration = Duration::from_millis(500);
 /// Least and most busy time before each candidate's samples (see `DeviceTensors::settle`).
 const CANDIDATE_WARM_UP: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(300));
 
+/// Knobs of a tuning run.
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
     pub budget: Duration,
@@ -578,45 +579,6 @@ fn compile_guarded(engine: &Engine, c: &Candidate, shape: &ConvShape) -> (Result
     (r, t0.elapsed())
 }
 
-/// One batch's compilation: a thread per wanted candidate (shader compilation is CPU work
-/// the driver does per pipeline, and tuning time is mostly compile time).
-struct Compiling<'scope> {
-    handles: Vec<Option<std::thread::ScopedJoinHandle<'scope, (Result<Compiled>, Duration)>>>,
-}
-
-impl<'scope> Compiling<'scope> {
-    fn start<'env>(
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-        engine: &'env Engine,
-        batch: &[(usize, &'env Candidate)],
-        wanted: &[bool],
-        shape: &'env ConvShape,
-    ) -> Self {
-        let handles = batch
-            .iter()
-            .zip(wanted)
-            .map(|(&(_, c), &w)| w.then(|| scope.spawn(move || compile_guarded(engine, c, shape))))
-            .collect();
-        Compiling { handles }
-    }
-
-    fn finished(&self) -> bool {
-        self.handles.iter().flatten().all(|h| h.is_finished())
-    }
-
-    /// Per candidate of the batch: `None` where it was not wanted.
-    fn join(self) -> Vec<Option<(Result<Compiled>, Duration)>> {
-        self.handles
-            .into_iter()
-            .map(|h| {
-                h.map(|h| {
-                    h.join().unwrap_or_else(|_| (Err(Error::Gpu("the compile thread panicked".into())), Duration::ZERO))
-                })
-            })
-            .collect()
-    }
-}
-
 /// The size of a candidate's WGSL: what its compile time grows with. 0 where it cannot be
 /// generated (or the generator panics): compiling it then records why.
 fn source_bytes(c: &Candidate, shape: &ConvShape) -> usize {
@@ -634,9 +596,6 @@ fn overlap_compiles(on_gpu: bool) -> bool {
         _ => on_gpu,
     }
 }
-
-/// Candidates compiled together, so the GPU runs a batch back to back.
-const COMPILE_BATCH: usize = 8;
 
 /// While a GPU waits for the CPU (compiling), the reference kernel keeps it at load clocks,
 /// so the next candidates are not timed at idle clocks.
@@ -693,31 +652,28 @@ pub fn tune(
     let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty())?;
     let on_gpu = engine.desc.device_type != "Cpu";
     let overlap = overlap_compiles(on_gpu);
-    let indexed: Vec<(usize, &Candidate)> = order.iter().enumerate().collect();
-    let batches: Vec<&[(usize, &Candidate)]> = indexed.chunks(COMPILE_BATCH).collect();
     // A candidate is compiled while it can be expected to compile within the budget, at the
     // slowest rate per byte of WGSL seen so far (compile time grows with the unrolled code:
-    // 40 ms to 2.7 s per candidate on the H100); the must-time candidates always are.
-    let wanted = |batch: &[(usize, &Candidate)], rate: Option<f64>| -> Vec<bool> {
-        batch
-            .iter()
-            .map(|&(_, c)| {
-                let left = opts.budget.as_secs_f64() - start.elapsed().as_secs_f64();
-                // Past the budget nothing is generated: hundreds of candidates are skipped.
-                c.must || (left >= 0.0 && rate.is_none_or(|r| r * source_bytes(c, shape) as f64 <= left))
-            })
-            .collect()
+    // 5 ms to 1.5 s per candidate on an H200); the must-time candidates always are.
+    let want = |i: usize, rate: Option<f64>| -> bool {
+        let c = &order[i];
+        let left = opts.budget.as_secs_f64() - start.elapsed().as_secs_f64();
+        // Past the budget nothing is generated: hundreds of candidates are skipped.
+        c.must || (left >= 0.0 && rate.is_none_or(|r| r * source_bytes(c, shape) as f64 <= left))
     };
-    let mut rate: Option<f64> = None;
+    let compile = |i: usize| compile_guarded(engine, &order[i], shape);
     let total = order.len();
+    let compiler = Compiler::new(total, worker_count(), overlap);
     let mut results = Vec::with_capacity(total);
     let mut best: Option<(usize, f64)> = None;
     let mut compiling = Duration::ZERO;
     let (setup, validating, timing) = std::thread::scope(|scope| -> Result<(Duration, Duration, Duration)> {
-        // Each batch compiles while the one before is measured, the first while the inputs
-        // and the reference are set up (see `overlap_compiles`).
-        let mut pending =
-            overlap.then(|| Compiling::start(scope, engine, batches[0], &wanted(batches[0], None), shape));
+        // With overlap the workers start at once: the first candidates compile while the
+        // inputs and the reference are set up and the GPU spins up.
+        for _ in 0..compiler.threads() {
+            scope.spawn(|| compiler.run_worker(want, compile));
+        }
+        let _stop = StopOnDrop(&compiler);
         let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
         let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors)?;
         if on_gpu {
@@ -735,41 +691,27 @@ pub fn tune(
             timing: Duration::ZERO,
         };
         let setup = start.elapsed();
-        for (b, batch) in batches.iter().enumerate() {
+        for (i, c) in order.iter().enumerate() {
             let t0 = Instant::now();
-            let batch_compile = match pending.take() {
-                Some(c) => c,
-                None => Compiling::start(scope, engine, batch, &wanted(batch, rate), shape),
+            let built = {
+                // While the CPU compiles, the reference kernel keeps a GPU at load clocks.
+                let mut busy = || bench.tensors.settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP);
+                compiler.take(i, on_gpu.then_some(&mut busy as &mut dyn FnMut() -> Result<()>))?
             };
-            while on_gpu && !batch_compile.finished() {
-                bench.tensors.settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP)?;
-            }
-            let compiled = batch_compile.join();
             compiling += t0.elapsed();
-            for (k, took) in compiled.iter().flatten() {
-                if let Ok(k) = k {
-                    let r = took.as_secs_f64() / k.source_bytes.max(1) as f64;
-                    rate = Some(rate.map_or(r, |old: f64| old.max(r)));
+            let Some((k, took)) = built else {
+                results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
+                continue;
+            };
+            progress(&Progress { done: i, total, name: &c.name() })?;
+            let mut r = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
+            r.compile_ms = Some(took.as_secs_f64() * 1e3);
+            if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
+                if best.is_none_or(|(_, b)| ms < b) {
+                    best = Some((i, ms));
                 }
             }
-            if let (true, Some(next)) = (overlap, batches.get(b + 1)) {
-                pending = Some(Compiling::start(scope, engine, next, &wanted(next, rate), shape));
-            }
-            for (&(i, c), k) in batch.iter().zip(compiled) {
-                let Some((k, took)) = k else {
-                    results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
-                    continue;
-                };
-                progress(&Progress { done: i, total, name: &c.name() })?;
-                let mut r = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
-                r.compile_ms = Some(took.as_secs_f64() * 1e3);
-                if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
-                    if best.is_none_or(|(_, b)| ms < b) {
-                        best = Some((i, ms));
-                    }
-                }
-                results.push(r);
-            }
+            results.push(r);
         }
         Ok((setup, bench.validating, bench.timing))
     })?;

@@ -799,9 +799,9 @@ def tune(
             with ``.shape``).
         stride, padding, dilation, groups: as for ``conv2d``.
         bias: whether the calls have a bias (``True``, its length, or the bias array).
-        budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 1. Candidates compile in
-            batches, and a batch starts only if it can be expected to compile within the
-            budget; the default variant and the few top-ranked candidates are timed even past
+        budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 1. Candidates compile on
+            a pool of threads, and one starts only if it can be expected to compile within
+            the budget; the default variant and the few top-ranked candidates are timed even past
             it.
         force: tune again even if the cache has the shape.
         precision: the precision mode to tune for (see ``conv2d``); each mode has its own

@@ -196,8 +196,9 @@ impl KernelVariant for Coop {
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
-            // Layouts 2 and 3 read float16 NHWC x in place, or float32 data's packed copy.
-            && (self.layout < 2 || wide_x(shape) || packs_f32(shape));
+            // Layouts 2 and 3 read float16 NHWC x in place, or float32 data's packed copy
+            // (unsplit: split-K's partials go where that copy is).
+            && (self.layout < 2 || wide_x(shape) || (packs_f32(shape) && self.splits == 1));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         // The window tile where its padding at image edges stays small.

@@ -1,0 +1,221 @@
+//! Compiling tuning candidates on a pool of threads while the GPU times the ones before.
+//!
+//! Shader compilation is CPU work the driver does per pipeline (5 ms to 1.5 s per candidate
+//! on an H200), and tuning time is mostly compile time. Workers take candidates in ranked
+//! order as soon as one is free, so one slow compile holds up only its own thread, not a
+//! whole batch.
+
+use crate::device::Compiled;
+use crate::error::{Error, Result};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A compiled candidate and how long its compilation took on its own thread.
+pub type Built = (Result<Compiled>, Duration);
+
+enum Slot {
+    Pending,
+    /// Not compiled: the budget did not allow it.
+    Skipped,
+    Done(Built),
+    Taken,
+}
+
+struct State {
+    /// The next candidate a worker takes.
+    next: usize,
+    /// Workers take candidates below this index only (see `Compiler::take`).
+    allowed: usize,
+    slots: Vec<Slot>,
+    /// The slowest compile seen, in seconds per byte of WGSL.
+    rate: Option<f64>,
+    stop: bool,
+}
+
+/// The shared state of one tuning run's compile workers.
+pub struct Compiler {
+    state: Mutex<State>,
+    changed: Condvar,
+    threads: usize,
+    overlap: bool,
+}
+
+impl Compiler {
+    /// `n` candidates compiled by `threads` workers (`run_worker`). With `overlap`, workers
+    /// run ahead of the timing; without, a batch of `threads` compiles only while nothing is
+    /// timed (a CPU adapter: compile threads would compete with the device for the cores).
+    pub fn new(n: usize, threads: usize, overlap: bool) -> Self {
+        let threads = threads.max(1);
+        Compiler {
+            state: Mutex::new(State {
+                next: 0,
+                allowed: if overlap { usize::MAX } else { 0 },
+                slots: (0..n).map(|_| Slot::Pending).collect(),
+                rate: None,
+                stop: false,
+            }),
+            changed: Condvar::new(),
+            threads,
+            overlap,
+        }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One worker's loop: compiles the next candidate that `want` (given the slowest rate
+    /// so far) agrees to, until every candidate is taken or `stop`.
+    pub fn run_worker(&self, want: impl Fn(usize, Option<f64>) -> bool, compile: impl Fn(usize) -> Built) {
+        loop {
+            let (i, rate) = {
+                let mut s = self.lock();
+                loop {
+                    if s.stop || s.next >= s.slots.len() {
+                        return;
+                    }
+                    if s.next < s.allowed {
+                        break;
+                    }
+                    s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+                s.next += 1;
+                (s.next - 1, s.rate)
+            };
+            let built = want(i, rate).then(|| compile(i));
+            let mut s = self.lock();
+            if let Some((Ok(k), took)) = &built {
+                let r = took.as_secs_f64() / k.source_bytes.max(1) as f64;
+                s.rate = Some(s.rate.map_or(r, |old| old.max(r)));
+            }
+            s.slots[i] = built.map_or(Slot::Skipped, Slot::Done);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Candidate `i`, once compiled (`None`: skipped for the budget). Without overlap, a
+    /// candidate not yet started opens the next batch and waits for all of it. While it
+    /// waits, `idle` runs (a GPU kept at load clocks) when given; an error from it ends
+    /// the wait.
+    pub fn take(&self, i: usize, mut idle: Option<&mut dyn FnMut() -> Result<()>>) -> Result<Option<Built>> {
+        let mut s = self.lock();
+        if !self.overlap && s.next <= i {
+            s.allowed = (i + self.threads).min(s.slots.len());
+            self.changed.notify_all();
+        }
+        let end = if self.overlap { i + 1 } else { s.allowed.max(i + 1) };
+        loop {
+            if s.slots[i..end].iter().all(|slot| !matches!(slot, Slot::Pending)) {
+                break;
+            }
+            match idle.as_mut() {
+                Some(f) => {
+                    drop(s);
+                    f()?;
+                    s = self.lock();
+                }
+                None => s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner()),
+            }
+        }
+        match std::mem::replace(&mut s.slots[i], Slot::Taken) {
+            Slot::Done(built) => Ok(Some(built)),
+            Slot::Skipped => Ok(None),
+            Slot::Pending | Slot::Taken => Err(Error::Gpu(format!("tuning candidate {i} taken twice"))),
+        }
+    }
+
+    /// Workers finish the compile in hand and take no more.
+    pub fn stop(&self) {
+        self.lock().stop = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Stops the workers when dropped: on every way out of a tuning run, so that the scope
+/// joining them does not wait for the rest of the candidates.
+pub struct StopOnDrop<'a>(pub &'a Compiler);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// Compile workers for a tuning run: one per core, at most 16 (beyond, the driver's
+/// compiles contend), at least 2.
+pub fn worker_count() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every candidate comes back in order, compiled or skipped as `want` says, whatever the
+    /// threads and overlap, and a slow compile does not hold up the others' workers.
+    #[test]
+    fn candidates_come_back_in_order() {
+        for overlap in [true, false] {
+            let c = Compiler::new(23, 4, overlap);
+            let order = Mutex::new(Vec::new());
+            let got = std::thread::scope(|scope| {
+                for _ in 0..c.threads() {
+                    scope.spawn(|| {
+                        c.run_worker(
+                            |i, _| i % 5 != 3,
+                            |i| {
+                                std::thread::sleep(Duration::from_millis(if i == 1 { 60 } else { 2 }));
+                                order.lock().unwrap().push(i);
+                                (Err(Error::Gpu(format!("{i}"))), Duration::from_millis(1))
+                            },
+                        )
+                    });
+                }
+                let _stop = StopOnDrop(&c);
+                (0..23)
+                    .map(|i| c.take(i, None).unwrap().map(|(r, _)| r.err().unwrap().to_string()))
+                    .collect::<Vec<_>>()
+            });
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(g.is_none(), i % 5 == 3, "{i}");
+                if let Some(msg) = g {
+                    assert!(msg.ends_with(&format!("{i}")), "{msg}");
+                }
+            }
+            if overlap {
+                // Candidate 1's slow compile finished after later ones.
+                let order = order.lock().unwrap();
+                let at = order.iter().position(|&i| i == 1).unwrap();
+                assert!(at > 1, "{order:?}");
+            }
+        }
+    }
+
+    /// Stopping ends the workers without compiling the rest.
+    #[test]
+    fn stop_ends_the_workers() {
+        let c = Compiler::new(1000, 2, true);
+        let compiled = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    c.run_worker(
+                        |_, _| true,
+                        |_| {
+                            compiled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(1));
+                            (Err(Error::Gpu("x".into())), Duration::ZERO)
+                        },
+                    )
+                });
+            }
+            let _stop = StopOnDrop(&c);
+            c.take(0, None).unwrap();
+        });
+        assert!(compiled.load(std::sync::atomic::Ordering::SeqCst) < 1000);
+    }
+}
