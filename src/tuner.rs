@@ -16,6 +16,7 @@ use crate::runner::{median, DeviceTensors};
 use crate::kernels::{self, direct::Direct, Caps, Variant};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Default tuning budget per shape. On the H100 (FMA families, public suite) 1 s found
@@ -655,9 +656,13 @@ pub fn tune(
     // A candidate is compiled while it can be expected to compile within the budget, at the
     // slowest rate per byte of WGSL seen so far (compile time grows with the unrolled code:
     // 5 ms to 1.5 s per candidate on an H200); the must-time candidates always are.
+    // The budget is for candidates: its clock starts when the set-up (inputs, reference,
+    // GPU spin-up) is done, and until then it is all left.
+    let clock: OnceLock<Instant> = OnceLock::new();
+    let spent = || clock.get().map_or(Duration::ZERO, |t| t.elapsed());
     let want = |i: usize, rate: Option<f64>| -> bool {
         let c = &order[i];
-        let left = opts.budget.as_secs_f64() - start.elapsed().as_secs_f64();
+        let left = opts.budget.as_secs_f64() - spent().as_secs_f64();
         // Past the budget nothing is generated: hundreds of candidates are skipped.
         c.must || (left >= 0.0 && rate.is_none_or(|r| r * source_bytes(c, shape) as f64 <= left))
     };
@@ -691,7 +696,14 @@ pub fn tune(
             timing: Duration::ZERO,
         };
         let setup = start.elapsed();
+        let _ = clock.set(Instant::now());
         for (i, c) in order.iter().enumerate() {
+            // Past the budget only the must-time candidates are still validated and timed
+            // (each costs runs of its own: a quarter second on a large layer).
+            if !c.must && spent() > opts.budget {
+                results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
+                continue;
+            }
             let t0 = Instant::now();
             let built = {
                 // While the CPU compiles, the reference kernel keeps a GPU at load clocks.

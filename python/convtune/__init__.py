@@ -799,9 +799,10 @@ def tune(
             with ``.shape``).
         stride, padding, dilation, groups: as for ``conv2d``.
         bias: whether the calls have a bias (``True``, its length, or the bias array).
-        budget: seconds to spend; default ``CONVTUNE_TUNE_BUDGET`` or 1. Candidates compile on
-            a pool of threads, and one starts only if it can be expected to compile within
-            the budget; the default variant and the few top-ranked candidates are timed even past
+        budget: seconds to spend compiling and timing candidates, after the set-up (inputs,
+            reference run, GPU spin-up); default ``CONVTUNE_TUNE_BUDGET`` or 1. Candidates
+            compile on a pool of threads, and one starts only if it can be expected to
+            compile within the budget; the default variant and the few top-ranked candidates are timed even past
             it.
         force: tune again even if the cache has the shape.
         precision: the precision mode to tune for (see ``conv2d``); each mode has its own
