@@ -8,7 +8,7 @@
 //! long on an H200 (the submitting thread starved, the GPU idled between runs).
 
 use crate::device::Compiled;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -101,23 +101,34 @@ impl Compiler {
         }
     }
 
-    /// Candidate `i`, once compiled (`None`: skipped for the budget). Without overlap, a
-    /// candidate not yet started opens the next batch and waits for all of it. While it
-    /// waits, `idle` runs (a GPU kept at load clocks) when given; an error from it ends
-    /// the wait.
-    pub fn take(&self, i: usize, mut idle: Option<&mut dyn FnMut() -> Result<()>>) -> Result<Option<Built>> {
+    /// The next candidate to time: the first in ranked order that is compiled (or skipped
+    /// for the budget: `None`), so that a slow compile holds up neither the workers nor the
+    /// timing. Without overlap, a batch of `threads` opens once every candidate before it is
+    /// taken and is handed out only when all of it is compiled. `Ok(None)` once every
+    /// candidate is taken. While it waits, `idle` runs (a GPU kept at load clocks) when
+    /// given; an error from it ends the wait.
+    pub fn next(&self, mut idle: Option<&mut dyn FnMut() -> Result<()>>) -> Result<Option<(usize, Option<Built>)>> {
         let mut s = self.lock();
-        if self.overlap {
-            s.allowed = s.allowed.max(i + LOOKAHEAD * self.threads);
-            self.changed.notify_all();
-        } else if s.next <= i {
-            s.allowed = (i + self.threads).min(s.slots.len());
-            self.changed.notify_all();
-        }
-        let end = if self.overlap { i + 1 } else { s.allowed.max(i + 1) };
         loop {
-            if s.slots[i..end].iter().all(|slot| !matches!(slot, Slot::Pending)) {
-                break;
+            let Some(first) = s.slots.iter().position(|slot| !matches!(slot, Slot::Taken)) else {
+                return Ok(None);
+            };
+            let n = s.slots.len();
+            if self.overlap && s.allowed < first + LOOKAHEAD * self.threads {
+                s.allowed = first + LOOKAHEAD * self.threads;
+                self.changed.notify_all();
+            } else if !self.overlap && first >= s.allowed {
+                s.allowed = (first + self.threads).min(n);
+                self.changed.notify_all();
+            }
+            let handed_out = self.overlap || s.slots[..s.allowed.min(n)].iter().all(|slot| !matches!(slot, Slot::Pending));
+            if handed_out {
+                if let Some(i) = s.slots.iter().position(|slot| matches!(slot, Slot::Done(_) | Slot::Skipped)) {
+                    return Ok(Some(match std::mem::replace(&mut s.slots[i], Slot::Taken) {
+                        Slot::Done(built) => (i, Some(built)),
+                        _ => (i, None),
+                    }));
+                }
             }
             match idle.as_mut() {
                 Some(f) => {
@@ -127,11 +138,6 @@ impl Compiler {
                 }
                 None => s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner()),
             }
-        }
-        match std::mem::replace(&mut s.slots[i], Slot::Taken) {
-            Slot::Done(built) => Ok(Some(built)),
-            Slot::Skipped => Ok(None),
-            Slot::Pending | Slot::Taken => Err(Error::Gpu(format!("tuning candidate {i} taken twice"))),
         }
     }
 
@@ -175,9 +181,11 @@ fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
-    /// Every candidate comes back in order, compiled or skipped as `want` says, whatever the
-    /// threads and overlap, and a slow compile does not hold up the others' workers.
+    /// Every candidate comes back once, compiled or skipped as `want` says, whatever the
+    /// threads and overlap; a slow compile holds up neither the other workers nor the
+    /// candidates after it (with overlap), and without overlap batches come back whole.
     #[test]
     fn candidates_come_back_in_order() {
         for overlap in [true, false] {
@@ -197,21 +205,29 @@ mod tests {
                     });
                 }
                 let _stop = StopOnDrop(&c);
-                (0..23)
-                    .map(|i| c.take(i, None).unwrap().map(|(r, _)| r.err().unwrap().to_string()))
-                    .collect::<Vec<_>>()
+                let mut got = Vec::new();
+                while let Some((i, built)) = c.next(None).unwrap() {
+                    got.push((i, built.map(|(r, _)| r.err().unwrap().to_string())));
+                }
+                got
             });
-            for (i, g) in got.iter().enumerate() {
+            let mut seen: Vec<usize> = got.iter().map(|g| g.0).collect();
+            let handed = seen.clone();
+            seen.sort();
+            assert_eq!(seen, (0..23).collect::<Vec<_>>());
+            for (i, g) in &got {
                 assert_eq!(g.is_none(), i % 5 == 3, "{i}");
                 if let Some(msg) = g {
                     assert!(msg.ends_with(&format!("{i}")), "{msg}");
                 }
             }
+            let at = handed.iter().position(|&i| i == 1).unwrap();
             if overlap {
-                // Candidate 1's slow compile finished after later ones.
-                let order = order.lock().unwrap();
-                let at = order.iter().position(|&i| i == 1).unwrap();
-                assert!(at > 1, "{order:?}");
+                // Candidate 1's slow compile came back after later ones.
+                assert!(at > 1, "{handed:?}");
+            } else {
+                // The first batch (0..4) comes back whole and in order.
+                assert_eq!(&handed[..4], &[0, 1, 2, 3], "{handed:?}");
             }
         }
     }
@@ -235,7 +251,7 @@ mod tests {
                 });
             }
             let _stop = StopOnDrop(&c);
-            c.take(0, None).unwrap();
+            c.next(None).unwrap();
         });
         assert!(compiled.load(std::sync::atomic::Ordering::SeqCst) < 1000);
     }

@@ -669,7 +669,7 @@ pub fn tune(
     let compile = |i: usize| compile_guarded(engine, &order[i], shape);
     let total = order.len();
     let compiler = Compiler::new(total, worker_count(), overlap);
-    let mut results = Vec::with_capacity(total);
+    let mut measured: Vec<Option<CandidateResult>> = (0..total).map(|_| None).collect();
     let mut best: Option<(usize, f64)> = None;
     let mut compiling = Duration::ZERO;
     let (setup, validating, timing) = std::thread::scope(|scope| -> Result<(Duration, Duration, Duration)> {
@@ -697,25 +697,24 @@ pub fn tune(
         };
         let setup = start.elapsed();
         let _ = clock.set(Instant::now());
-        for (i, c) in order.iter().enumerate() {
-            // Past the budget only the must-time candidates are still validated and timed
-            // (each costs runs of its own: a quarter second on a large layer).
-            if !c.must && spent() > opts.budget {
-                results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
-                continue;
-            }
+        // Candidates are timed as they come out of the compile pool (ranked order where
+        // compiles keep up); past the budget only the must-time ones still are.
+        let musts = order.iter().filter(|c| c.must).count();
+        let (mut musts_seen, mut done) = (0, 0);
+        while spent() <= opts.budget || musts_seen < musts {
             let t0 = Instant::now();
-            let built = {
+            let next = {
                 // While the CPU compiles, the reference kernel keeps a GPU at load clocks.
                 let mut busy = || bench.tensors.settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP);
-                compiler.take(i, on_gpu.then_some(&mut busy as &mut dyn FnMut() -> Result<()>))?
+                compiler.next(on_gpu.then_some(&mut busy as &mut dyn FnMut() -> Result<()>))?
             };
             compiling += t0.elapsed();
-            let Some((k, took)) = built else {
-                results.push(CandidateResult::new(c.name(), Status::SkippedBudget));
-                continue;
-            };
-            progress(&Progress { done: i, total, name: &c.name() })?;
+            let Some((i, built)) = next else { break };
+            let c = &order[i];
+            musts_seen += c.must as usize;
+            let Some((k, took)) = built.filter(|_| c.must || spent() <= opts.budget) else { continue };
+            progress(&Progress { done, total, name: &c.name() })?;
+            done += 1;
             let mut r = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
             r.compile_ms = Some(took.as_secs_f64() * 1e3);
             if let (Status::Ok, Some(ms), false) = (r.status, r.median_ms, c.faulty) {
@@ -723,11 +722,17 @@ pub fn tune(
                     best = Some((i, ms));
                 }
             }
-            results.push(r);
+            measured[i] = Some(r);
         }
         Ok((setup, bench.validating, bench.timing))
     })?;
     progress(&Progress { done: total, total, name: "" })?;
+    // In ranked order; what was not timed was skipped for the budget.
+    let results: Vec<CandidateResult> = measured
+        .into_iter()
+        .zip(&order)
+        .map(|(r, c)| r.unwrap_or_else(|| CandidateResult::new(c.name(), Status::SkippedBudget)))
+        .collect();
 
     let default = order[0].variant;
     let winner = match best {

@@ -120,7 +120,9 @@ def test_compiling_the_next_batch_while_timing_gives_a_sound_report(tuning_env, 
         else:
             assert c["compile_ms"] > 0, c
     measured = [c["name"] for c in cands if c["status"] != "skipped (budget)"]
-    assert [c[2] for c in calls[:-1]] == measured and len(measured) < len(cands)
+    # Progress names each timed candidate once (in the order compiles finish, ranked order
+    # where they keep up).
+    assert sorted(c[2] for c in calls[:-1]) == sorted(measured) and len(measured) < len(cands)
     assert sum(d["phases"].values()) == pytest.approx(d["tuning_s"], rel=0.02, abs=2e-3)
     check_conv2d(SMALL)
 
