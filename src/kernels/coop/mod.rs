@@ -415,7 +415,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let stage = stage_step(v, a_slots, b_slots, b_total < t);
     let steps = match window {
-        Some(_) => window_steps(v, &stage, &fetch, if in_place { "x" } else { "xt" }),
+        Some(w) => window_steps(v, &w, &stage, &fetch, if in_place { "x" } else { "xt" }),
         None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
     };
 

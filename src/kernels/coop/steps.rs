@@ -59,9 +59,15 @@ pub(super) fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) 
 pub(super) fn stage_packed(s: &mut String, tile: &str, reg: &str, at: &str) {
     writeln!(s, "        {{").unwrap();
     writeln!(s, "            let at = {at};").unwrap();
-    writeln!(s, "            {tile}_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
-    writeln!(s, "            {tile}_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
+    unpack_at(s, "            ", tile, reg);
     writeln!(s, "        }}").unwrap();
+}
+
+/// The stores of 8 packed float16 values (`reg`, four u32s) as two vec4s of a staged tile
+/// from vec4 `at` on.
+pub(super) fn unpack_at(s: &mut String, ind: &str, tile: &str, reg: &str) {
+    writeln!(s, "{ind}{tile}_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
+    writeln!(s, "{ind}{tile}_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
 }
 
 /// One k-step's products: per 16-term slice, the subgroup's A and B tiles loaded from
