@@ -158,11 +158,14 @@ def test_tensor_core_variant_computes_the_reference(variant):
     assert ran >= 1, variant
 
 
-# float32 data on layouts 2 and 3: scaled, packed float16 copies of x and w written by the
-# prologue after the max pass; the tuner offers them for "high".
-PACKED = [v for v in convtune.variant_space()
-          if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 2
-          and convtune.variant_knobs(v)["splits"] == 1][::3]
+# float32 data on layouts 2 and 3: w's scaled, packed float16 copy written by the prologue
+# after the max pass, and x's (layout 2) or x read in place, scaled and packed as the window
+# tiles load it (layout 3); the tuner offers them for "high". Every window tile, every third
+# layout 2 tile.
+_UNSPLIT = [v for v in convtune.variant_space()
+            if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1]
+PACKED = ([v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] == 3]
+          + [v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] == 2][::3])
 PACKED_SHAPES = [
     # x, w, padding, bias, x's scale, w's scale
     ((2, 64, 20, 20), (64, 64, 3, 3), 1, True, 1.0, 1.0),

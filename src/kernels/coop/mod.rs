@@ -28,7 +28,7 @@ use steps::{inner_product, stage_step, steps};
 use store::{finish_store, store_step};
 pub use variant::{Coop, SUBGROUP};
 use variant::*;
-use window::{window_setup, window_steps, Window, WINDOW_WASTE};
+use window::{window_setup, window_steps, PatchSource, Window, WINDOW_WASTE};
 
 
 /// A tensor-core multiply-add relative to a scalar FMA, per multiply-add it performs.
@@ -222,8 +222,13 @@ impl KernelVariant for Coop {
         // that reads x and w once and writes them once.
         let (gather, prologue, padded) = if self.channels_last() {
             let p = Padded::of(shape);
-            let packed = self.layout >= 2 && shape.dtype == DType::F32;
-            let x_copied = if reads_x_in_place(shape) && !packed { 0 } else { p.x_len(shape) };
+            // float32 data: layout 2 gathers a packed copy of x, layout 3 reads x in place.
+            let copied_x = match (self.layout, shape.dtype) {
+                (3, DType::F32) => false,
+                (2, DType::F32) => true,
+                _ => !reads_x_in_place(shape),
+            };
+            let x_copied = if copied_x { p.x_len(shape) } else { 0 };
             let copied = (x_copied + p.w_len(shape)) as f64;
             (GATHER_LOAD / self.a_chunk() as f64, PROLOGUE * copied, p.krp as f64 / view.red as f64)
         } else if pixel_quads(shape) {
@@ -309,7 +314,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         )));
     }
     let x_vec4 = reads_x_in_place(shape);
-    let in_place = x_vec4 && !packed;
+    // Window tiles read float32 x in place (either layout), scaling and packing their patch
+    // as they load it; the gathering layouts read a packed copy.
+    let in_place = (x_vec4 && !packed) || (packed && window.is_some());
     let quads = pixel_quads(shape);
     let lean = Lean::of(v, shape);
     let dt = shape.dtype.wgsl();
@@ -415,7 +422,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     let stage = stage_step(v, a_slots, b_slots, b_total < t);
     let steps = match window {
-        Some(w) => window_steps(v, &w, &stage, &fetch, if in_place { "x" } else { "xt" }),
+        Some(w) => {
+            let x = match (packed, in_place) {
+                (true, _) => PatchSource::Float32(shape.layout),
+                (false, true) => PatchSource::Packed("x"),
+                (false, false) => PatchSource::Packed("xt"),
+            };
+            window_steps(v, &w, &stage, &fetch, &x)
+        }
         None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
     };
 
@@ -722,7 +736,9 @@ mod packed_tests {
                 };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
                 assert!(k.scaled && k.prescale && k.prologue.is_some(), "{}", v.name());
-                assert_eq!(k.workspace, [2 * shape.x_len(), 2 * 24 * 32 * 9], "{}", v.name());
+                // Layout 2 gathers a packed copy of x; layout 3 reads float32 x in place.
+                let x_copy = if v.layout == 2 { 2 * shape.x_len() } else { 0 };
+                assert_eq!(k.workspace, [x_copy, 2 * 24 * 32 * 9], "{}", v.name());
                 offered += v.suits(shape) as usize;
                 seen += 1;
             }

@@ -11,7 +11,9 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
     let x_vec4s = shape.x_len() / 4;
     let padded_vec4s = padded.x_len(shape) / 4;
     let (x_blocks, prologue_x) = match (shape.layout, in_place) {
-        // float32 data packed for layouts 2 and 3 (whole runs of 8 channels: no padding).
+        // float32 x read in place by the window tiles (the max pass ran before): nothing.
+        (_, true) if packed => (0, PROLOGUE_X_WINDOW),
+        // float32 data packed for layout 2 (whole runs of 8 channels: no padding).
         (Layout::Nhwc, _) if packed => ((shape.x_len() / 8).div_ceil(256), PROLOGUE_X_PACK),
         (Layout::Nchw, _) if packed => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY_PACKED),
         // x read in place needs no pass of its own unless its scale is wanted.
@@ -141,6 +143,9 @@ pub(super) const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + li
 /// The prologue's x part for float16 NHWC x read in place: nothing (no copy, no scale), and
 /// no workgroup takes this branch.
 pub(super) const PROLOGUE_X_NONE: &str = "        // float16 x read in place: no copy, no scale.";
+
+/// The same for float32 x that the window tiles read in place (its max pass ran before).
+pub(super) const PROLOGUE_X_WINDOW: &str = "        // float32 x read in place by the window tiles, scaled as they load it.";
 
 /// The prologue's x part for NHWC x, which the kernel reads in place: its max only.
 pub(super) const PROLOGUE_X_MAX: &str = r#"        var mx = 0u;

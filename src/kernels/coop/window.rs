@@ -3,7 +3,7 @@
 
 use super::variant::*;
 use super::steps::{inner_product, unpack_at};
-use crate::params::ConvShape;
+use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
 
 /// Widths a window tile may take (multiples of 16: a 16-pixel matrix row block stays in one
@@ -86,7 +86,7 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
 
 /// The load of patch chunk `q` (an expression) of channel block `c0` into `reg`: zeros
 /// outside the image and past the patch.
-fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x_buf: &str, whole: bool) {
+fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x: &PatchSource, whole: bool) {
     writeln!(s, "{ind}{{").unwrap();
     writeln!(s, "{ind}    let q = {q};").unwrap();
     writeln!(s, "{ind}    let pix = q / (BK / 8);").unwrap();
@@ -95,8 +95,32 @@ fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x_buf: &s
     writeln!(s, "{ind}    let iw = ow0 - PW + pix % PC;").unwrap();
     let past = if whole { "" } else { " && q < PATCH_CHUNKS" };
     writeln!(s, "{ind}    let ok = ih >= 0 && ih < H && iw >= 0 && iw < W{past};").unwrap();
-    writeln!(s, "{ind}    {reg} = select(vec4<u32>(0u), {x_buf}[select(0u, u32(((img * H + ih) * W + iw) * CHP + {c0} + cc) >> 3u, ok)], ok);").unwrap();
+    match x {
+        PatchSource::Packed(x_buf) => {
+            writeln!(s, "{ind}    {reg} = select(vec4<u32>(0u), {x_buf}[select(0u, u32(((img * H + ih) * W + iw) * CHP + {c0} + cc) >> 3u, ok)], ok);").unwrap();
+        }
+        PatchSource::Float32(layout) => {
+            // Eight channels of one pixel: neighbours in NHWC, H * W apart in NCHW.
+            let (at, step) = match layout {
+                Layout::Nhwc => ("((img * H + ih) * W + iw) * CH + c", "1"),
+                Layout::Nchw => ("((img * CH + c) * H + ih) * W + iw", "H * W"),
+            };
+            writeln!(s, "{ind}    let c = {c0} + cc;").unwrap();
+            writeln!(s, "{ind}    let e = select(0, {at}, ok);").unwrap();
+            let term = |j: u32| format!("x_at(e + {j} * {step})");
+            writeln!(s, "{ind}    let lo = vec4<f32>({}, {}, {}, {}) * sx;", term(0), term(1), term(2), term(3)).unwrap();
+            writeln!(s, "{ind}    let hi = vec4<f32>({}, {}, {}, {}) * sx;", term(4), term(5), term(6), term(7)).unwrap();
+            writeln!(s, "{ind}    {reg} = select(vec4<u32>(0u), vec4<u32>(pack2x16float(lo.xy), pack2x16float(lo.zw), pack2x16float(hi.xy), pack2x16float(hi.zw)), ok);").unwrap();
+        }
+    }
     writeln!(s, "{ind}}}").unwrap();
+}
+
+/// Where a window tile's patch comes from: float16 data (or a packed copy) as 16-byte
+/// chunks of the named binding, or float32 x read in place, scaled and packed while loaded.
+pub(super) enum PatchSource<'a> {
+    Packed(&'a str),
+    Float32(Layout),
 }
 
 /// The store of patch chunk `q` from `reg` into the staged patch.
@@ -116,7 +140,7 @@ fn patch_store(s: &mut String, ind: &str, reg: &str, q: &str, whole: bool) {
 /// EDSR 0.468 -> 0.411 ms and the other 3x3 layers 3-12% against a load-store loop, and
 /// loading the next channel block's patch during this block's steps gained 0-3% more on
 /// three layers and lost up to 19% on others.
-pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x_buf: &str) -> String {
+pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource) -> String {
     let t = v.threads();
     let chunks = w.pr * w.pc * v.bk / 8;
     let per = chunks.div_ceil(t);
@@ -131,7 +155,7 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
         writeln!(s, "            var pp{i} = vec4<u32>(0u);").unwrap();
     }
     for i in 0..per {
-        patch_load(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x_buf, whole(i));
+        patch_load(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i));
     }
     for i in 0..per {
         patch_store(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), whole(i));
