@@ -603,13 +603,13 @@ def test_wgsl_for_every_variant():
                                 dtype="float16", **V_KW)
             with pytest.raises(ValueError, match="cannot run on this shape"):
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
-        elif name.startswith("coop_") and convtune.variant_knobs(name)["layout"] == 3:
-            # Layout 3 stages input windows: float16 NHWC, one group, stride and dilation 1.
+        elif name.startswith("coop_") and convtune.variant_knobs(name)["layout"] >= 3:
+            # Layouts 3 and 4 stage input windows: float16 NHWC, one group, stride and dilation 1.
             x, w = (2, 23, 19, 32), (6, 32, 3, 2)
             src = convtune.wgsl(name, x, w, bias=True, padding=1, layout="NHWC", dtype="float16")
-            with pytest.raises(ValueError, match="cannot run on this shape: layouts 2 and 3"):
+            with pytest.raises(ValueError, match="cannot run on this shape: layouts 2 to 4"):
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
-            with pytest.raises(ValueError, match="layout 3 stages the input window"):
+            with pytest.raises(ValueError, match="layouts 3 and 4 stage the input window"):
                 convtune.wgsl(name, x, w, stride=2, padding=1, layout="NHWC", dtype="float16")
         else:
             src = convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)

@@ -35,7 +35,7 @@ CASES = [
     # Groups of 8 channels (16-byte gathers of NHWC x in place), padding, stride along w.
     ((1, 16, 9, 10), (24, 8, 3, 3), dict(stride=(1, 2), padding=1, groups=2)),
     # One group of 32 channels at stride 1: the staged input windows of the tensor-core
-    # family (`_l3`), ragged at every image edge, with a 3x2 window unpadded.
+    # family (`_l3`, `_l4`), ragged at every image edge, with a 3x2 window unpadded.
     ((2, 32, 13, 37), (24, 32, 3, 3), dict(padding=1)),
     ((1, 32, 9, 70), (40, 32, 3, 2), {}),
 ]

@@ -104,7 +104,7 @@ def test_tensor_core_variants_are_in_the_space_and_refused_where_missing():
 
 # ---- tensor cores: the GPU machine only ----------------------------------------------------
 
-# float32 data: layouts 2 and 3 read float16 NHWC x only (tests/test_float16.py runs them).
+# float32 data on layouts 2 to 4: the packed-copy tests below (float16: tests/test_float16.py).
 COOP = [v for v in convtune.variant_space()
         if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] < 2]
 SHAPES = [
@@ -158,13 +158,13 @@ def test_tensor_core_variant_computes_the_reference(variant):
     assert ran >= 1, variant
 
 
-# float32 data on layouts 2 and 3: w's scaled, packed float16 copy written by the prologue
+# float32 data on layouts 2 to 4: w's scaled, packed float16 copy written by the prologue
 # after the max pass, and x's (layout 2) or x read in place, scaled and packed as the window
-# tiles load it (layout 3); the tuner offers them for "high". Every window tile, every third
+# tiles load it (layouts 3, 4); the tuner offers them for "high". Every window tile, every third
 # layout 2 tile.
 _UNSPLIT = [v for v in convtune.variant_space()
             if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1]
-PACKED = ([v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] == 3]
+PACKED = ([v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] >= 3]
           + [v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] == 2][::3])
 PACKED_SHAPES = [
     # x, w, padding, bias, x's scale, w's scale

@@ -86,7 +86,7 @@ pub(super) struct Lean {
 
 impl Lean {
     pub(super) fn of(v: &Coop, shape: &ConvShape) -> Self {
-        let on = v.channels_last() && v.layout != 3 && v.splits == 1 && implicit::window_check(shape).is_empty();
+        let on = v.channels_last() && !v.windowed() && v.splits == 1 && implicit::window_check(shape).is_empty();
         Lean {
             on,
             m: on && View::of(shape).m % v.bm as u64 == 0,

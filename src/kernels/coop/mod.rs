@@ -47,7 +47,7 @@ const COOP_BARRIER: f64 = 5.0;
 impl Coop {
     /// Staged A rows: k (layout 0) or pixels (layouts 1, 2).
     fn a_rows(&self) -> u32 {
-        if self.layout == 3 {
+        if self.windowed() {
             window::patch_capacity(self)
         } else if self.channels_last() {
             self.bm
@@ -89,7 +89,7 @@ impl Family for Coop {
         let mut out = Vec::new();
         for &layout in &LAYOUT {
             for &split in &SPLIT {
-                for &(bm, bn, sgm, sgn) in TILES.iter().chain(&WINDOW_TILES) {
+                for &(bm, bn, sgm, sgn) in &all_tiles() {
                     for &bk in &BK {
                         for &splits in &SPLITS {
                             let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits };
@@ -137,8 +137,13 @@ impl KernelVariant for Coop {
 
     fn well_formed(&self) -> bool {
         let t = self.threads();
-        (TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
-            || (self.layout == 3 && self.bk == 16 && WINDOW_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
+        let tile = (self.bm, self.bn, self.sgm, self.sgn);
+        let tile_ok = match self.layout {
+            4 => self.bk == 16 && WINDOW_ROW_TILES.contains(&tile),
+            3 => TILES.contains(&tile) || (self.bk == 16 && WINDOW_TILES.contains(&tile)),
+            _ => TILES.contains(&tile),
+        };
+        tile_ok
             && BK.contains(&self.bk)
             && SPLIT.contains(&self.split)
             && LAYOUT.contains(&self.layout)
@@ -150,7 +155,7 @@ impl KernelVariant for Coop {
             // Layouts 2 and 3 are the single pass on float16 data, which has no lo part.
             && (self.layout < 2 || self.split == 1)
             // The window tile: unsplit, 16- or 32-term steps (the patch must fit).
-            && (self.layout != 3 || (self.splits == 1 && self.bk <= 32))
+            && (!self.windowed() || (self.splits == 1 && self.bk <= 32))
             // Whole B slots, or (layout 2's 8-term chunks on a narrow tile) fewer chunks
             // than invocations, which the first ones gather.
             && ((self.bn * self.bk / self.b_chunk()) % t == 0 || (self.layout >= 2 && self.bn * self.bk / 8 < t))
@@ -167,7 +172,8 @@ impl KernelVariant for Coop {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        let staged = (self.a_rows() * self.lda() + self.bn * self.ldb()) * 2 * self.parts();
+        let taps = self.taps_per_step(window::WINDOW_MAX_RS);
+        let staged = (self.a_rows() * self.lda() + taps * self.bn * self.ldb()) * 2 * self.parts();
         let scratch = self.sgm * self.sgn * 256 * 4 * self.parts();
         staged + scratch
     }
@@ -186,7 +192,7 @@ impl KernelVariant for Coop {
     /// through `ystore` in the store step; the split-K finishing pass and the window tiles (layout
     /// 3) store in place only.
     fn computes(&self, shape: &ConvShape) -> bool {
-        (self.splits == 1 && self.layout != 3) || !moves_y(shape)
+        (self.splits == 1 && !self.windowed()) || !moves_y(shape)
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -204,7 +210,7 @@ impl KernelVariant for Coop {
         // The window tile where its padding at image edges stays small.
         // The window tile where its padding at image edges stays small, on kernels wider than
         // 1x1 (a 1x1 kernel reads each term once: nothing to share).
-        let window_ok = self.layout != 3
+        let window_ok = !self.windowed()
             || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE && shape.r * shape.s > 1);
         layout_ok && split_ok && window_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
@@ -215,16 +221,16 @@ impl KernelVariant for Coop {
         // Layout 3 stages each x term of its patch once for all R*S taps (plus the halo), and
         // computes the pixels its tiles pad the image with.
         let (a_share, waste) = match (self.layout, Window::of(self, shape)) {
-            (3, Some(w)) => ((w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * (shape.r * shape.s) as f64), w.waste(shape)),
+            (3 | 4, Some(w)) => ((w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * (shape.r * shape.s) as f64), w.waste(shape)),
             _ => (1.0, 1.0),
         };
         // Layout 1 gathers four terms per load and index computation, after a prologue
         // that reads x and w once and writes them once.
         let (gather, prologue, padded) = if self.channels_last() {
             let p = Padded::of(shape);
-            // float32 data: layout 2 gathers a packed copy of x, layout 3 reads x in place.
+            // float32 data: layout 2 gathers a packed copy of x, window tiles read x in place.
             let copied_x = match (self.layout, shape.dtype) {
-                (3, DType::F32) => false,
+                (3 | 4, DType::F32) => false,
                 (2, DType::F32) => true,
                 _ => !reads_x_in_place(shape),
             };
@@ -238,7 +244,8 @@ impl KernelVariant for Coop {
         };
         let per_fma = MMA * self.split as f64
             + (gather + CONVERT * self.parts() as f64) * (1.0 / self.bm as f64 + a_share / self.bn as f64)
-            + COOP_BARRIER * 2.0 / (self.bk as f64 * 16.0);
+            // Layout 4 closes a step after a kernel row of taps.
+            + COOP_BARRIER * 2.0 / (self.bk as f64 * 16.0 * self.taps_per_step(shape.s) as f64);
         // A split is credited with the multiprocessors it fills beyond its unsplit tile's
         // grid (the unsplit ranking is fitted without a fill term) and pays for its partials.
         let (fill, partials) = if self.splits > 1 {
@@ -260,12 +267,23 @@ impl KernelVariant for Coop {
     }
 }
 
-/// Workgroups along the pixels and channels, and in all: layout 3 tiles each image.
+/// Every tile shape some layout takes, once each.
+fn all_tiles() -> Vec<(u32, u32, u32, u32)> {
+    let mut tiles = TILES.to_vec();
+    for t in WINDOW_TILES.iter().chain(&WINDOW_ROW_TILES) {
+        if !tiles.contains(t) {
+            tiles.push(*t);
+        }
+    }
+    tiles
+}
+
+/// Workgroups along the pixels and channels, and in all: window tiles (layouts 3, 4) tile each image.
 fn grid(v: &Coop, shape: &ConvShape) -> (u64, u64, u64) {
     let view = View::of(shape);
     let (mb, nb, blocks) = view.grid(v.bm, v.bn);
     match (v.layout, Window::of(v, shape)) {
-        (3, Some(w)) => (w.tiles(shape), nb, w.tiles(shape) * nb * view.groups),
+        (3 | 4, Some(w)) => (w.tiles(shape), nb, w.tiles(shape) * nb * view.groups),
         _ => (mb, nb, blocks),
     }
 }
@@ -292,19 +310,19 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
     if v.layout >= 2 && !(wide_x(shape) || packs_f32(shape)) {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: layouts 2 and 3 read float16 data 8 channels at a time, float16 NHWC x in place or a packed float16 copy of float32 x (channels per group a multiple of 8)",
+            "variant {} cannot run on this shape: layouts 2 to 4 read float16 data 8 channels at a time, float16 NHWC x in place or a packed float16 copy of float32 x (channels per group a multiple of 8)",
             v.name()
         )));
     }
     let window = Window::of(v, shape);
-    if v.layout == 3 && window.is_none() {
+    if v.windowed() && window.is_none() {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: layout 3 stages the input window of float16 NHWC problems with one group, channels a multiple of its step, stride and dilation 1, a window of at most 3x3 and y stored in place",
+            "variant {} cannot run on this shape: layouts 3 and 4 stage the input window of float16 NHWC problems with one group, channels a multiple of its step, stride and dilation 1, a window of at most 3x3 and y stored in place",
             v.name()
         )));
     }
-    let window = window.filter(|_| v.layout == 3);
-    // float32 data on layouts 2 and 3: the prologue writes x and w as packed float16 copies,
+    let window = window.filter(|_| v.windowed());
+    // float32 data on layouts 2 to 4: the prologue writes w (and for layout 2 x) as packed float16 copies,
     // scaled by the max pass that runs before it.
     let packed = v.layout >= 2 && shape.dtype == DType::F32;
     if packed && v.splits > 1 {
@@ -339,10 +357,12 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let b_guard = if b_total < t { format!(" && lid < {b_total}") } else { String::new() };
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
 
+    // Window tiles stage the weights of every tap a step takes.
+    let taps = window.map_or(1, |w| v.taps_per_step(w.pc - w.tw + 1));
     let mut smem = String::new();
     for p in parts {
         writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
-        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", v.bn * ldb / 4).unwrap();
+        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", taps * v.bn * ldb / 4).unwrap();
     }
 
     let a_setup = match window {
@@ -420,7 +440,24 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
     }
 
-    let stage = stage_step(v, a_slots, b_slots, b_total < t);
+    let mut stage = stage_step(v, a_slots, b_slots, b_total < t);
+    if taps > 1 {
+        // Each further tap of a step: the same B slots, its weights CP terms on in w's copy
+        // and TAPS * BN rows on in the staged tile.
+        let (one_fetch, one_stage) = (fetch.clone(), stage.clone());
+        for tp in 1..taps {
+            let reg = format!("pt{tp}b");
+            fetch.push_str(&one_fetch.replace("pb", &reg).replace("k_next + bk", &format!("k_next + {tp} * CP + bk")));
+            let mut st = one_stage.replace("pb", &reg);
+            for i in 0..b_slots {
+                st = st.replace(&format!("u32(bn{i}) * LDB"), &format!("({}u + u32(bn{i})) * LDB", tp * v.bn));
+            }
+            stage.push_str(&st);
+            for i in 0..b_slots {
+                writeln!(b_setup, "    var {reg}{i}: vec4<u32>;").unwrap();
+            }
+        }
+    }
     let steps = match window {
         Some(w) => {
             let x = match (packed, in_place) {
@@ -693,7 +730,7 @@ mod window_tests {
         assert!(!v.suits(&f16_nhwc([32, 512, 7, 7], [512, 512, 3, 3], 1)));
     }
 
-    /// Every layout 3 variant passes naga on the shapes it takes: padded and not, ragged
+    /// Every window tile (layouts 3, 4) passes naga on the shapes it takes: padded and not, ragged
     /// image edges, partial channel tiles, a bias and an epilogue.
     #[test]
     fn window_variants_validate() {
@@ -705,13 +742,13 @@ mod window_tests {
         ];
         let mut seen = 0;
         for shape in &shapes {
-            for v in Coop::space().into_iter().filter(|v| v.layout == 3) {
+            for v in Coop::space().into_iter().filter(|v| v.windowed()) {
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
                 seen += 1;
             }
         }
-        assert!(seen > 20, "{seen} layout 3 kernels generated");
+        assert!(seen > 20, "{seen} window tile kernels generated");
     }
 }
 
@@ -736,7 +773,7 @@ mod packed_tests {
                 };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
                 assert!(k.scaled && k.prescale && k.prologue.is_some(), "{}", v.name());
-                // Layout 2 gathers a packed copy of x; layout 3 reads float32 x in place.
+                // Layout 2 gathers a packed copy of x; window tiles read float32 x in place.
                 let x_copy = if v.layout == 2 { 2 * shape.x_len() } else { 0 };
                 assert_eq!(k.workspace, [x_copy, 2 * 24 * 32 * 9], "{}", v.name());
                 offered += v.suits(shape) as usize;

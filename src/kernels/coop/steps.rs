@@ -84,7 +84,7 @@ pub(super) fn inner_product(v: &Coop) -> String {
         for p in parts {
             for i in 0..tm {
                 // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
-                let load = if v.layout == 3 {
+                let load = if v.windowed() {
                     format!("coopLoadT<MatA>(&a_{p}[(u32(pf{i} + tap) * LDA + {}u) / 4u], LDA / 4u)", kk * 16)
                 } else if v.channels_last() {
                     format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)

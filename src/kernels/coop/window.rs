@@ -74,7 +74,14 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
     writeln!(s, "    const TW: i32 = {};\n    const PC: i32 = {};", w.tw, w.pc).unwrap();
     writeln!(s, "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};", w.tiles_h, w.tiles_w).unwrap();
     writeln!(s, "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch", w.pr * w.pc * v.bk / 8).unwrap();
-    s.push_str("    const NSTEPS: i32 = CP / BK * R * S;        // channel blocks x (r, s)\n");
+    let taps = v.taps_per_step(w.pc - w.tw + 1);
+    if taps == 1 {
+        s.push_str("    const NSTEPS: i32 = CP / BK * R * S;        // channel blocks x (r, s)\n");
+    } else {
+        writeln!(s, "    const TAPS: i32 = {taps};                   // kernel taps per step").unwrap();
+        s.push_str("    const SPB: i32 = R * S / TAPS;              // steps per channel block\n");
+        s.push_str("    const NSTEPS: i32 = CP / BK * SPB;\n");
+    }
     writeln!(s, "    let img = i32(m_block) / (TILES_H * TILES_W);").unwrap();
     writeln!(s, "    let oh0 = (i32(m_block) / TILES_W) % TILES_H * {};", w.th).unwrap();
     writeln!(s, "    let ow0 = i32(m_block) % TILES_W * TW;").unwrap();
@@ -141,6 +148,10 @@ fn patch_store(s: &mut String, ind: &str, reg: &str, q: &str, whole: bool) {
 /// loading the next channel block's patch during this block's steps gained 0-3% more on
 /// three layers and lost up to 19% on others.
 pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource) -> String {
+    let taps = v.taps_per_step(w.pc - w.tw + 1);
+    if taps > 1 {
+        return window_row_steps(v, w, stage_b, fetch_b, x, taps);
+    }
     let t = v.threads();
     let chunks = w.pr * w.pc * v.bk / 8;
     let per = chunks.div_ceil(t);
@@ -168,6 +179,46 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
     s.push_str(fetch_b);
     s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
     s.push_str(&inner_product(v));
+    s.push_str("    }\n");
+    s
+}
+
+/// Layout 4's steps, `taps` kernel taps (a kernel row) per step: each step stages the
+/// weights of all of them, then multiplies the patch at each tap's offset (a third of layout
+/// 3's barriers on a 3x3 kernel).
+fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, taps: u32) -> String {
+    let t = v.threads();
+    let chunks = w.pr * w.pc * v.bk / 8;
+    let per = chunks.div_ceil(t);
+    let whole = |i: u32| (i + 1) * t <= chunks;
+    let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
+    s.push_str("        let st = t % SPB;\n");
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str("        if (st == 0) {\n");
+    s.push_str("            let c0 = (t / SPB) * BK;\n");
+    for i in 0..per {
+        writeln!(s, "            var pp{i} = vec4<u32>(0u);").unwrap();
+    }
+    for i in 0..per {
+        patch_load(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i));
+    }
+    for i in 0..per {
+        patch_store(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), whole(i));
+    }
+    s.push_str("        }\n");
+    s.push_str(stage_b);
+    s.push_str("        workgroupBarrier();\n");
+    s.push_str("        // The next step's first tap's weights: channel block, then (r, s).\n");
+    s.push_str("        k_next = ((t + 1) % SPB) * TAPS * CP + ((t + 1) / SPB) * BK;\n");
+    s.push_str(fetch_b);
+    let inner = inner_product(v);
+    for tp in 0..taps {
+        writeln!(s, "        {{").unwrap();
+        writeln!(s, "        let rs = st * TAPS + {tp};").unwrap();
+        s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
+        s.push_str(&inner.replace("&b_hi[((wn + ", &format!("&b_hi[(({}u + wn + ", tp * v.bn)));
+        writeln!(s, "        }}").unwrap();
+    }
     s.push_str("    }\n");
     s
 }
