@@ -1,9 +1,9 @@
-"""The tensor-core family's staged input windows (`_l3`) against its gathering tiles (`_l2`)
-on float16 NHWC 3x3 layers. GPU machines only.
+"""The tensor-core family's staged input windows (`_l3`, `_l4`) against its gathering tiles
+(`_l2`) on float16 NHWC 3x3 layers. GPU machines only.
 
 Usage: python benches/coop_windows.py [--reps 5] [--top 8] [--names v1,v2] [--float32] [--json out.json]
 
-Times the usual layout 2 winners and every layout 3 variant (`convtune.time_variant`,
+Times the usual layout 2 winners and every layout 3 and 4 variant (`convtune.time_variant`,
 timestamp queries, median of --reps) on each layer and prints the fastest --top with
 TFLOP/s (the direct method's FLOPs) and their time over the best layout 2 tile's. --names
 adds variants to time (any of `convtune.variant_space()`, e.g. a layout 1 tile). --float32 runs float32 data in
@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     windows = [v for v in convtune.variant_space()
-               if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] == 3]
+               if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 3]
     windows += [v for v in args.names.split(",") if v]
     dtype, base = ("float32", "_l1") if args.float32 else ("float16", "_l2")
     gathering = [v.replace("_l2", base) for v in GATHERING]
