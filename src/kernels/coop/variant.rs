@@ -46,13 +46,12 @@ pub(super) const TILES: [(u32, u32, u32, u32); 11] = [
     (256, 128, 4, 2),
     (128, 256, 2, 4),
 ];
-/// A 4x4 accumulator grid per subgroup on 64-channel window tiles (`_l3`, which hold no A
-/// registers) with 16-term steps: on the H200 the fastest tile on EDSR (0.89x the best
-/// gathering tile) and 32,64,56,56 (0.98x); 256x64 with 4x1 subgroups never placed.
-pub(super) const WINDOW_TILES: [(u32, u32, u32, u32); 1] = [(512, 64, 8, 1)];
-/// Layout 4's tiles (a kernel row per step; 16-term steps): on the H200 the 512x64 tile ran
-/// EDSR in 0.385 ms against 0.411 on layout 3, and 256x128 the 128-channel layers 3-6% faster;
-/// smaller tiles lost up to 50% (three times the staged weights cost them residency).
+/// Layout 4's tiles (a kernel row per step; 16-term steps), which layout 3 does not take
+/// with 16-term steps: on the H200 each ran every 3x3 layer measured at most as long as the
+/// same tile on layout 3 (EDSR on 512x64, a 4x4 accumulator grid per subgroup that window
+/// tiles can hold for want of A registers: 0.385 ms against 0.411; the 128-channel layers on
+/// 256x128 3-7% faster); smaller tiles lost up to 50% (three times the staged weights cost
+/// them residency).
 pub(super) const WINDOW_ROW_TILES: [(u32, u32, u32, u32); 2] = [(512, 64, 8, 1), (256, 128, 4, 2)];
 pub(super) const BK: [u32; 3] = [16, 32, 64];
 pub(super) const SPLIT: [u32; 2] = [1, 3];
