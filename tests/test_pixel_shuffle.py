@@ -172,12 +172,13 @@ def test_tensor_core_split_k_variants_refuse_shuffled_problems():
     for v in split_k[:3]:
         with pytest.raises(ValueError, match="cannot run on this shape.*pixel shuffle"):
             convtune.wgsl(v, (1, 16, 8, 8), (64, 16, 3, 3), padding=1, pixel_shuffle=2)
-    # The window tiles (layout 3) store in place only.
-    windows = [v for v in single if convtune.variant_knobs(v)["layout"] == 3]
-    assert windows
-    with pytest.raises(ValueError, match="cannot run on this shape.*layout 3"):
-        convtune.wgsl(windows[0], (1, 8, 8, 16), (64, 16, 3, 3), padding=1, pixel_shuffle=2, layout="NHWC",
-                      dtype="float16")
+    # The window tiles (layouts 3 and 4) store in place only.
+    for layout in (3, 4):
+        windows = [v for v in single if convtune.variant_knobs(v)["layout"] == layout]
+        assert windows
+        with pytest.raises(ValueError, match="cannot run on this shape.*layouts 3 and 4"):
+            convtune.wgsl(windows[0], (1, 8, 8, 16), (64, 16, 3, 3), padding=1, pixel_shuffle=2, layout="NHWC",
+                          dtype="float16")
     assert "ystore(" in convtune.wgsl(single[0], (1, 16, 8, 8), (64, 16, 3, 3), padding=1, pixel_shuffle=2)
 
 
@@ -186,7 +187,7 @@ TC = convtune.adapter_info()["features"]["tensor_cores"]
 # tile shapes, layouts 0-2 and the split-precision pair).
 COOP_SAMPLE = [v for v in convtune.variant_space()
                if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1
-               and convtune.variant_knobs(v)["layout"] != 3][::4]
+               and convtune.variant_knobs(v)["layout"] < 3][::4]
 
 
 @pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
