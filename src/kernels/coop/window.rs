@@ -140,6 +140,23 @@ fn patch_store(s: &mut String, ind: &str, reg: &str, q: &str, whole: bool) {
     writeln!(s, "{ind}}}").unwrap();
 }
 
+/// Stages channel block `c0`'s patch: each invocation loads all its chunks, then stores them.
+fn stage_patch(s: &mut String, v: &Coop, w: &Window, x: &PatchSource) {
+    let t = v.threads();
+    let chunks = w.pr * w.pc * v.bk / 8;
+    let per = chunks.div_ceil(t);
+    let whole = |i: u32| (i + 1) * t <= chunks;
+    for i in 0..per {
+        writeln!(s, "            var pp{i} = vec4<u32>(0u);").unwrap();
+    }
+    for i in 0..per {
+        patch_load(s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i));
+    }
+    for i in 0..per {
+        patch_store(s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), whole(i));
+    }
+}
+
 /// Layout 3's steps, over channel blocks and, within each, the kernel's (r, s): at a block's
 /// first step the patch is staged (zeros outside the image), then every step stages its
 /// weights and multiplies the patch read at the (r, s) offset, as the other layouts do.
@@ -152,25 +169,13 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
     if taps > 1 {
         return window_row_steps(v, w, stage_b, fetch_b, x, taps);
     }
-    let t = v.threads();
-    let chunks = w.pr * w.pc * v.bk / 8;
-    let per = chunks.div_ceil(t);
-    let whole = |i: u32| (i + 1) * t <= chunks;
     let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
     s.push_str("        let rs = t % (R * S);\n");
     s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        if (rs == 0) {\n");
     s.push_str("            let c0 = (t / (R * S)) * BK;\n");
-    for i in 0..per {
-        writeln!(s, "            var pp{i} = vec4<u32>(0u);").unwrap();
-    }
-    for i in 0..per {
-        patch_load(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i));
-    }
-    for i in 0..per {
-        patch_store(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), whole(i));
-    }
+    stage_patch(&mut s, v, w, x);
     s.push_str("        }\n");
     s.push_str(stage_b);
     s.push_str("        workgroupBarrier();\n");
@@ -187,24 +192,12 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
 /// weights of all of them, then multiplies the patch at each tap's offset (a third of layout
 /// 3's barriers on a 3x3 kernel).
 fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, taps: u32) -> String {
-    let t = v.threads();
-    let chunks = w.pr * w.pc * v.bk / 8;
-    let per = chunks.div_ceil(t);
-    let whole = |i: u32| (i + 1) * t <= chunks;
     let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
     s.push_str("        let st = t % SPB;\n");
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        if (st == 0) {\n");
     s.push_str("            let c0 = (t / SPB) * BK;\n");
-    for i in 0..per {
-        writeln!(s, "            var pp{i} = vec4<u32>(0u);").unwrap();
-    }
-    for i in 0..per {
-        patch_load(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i));
-    }
-    for i in 0..per {
-        patch_store(&mut s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), whole(i));
-    }
+    stage_patch(&mut s, v, w, x);
     s.push_str("        }\n");
     s.push_str(stage_b);
     s.push_str("        workgroupBarrier();\n");
