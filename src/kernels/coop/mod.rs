@@ -308,7 +308,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
     if shape.layout != Layout::Nchw && !v.channels_last() {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1, _l2)",
+            "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1 to _l4)",
             v.name()
         )));
     }
