@@ -709,6 +709,23 @@ mod window_tests {
             .with_dtype(DType::F16)
     }
 
+    /// Layout 4 stages a kernel row's weights per step: S taps' B tiles in workgroup memory
+    /// (within 48 KiB for both its tiles), R steps per channel block on a 3x3 kernel, each
+    /// tap's weights CP terms on in w's copy; a 3x2 kernel takes two taps a step.
+    #[test]
+    fn layout_4_stages_a_kernel_row_per_step() {
+        for &(bm, bn, sgm, sgn) in &WINDOW_ROW_TILES {
+            let v = Coop { bm, bn, bk: 16, sgm, sgn, split: 1, layout: 4, splits: 1 };
+            assert!(v.well_formed() && v.workgroup_bytes() <= 49152, "{}: {}", v.name(), v.workgroup_bytes());
+            assert!(!Coop { layout: 3, ..v }.well_formed(), "{}: layout 3 keeps it", v.name());
+            let k = v.generate(&f16_nhwc([1, 64, 40, 70], [64, 64, 3, 3], 1)).unwrap();
+            assert!(k.source.contains(&format!("var<workgroup> b_hi: array<vec4<f16>, {}>;", 3 * bn * v.ldb() / 4)));
+            assert!(k.source.contains("const TAPS: i32 = 3;") && k.source.contains("k_next + 2 * CP + bk0"));
+            let k = v.generate(&f16_nhwc([1, 64, 40, 70], [64, 64, 3, 2], 0)).unwrap();
+            assert!(k.source.contains("const TAPS: i32 = 2;") && !k.source.contains("k_next + 2 * CP"));
+        }
+    }
+
     /// Tiles follow the image: EDSR's 1280-wide rows take 64-wide tiles, 56-wide ones the
     /// width that pads least; shapes outside layout 3's reach are refused with a reason.
     #[test]
