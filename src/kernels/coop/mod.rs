@@ -784,7 +784,7 @@ mod packed_tests {
     #[test]
     fn float32_data_runs_layouts_2_and_3_on_packed_copies() {
         let nchw = ConvShape::new([2, 32, 13, 37], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24)).unwrap();
-        let nhwc = nchw.clone().with_layout(Layout::Nhwc);
+        let nhwc = nchw.with_layout(Layout::Nhwc);
         let (mut seen, mut offered) = (0, 0);
         for shape in [&nchw, &nhwc] {
             for v in Coop::space().into_iter().filter(|v| v.layout >= 2 && v.splits == 1) {
