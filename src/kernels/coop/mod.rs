@@ -24,7 +24,7 @@ mod window;
 
 use gather::{a_setup_channels_last, a_setup_in_place, fetch_channels_last, fetch_in_place, gather, Lean};
 use prologue::prologue_vars;
-use steps::{inner_product, stage_step, steps};
+use steps::{b_register, inner_product, stage_b_packed, stage_step, steps};
 use store::{finish_store, store_step};
 pub use variant::{Coop, SUBGROUP};
 use variant::*;
@@ -362,7 +362,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
 
     // Window tiles stage the weights of every tap a step takes.
-    let taps = window.map_or(1, |w| v.taps_per_step(w.pc - w.tw + 1));
+    let taps = window.map_or(1, |w| v.taps_per_step(w.s()));
     let mut smem = String::new();
     for p in parts {
         writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
@@ -408,36 +408,42 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     } else {
         fetch_in_place(&mut fetch, a_slots, shape, quads);
     }
-    for i in 0..b_slots {
-        let s = &mut fetch;
-        writeln!(s, "    {{").unwrap();
-        writeln!(s, "        let kr = k_next + bk{i};").unwrap();
-        if vec_w || v.channels_last() {
-            // Whole chunks of a weight row, 16-byte aligned: one load each.
-            let bok = format!("bok{i}");
-            let ok = lean.conj(&[(&bok, lean.n), ("kr < k_end", lean.k)], &b_guard);
-            if lean.on {
-                gather(s, &format!("pb{i}"), v.layout, "wt", &format!("bbase{i} + kr"), v.b_chunk(), &ok);
+    // The B gathers of the step's kernel tap `tap`: its weights `tap` x CP terms on in w's
+    // copy (only layout 4 gathers more than tap 0).
+    let fetch_b = |s: &mut String, tap: u32| {
+        let k = if tap == 0 { "k_next".to_string() } else { format!("k_next + {tap} * CP") };
+        for i in 0..b_slots {
+            let pb = b_register(tap, i);
+            writeln!(s, "    {{").unwrap();
+            writeln!(s, "        let kr = {k} + bk{i};").unwrap();
+            if vec_w || v.channels_last() {
+                // Whole chunks of a weight row, 16-byte aligned: one load each.
+                let bok = format!("bok{i}");
+                let ok = lean.conj(&[(&bok, lean.n), ("kr < k_end", lean.k)], &b_guard);
+                if lean.on {
+                    gather(s, &pb, v.layout, "wt", &format!("bbase{i} + kr"), v.b_chunk(), &ok);
+                    writeln!(s, "    }}").unwrap();
+                    continue;
+                }
+                writeln!(s, "        let ok = {ok};").unwrap();
+                if v.layout >= 2 {
+                    writeln!(s, "        {pb} = select(vec4<u32>(0u), wt[select(0, (bbase{i} + kr) / 8, ok)], ok);").unwrap();
+                } else {
+                    writeln!(s, "        {pb} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
+                }
                 writeln!(s, "    }}").unwrap();
                 continue;
             }
-            writeln!(s, "        let ok = {ok};").unwrap();
-            if v.layout >= 2 {
-                writeln!(s, "        pb{i} = select(vec4<u32>(0u), wt[select(0, (bbase{i} + kr) / 8, ok)], ok);").unwrap();
-            } else {
-                writeln!(s, "        pb{i} = select(vec4<f32>(0.0), vec4<f32>({w_buf}[select(0, (bbase{i} + kr) / 4, ok)]), ok);").unwrap();
+            for (q, lane) in lanes.iter().enumerate() {
+                writeln!(s, "        {{").unwrap();
+                writeln!(s, "            let ok = bok{i} && kr + {q} < k_end;").unwrap();
+                writeln!(s, "            {pb}.{lane} = select(0.0, f32(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
+                writeln!(s, "        }}").unwrap();
             }
             writeln!(s, "    }}").unwrap();
-            continue;
         }
-        for (q, lane) in lanes.iter().enumerate() {
-            writeln!(s, "        {{").unwrap();
-            writeln!(s, "            let ok = bok{i} && kr + {q} < k_end;").unwrap();
-            writeln!(s, "            pb{i}.{lane} = select(0.0, f32(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
-            writeln!(s, "        }}").unwrap();
-        }
-        writeln!(s, "    }}").unwrap();
-    }
+    };
+    fetch_b(&mut fetch, 0);
 
     let mut advance = String::from("        k_next = k0 + BK;\n");
     if v.layout == 0 {
@@ -445,21 +451,12 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     }
 
     let mut stage = stage_step(v, a_slots, b_slots, b_total < t);
-    if taps > 1 {
-        // Each further tap of a step: the same B slots, its weights CP terms on in w's copy
-        // and TAPS * BN rows on in the staged tile.
-        let (one_fetch, one_stage) = (fetch.clone(), stage.clone());
-        for tp in 1..taps {
-            let reg = format!("pt{tp}b");
-            fetch.push_str(&one_fetch.replace("pb", &reg).replace("k_next + bk", &format!("k_next + {tp} * CP + bk")));
-            let mut st = one_stage.replace("pb", &reg);
-            for i in 0..b_slots {
-                st = st.replace(&format!("u32(bn{i}) * LDB"), &format!("({}u + u32(bn{i})) * LDB", tp * v.bn));
-            }
-            stage.push_str(&st);
-            for i in 0..b_slots {
-                writeln!(b_setup, "    var {reg}{i}: vec4<u32>;").unwrap();
-            }
+    // Layout 4's further taps of a step: the same B slots in registers of their own.
+    for tap in 1..taps {
+        fetch_b(&mut fetch, tap);
+        for i in 0..b_slots {
+            stage.push_str(&stage_b_packed(v, i, b_total < t, tap));
+            writeln!(b_setup, "    var {}: vec4<u32>;", b_register(tap, i)).unwrap();
         }
     }
     let steps = match window {

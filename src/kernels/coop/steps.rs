@@ -40,18 +40,30 @@ pub(super) fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) 
         stage_one(&mut stage, "a", &format!("pa{i}"), "sx", at);
     }
     for i in 0..b_slots {
-        let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
         if v.layout >= 2 {
-            // A partial slot (see `b_guard`): only the invocations that gathered store.
-            let guard = if b_partial { "if (lid < BN * BK / 8) " } else { "" };
-            writeln!(stage, "        {guard}{{").unwrap();
-            stage_packed(&mut stage, "b", &format!("pb{i}"), &at);
-            writeln!(stage, "        }}").unwrap();
+            stage.push_str(&stage_b_packed(v, i, b_partial, 0));
             continue;
         }
-        stage_one(&mut stage, "b", &format!("pb{i}"), "sw", at);
+        stage_one(&mut stage, "b", &b_register(0, i), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
     }
     stage
+}
+
+/// B slot `i`'s register for the step's kernel tap `tap` (layout 4 gathers several taps).
+pub(super) fn b_register(tap: u32, i: u32) -> String {
+    if tap == 0 { format!("pb{i}") } else { format!("pt{tap}b{i}") }
+}
+
+/// The staging of packed B slot `i` of tap `tap`, whose weights sit `tap` x BN rows on in
+/// the staged tile; a partial slot (see `b_guard`) is stored only by the invocations that
+/// gathered it.
+pub(super) fn stage_b_packed(v: &Coop, i: u32, b_partial: bool, tap: u32) -> String {
+    let row = if tap == 0 { format!("u32(bn{i})") } else { format!("({}u + u32(bn{i}))", tap * v.bn) };
+    let guard = if b_partial { "if (lid < BN * BK / 8) " } else { "" };
+    let mut s = format!("        {guard}{{\n");
+    stage_packed(&mut s, "b", &b_register(tap, i), &format!("({row} * LDB + u32(bk{i})) / 4u"));
+    s.push_str("        }\n");
+    s
 }
 
 /// Layout 2's staging of one gather: 8 float16 values loaded as four u32s, stored as two

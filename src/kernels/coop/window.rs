@@ -60,6 +60,11 @@ impl Window {
         shape.n as u64 * self.tiles_h * self.tiles_w
     }
 
+    /// The kernel's width S (the patch is TW + S - 1 pixels wide).
+    pub(super) fn s(&self) -> u32 {
+        self.pc - self.tw + 1
+    }
+
     /// Output pixels computed per pixel stored (tile padding at the image's edges).
     pub(super) fn waste(&self, shape: &ConvShape) -> f64 {
         (self.tiles_h * self.th as u64 * self.tiles_w * self.tw as u64) as f64 / (shape.oh() as u64 * shape.ow() as u64) as f64
@@ -74,7 +79,7 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
     writeln!(s, "    const TW: i32 = {};\n    const PC: i32 = {};", w.tw, w.pc).unwrap();
     writeln!(s, "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};", w.tiles_h, w.tiles_w).unwrap();
     writeln!(s, "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch", w.pr * w.pc * v.bk / 8).unwrap();
-    let taps = v.taps_per_step(w.pc - w.tw + 1);
+    let taps = v.taps_per_step(w.s());
     if taps == 1 {
         s.push_str("    const NSTEPS: i32 = CP / BK * R * S;        // channel blocks x (r, s)\n");
     } else {
@@ -165,7 +170,7 @@ fn stage_patch(s: &mut String, v: &Coop, w: &Window, x: &PatchSource) {
 /// loading the next channel block's patch during this block's steps gained 0-3% more on
 /// three layers and lost up to 19% on others.
 pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource) -> String {
-    let taps = v.taps_per_step(w.pc - w.tw + 1);
+    let taps = v.taps_per_step(w.s());
     if taps > 1 {
         return window_row_steps(v, w, stage_b, fetch_b, x, taps);
     }
