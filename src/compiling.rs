@@ -26,7 +26,7 @@ enum Slot {
 struct State {
     /// The next candidate a worker takes.
     next: usize,
-    /// Workers take candidates below this index only (see `Compiler::take`).
+    /// Workers take candidates below this index only (see `Compiler::next`).
     allowed: usize,
     slots: Vec<Slot>,
     /// The slowest compile seen, in seconds per byte of WGSL.
