@@ -223,6 +223,7 @@ fn w_or_zero(i: i32, c: i32) -> f32 {
     return select(0.0, w_at(select(0, i, c < CG)), c < CG);
 }
 
+{{W_CHUNK}}
 @compute @workgroup_size(256, 1, 1)
 fn prologue(
     @builtin(workgroup_id) wid: vec3<u32>,

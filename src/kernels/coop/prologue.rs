@@ -5,7 +5,7 @@ use crate::params::{ConvShape, Layout};
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
-pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, packed: bool) -> (Vec<(&'static str, String)>, u64) {
+pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, packed: bool, w_in_place: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
@@ -24,7 +24,7 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
         (Layout::Nhwc, false) => (padded_vec4s.div_ceil(256), PROLOGUE_X_PAD),
         (Layout::Nchw, _) => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY),
     };
-    let w_blocks = (padded.w_len(shape) / wv as u64).div_ceil(256);
+    let w_blocks = if w_in_place { 0 } else { (padded.w_len(shape) / wv as u64).div_ceil(256) };
     let w_at = if vec_w { "    return f32(w[i / 4][i % 4]);" } else { "    return f32(w[i]);" };
     let vars = vec![
         ("P_TILES", p_tiles.to_string()),
@@ -34,12 +34,24 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
         ("WV", wv.to_string()),
         ("WT_WRITE", if wv == 8 { wt_write_packed(packed) } else { WT_WRITE.to_string() }),
         ("W_AT", w_at.to_string()),
+        ("W_CHUNK", if w_in_place { W_CHUNK } else { "" }.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
         ("PROLOGUE_X", prologue_x.to_string()),
         ("XP_VEC4S", padded_vec4s.to_string()),
     ];
     (vars, x_blocks + w_blocks)
 }
+
+/// Layouts 2 to 4's in-place gather of a 1x1 kernel's w (where they read w in place).
+pub(super) const W_CHUNK: &str = r#"// Layouts 2 to 4 gather a 1x1 kernel's w in place: the 8 weights of reduction terms at ..
+// at + 7 (neighbouring channels, 16-byte aligned) of one output channel, scaled by `sw` (1
+// for float16 data) and packed as float16.
+fn w_chunk(at: i32, sw: f32) -> vec4<u32> {
+    let v = vec4<f32>(w[at / 4]) * sw;
+    let u = vec4<f32>(w[at / 4 + 1]) * sw;
+    return vec4<u32>(pack2x16float(v.xy), pack2x16float(v.zw), pack2x16float(u.xy), pack2x16float(u.zw));
+}
+"#;
 
 /// The prologue's write of four channels of w's copy.
 pub(super) const WT_WRITE: &str = "            wt[i] = vec4<CT>(v);";
