@@ -24,8 +24,39 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
             format!("scratch[{at}]")
         }
     };
+    let scatter = shape.scatter.is_some();
+    let rounds = if vec_y { 2 } else { 8 };
+    // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
+    // quad q holds elements 4q .. 4q + 3 of the same layout.
+    let (e_m, e_n) = match (pixel_fastest, vec_y) {
+        (true, false) => ("e % 16u", "e / 16u"),
+        (false, false) => ("e / 16u", "e % 16u"),
+        (true, true) => ("4u * (e % 4u)", "e / 4u"),
+        (false, true) => ("e / 4u", "4u * (e % 4u)"),
+    };
+    // Without a scatter, a lane's pixel in round r depends on its tile row alone: it is
+    // decoded once per row, before the row's tiles (with its part of y's index: a division
+    // per element measured 7-20% of float16 layers on an H200), and in NCHW, where rounds
+    // advance the channel, once for every round.
+    let pixel_rounds: Vec<u32> = if pixel_fastest { vec![0] } else { (0..rounds).collect() };
     let mut store = String::new();
     for i in 0..tm {
+        for &r in pixel_rounds.iter().filter(|_| !scatter) {
+            let s = &mut store;
+            let e_m = e_m.replace('e', &format!("({}u + lane)", r * 32));
+            if window {
+                // The tile's pixel p is (oh0 + p / TW, ow0 + p % TW) of image `img`; past
+                // the image's edge it stores nothing (m = M).
+                writeln!(s, "    let yq{i}_{r} = i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                writeln!(s, "    let yh{i}_{r} = oh0 + yq{i}_{r} / TW;\n    let yw{i}_{r} = ow0 + yq{i}_{r} % TW;").unwrap();
+                writeln!(s, "    let ym{i}_{r} = select(M, (img * OH + yh{i}_{r}) * OW + yw{i}_{r}, yh{i}_{r} < OH && yw{i}_{r} < OW);").unwrap();
+            } else {
+                writeln!(s, "    let ym{i}_{r} = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+            }
+            // NHWC: image n's pixel p starts at (n * OHW + p) * K = m * K.
+            let pixel = if pixel_fastest { format!("(ym{i}_{r} / OHW) * YSN + (ym{i}_{r} % OHW) * YSP") } else { format!("ym{i}_{r} * YSP") };
+            writeln!(s, "    let yp{i}_{r} = {pixel};").unwrap();
+        }
         for j in 0..tn {
             let s = &mut store;
             writeln!(s, "    workgroupBarrier();").unwrap();
@@ -34,19 +65,9 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
             writeln!(s, "    workgroupBarrier();").unwrap();
-            // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
-            // quad q holds elements 4q .. 4q + 3 of the same layout.
-            let (e_m, e_n) = match (pixel_fastest, vec_y) {
-                (true, false) => ("e % 16u", "e / 16u"),
-                (false, false) => ("e / 16u", "e % 16u"),
-                (true, true) => ("4u * (e % 4u)", "e / 4u"),
-                (false, true) => ("e / 4u", "4u * (e % 4u)"),
-            };
-            let rounds = if vec_y { 2 } else { 8 };
             // A scatter's mapping splits into a pixel half and a channel half: the half that
             // every round of this lane shares is computed once (NCHW's one-at-a-time rounds
             // keep the pixel, NHWC's the channel).
-            let scatter = shape.scatter.is_some();
             // NCHW scatters keep a channel's phases side by side: a round's lanes take the
             // tile's elements phase column fastest, then pixel, so that neighbouring lanes
             // store neighbouring output columns (`sw` of them per pixel).
@@ -76,19 +97,17 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 } else {
                     writeln!(s, "        let e = {}u + lane;", r * 32).unwrap();
                 }
-                if window {
-                    // The tile's pixel p is (oh0 + p / TW, ow0 + p % TW) of image `img`; past
-                    // the image's edge it stores nothing (m = M).
-                    writeln!(s, "        let p = i32(wm) + {} + i32({e_m});", i * 16).unwrap();
-                    writeln!(s, "        let oh = oh0 + p / TW;\n        let ow = ow0 + p % TW;").unwrap();
-                    writeln!(s, "        let m = select(M, (img * OH + oh) * OW + ow, oh < OH && ow < OW);").unwrap();
+                let rr = if pixel_fastest { 0 } else { r };
+                if !scatter {
+                    writeln!(s, "        let m = ym{i}_{rr};").unwrap();
                 } else {
+                    // (Window tiles store y in place: never a scatter.)
                     writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
                 }
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
                 writeln!(s, "            let k = g * KG + n;").unwrap();
-                let at = "(m / OHW) * YSN + k * YSK + (m % OHW) * YSP";
+                let at = format!("yp{i}_{rr} + k * YSK");
                 if scatter {
                     let mapped = if pixel_fastest {
                         format!("yscatter(ypm{i}_{j}_{}, ychan(k))", m_offsets[r as usize])
