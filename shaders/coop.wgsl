@@ -58,6 +58,12 @@ alias DT = {{DT}};
 @group(0) @binding(6) var<storage, read_write> wt: array<{{WT_ELEM}}>;
 alias CT = {{CT}};
 
+// Split-K's f32 partials as binding 5 holds them: as they are, or as the bits of the u32s of
+// float32 data's packed copy of x (layout 2), which they follow.
+fn part4(v: vec4<f32>) -> {{XT_ELEM}} { return {{PART4}}(v); }
+fn part1(v: f32) -> {{XT_SCALAR}} { return {{PART1}}(v); }
+fn unpart4(v: {{XT_ELEM}}) -> vec4<f32> { return {{UNPART4}}(v); }
+
 {{EPILOGUE}}
 alias MatA = coop_mat16x16<f16, A>;
 alias MatB = coop_mat16x16<f16, B>;
@@ -176,9 +182,9 @@ fn finish(
     if (i >= YLEN4 / 4) {
         return;
     }
-    var sum = vec4<f32>(xt[PART0 + i]);
+    var sum = unpart4(xt[PART0 + i]);
     for (var p = 1; p < i32(SPLITS); p = p + 1) {
-        sum = sum + vec4<f32>(xt[PART0 + p * (YLEN4 / 4) + i]);
+        sum = sum + unpart4(xt[PART0 + p * (YLEN4 / 4) + i]);
     }
 {{FINISH_STORE}}
 }

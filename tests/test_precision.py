@@ -161,11 +161,14 @@ def test_tensor_core_variant_computes_the_reference(variant):
 # float32 data on layouts 2 to 4: w's scaled, packed float16 copy written by the prologue
 # after the max pass, and x's (layout 2) or x read in place, scaled and packed as the window
 # tiles load it (layouts 3, 4); the tuner offers them for "high". Every window tile, every third
-# layout 2 tile.
+# unsplit layout 2 tile, and every layout 2 split-K tile (its f32 partials kept as the bits of
+# the packed copy's u32s).
 _UNSPLIT = [v for v in convtune.variant_space()
             if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1]
 PACKED = ([v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] >= 3]
-          + [v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] == 2][::3])
+          + [v for v in _UNSPLIT if convtune.variant_knobs(v)["layout"] == 2][::3]
+          + [v for v in convtune.variant_space() if v.startswith("coop_")
+             and convtune.variant_knobs(v)["layout"] == 2 and convtune.variant_knobs(v)["splits"] > 1])
 PACKED_SHAPES = [
     # x, w, padding, bias, x's scale, w's scale
     ((2, 64, 20, 20), (64, 64, 3, 3), 1, True, 1.0, 1.0),

@@ -202,12 +202,10 @@ impl KernelVariant for Coop {
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
-            // Layouts 2 and 3 read float16 NHWC x in place, or float32 data's packed copy
-            // (unsplit: split-K's partials go where that copy is).
-            && (self.layout < 2 || wide_x(shape) || (packs_f32(shape) && self.splits == 1));
+            // Layouts 2 to 4 read float16 NHWC x in place, or float32 data's packed copy.
+            && (self.layout < 2 || wide_x(shape) || packs_f32(shape));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
-        // The window tile where its padding at image edges stays small.
         // The window tile where its padding at image edges stays small, on kernels wider than
         // 1x1 (a 1x1 kernel reads each term once: nothing to share).
         let window_ok = !self.windowed()
@@ -329,12 +327,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // float32 data on layouts 2 to 4: the prologue writes w (and for layout 2 x) as packed float16 copies,
     // scaled by the max pass that runs before it.
     let packed = v.layout >= 2 && shape.dtype == DType::F32;
-    if packed && v.splits > 1 {
-        return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: split-K keeps its partials where float32 data's packed copy goes",
-            v.name()
-        )));
-    }
     // Layouts 2 to 4 gather a 1x1 kernel's w in place (8 neighbouring channels, two 16-byte
     // loads), scaling and packing it as they load it: no weight pass, which cost ~10 us a
     // call on an H200. Wider kernels keep the pass: 8 single loads R*S apart per gather
@@ -507,8 +499,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let kl = if v.channels_last() { padded.krp } else { view.red };
     let ks = implicit::split_share(kl, v.splits, v.bk);
     let x_copy = if in_place { 0 } else { padded.x_len(shape) };
-    // The partials' first vec4 in binding 5: after the x copy (f32 whenever a split runs).
-    let part0 = x_copy / 4;
+    // The partials' first element of binding 5: after the x copy (f32 values, or float32
+    // data's packed float16 copy, 8 values per element).
+    let part0 = if packed { x_copy / 8 } else { x_copy / 4 };
+    let xt_elem = if in_place { "vec4<f32>".to_string() } else if packed { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") };
+    let as_bits = packed && !in_place;
     vars.extend([
         ("BM", v.bm.to_string()),
         ("BN", v.bn.to_string()),
@@ -530,7 +525,11 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("CT", ct.to_string()),
         // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
         // leaves it to the partials alone.
-        ("XT_ELEM", if in_place { "vec4<f32>".to_string() } else if packed { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("XT_SCALAR", xt_elem[5..xt_elem.len() - 1].to_string()),
+        ("PART4", if as_bits { "bitcast<vec4<u32>>".to_string() } else { xt_elem.clone() }),
+        ("PART1", if as_bits { "bitcast<u32>".to_string() } else { xt_elem[5..xt_elem.len() - 1].to_string() }),
+        ("UNPART4", if as_bits { "bitcast<vec4<f32>>" } else { "vec4<f32>" }.to_string()),
+        ("XT_ELEM", xt_elem),
         ("SPLITS", v.splits.to_string()),
         ("KS", ks.to_string()),
         ("YLEN", shape.y_len().to_string()),
@@ -822,7 +821,13 @@ mod packed_tests {
         let c12 = ConvShape::new([2, 12, 9, 9], [8, 12, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         let l2 = Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 2, splits: 1 };
         assert!(l2.generate(&c12).is_err());
-        assert!(Coop { splits: 2, ..l2 }.generate(&nchw).is_err());
+        // Split-K keeps its f32 partials after the packed copy of x, as u32 bits.
+        let k = Coop { splits: 2, ..l2 }.generate(&nchw).unwrap();
+        crate::codegen::validate(&k.source).unwrap();
+        assert!(k.source.contains("return bitcast<vec4<u32>>(v);") && (k.source.contains("= part4(vec4<f32>(") || k.source.contains("= part1(")));
+        assert!(k.finish.is_some());
+        let partials = 2 * nchw.y_len().div_ceil(4) * 16;
+        assert_eq!(k.workspace, [2 * nchw.x_len() + partials, 2 * 24 * 32 * 9]);
     }
 
     /// Layouts 2 to 4 gather a 1x1 kernel's w in place: no weight pass (float16 NHWC x read in

@@ -135,10 +135,10 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                     let parts: Vec<String> = (0..4)
                         .map(|t| format!("({}) * min(ux, uw) * max(ux, uw)", sum(&format!("sbase + 4u * e + {t}u"))))
                         .collect();
-                    writeln!(s, "            xt[PART0 + (sp * YLEN4 + yi) / 4] = vec4<f32>(\n                {});", parts.join(",\n                ")).unwrap();
+                    writeln!(s, "            xt[PART0 + (sp * YLEN4 + yi) / 4] = part4(vec4<f32>(\n                {}));", parts.join(",\n                ")).unwrap();
                 } else if v.splits > 1 {
                     writeln!(s, "            let pi = sp * YLEN4 + yi;").unwrap();
-                    writeln!(s, "            xt[PART0 + pi / 4][pi % 4] = ({}) * min(ux, uw) * max(ux, uw);", sum("sbase + e")).unwrap();
+                    writeln!(s, "            xt[PART0 + pi / 4][pi % 4] = part1(({}) * min(ux, uw) * max(ux, uw));", sum("sbase + e")).unwrap();
                 } else if vec_y {
                     let parts: Vec<String> = (0..4)
                         .map(|t| {
