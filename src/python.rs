@@ -567,6 +567,7 @@ fn report_dict<'py>(py: Python<'py>, r: &Report, source: &str) -> PyResult<Bound
             pd.set_item("compile", p.compile_s)?;
             pd.set_item("validate", p.validate_s)?;
             pd.set_item("timing", p.timing_s)?;
+            pd.set_item("finish", p.finish_s)?;
             pd.set_item("other", p.other_s)?;
             d.set_item("phases", pd)?;
         }

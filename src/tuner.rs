@@ -164,6 +164,10 @@ pub struct TuningPhases {
     pub validate_s: f64,
     /// Candidates warmed up and timed.
     pub timing_s: f64,
+    /// After the last candidate was timed: the compiles still in flight, which a worker
+    /// cannot abandon inside the driver.
+    #[serde(default)]
+    pub finish_s: f64,
     /// Everything else: ranking, bookkeeping.
     pub other_s: f64,
 }
@@ -672,7 +676,7 @@ pub fn tune(
     let mut measured: Vec<Option<CandidateResult>> = (0..total).map(|_| None).collect();
     let mut best: Option<(usize, f64)> = None;
     let mut compiling = Duration::ZERO;
-    let (setup, validating, timing) = std::thread::scope(|scope| -> Result<(Duration, Duration, Duration)> {
+    let (setup, validating, timing, last) = std::thread::scope(|scope| -> Result<(Duration, Duration, Duration, Instant)> {
         // With overlap the workers start at once: the first candidates compile while the
         // inputs and the reference are set up and the GPU spins up.
         for _ in 0..compiler.threads() {
@@ -724,8 +728,10 @@ pub fn tune(
             }
             measured[i] = Some(r);
         }
-        Ok((setup, bench.validating, bench.timing))
+        Ok((setup, bench.validating, bench.timing, Instant::now()))
     })?;
+    // The scope has joined the workers: what they still had in hand took this long.
+    let finishing = last.elapsed();
     progress(&Progress { done: total, total, name: "" })?;
     // In ranked order; what was not timed was skipped for the budget.
     let results: Vec<CandidateResult> = measured
@@ -760,7 +766,7 @@ pub fn tune(
         default_ms: timed(default),
         tuned_ms: timed(winner),
         tuning_s: start.elapsed().as_secs_f64(),
-        phases: Some(phases(start.elapsed(), setup, compiling, validating, timing)),
+        phases: Some(phases(start.elapsed(), [setup, compiling, validating, timing, finishing])),
         budget_s: opts.budget.as_secs_f64(),
         tuned_at: now_iso(),
         adapter: engine.desc.name.clone(),
@@ -769,14 +775,16 @@ pub fn tune(
     })
 }
 
-fn phases(total: Duration, setup: Duration, compile: Duration, validate: Duration, timing: Duration) -> TuningPhases {
-    let known = setup + compile + validate + timing;
+/// `known`: set-up, compile waits, validation, timing and finishing, in that order.
+fn phases(total: Duration, known: [Duration; 5]) -> TuningPhases {
+    let [setup, compile, validate, timing, finish] = known.map(|d| d.as_secs_f64());
     TuningPhases {
-        setup_s: setup.as_secs_f64(),
-        compile_s: compile.as_secs_f64(),
-        validate_s: validate.as_secs_f64(),
-        timing_s: timing.as_secs_f64(),
-        other_s: total.saturating_sub(known).as_secs_f64(),
+        setup_s: setup,
+        compile_s: compile,
+        validate_s: validate,
+        timing_s: timing,
+        finish_s: finish,
+        other_s: total.saturating_sub(known.iter().sum()).as_secs_f64(),
     }
 }
 
