@@ -32,6 +32,8 @@ struct State {
     /// The slowest compile seen, in seconds per byte of WGSL.
     rate: Option<f64>,
     stop: bool,
+    /// Candidates a worker is compiling now.
+    busy: usize,
 }
 
 /// The shared state of one tuning run's compile workers.
@@ -56,6 +58,7 @@ impl Compiler {
                 slots: (0..n).map(|_| Slot::Pending).collect(),
                 rate: None,
                 stop: false,
+                busy: 0,
             }),
             changed: Condvar::new(),
             threads,
@@ -88,10 +91,12 @@ impl Compiler {
                     s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
                 }
                 s.next += 1;
+                s.busy += 1;
                 (s.next - 1, s.rate)
             };
             let built = want(i, rate).then(|| compile(i));
             let mut s = self.lock();
+            s.busy -= 1;
             if let Some((Ok(k), took)) = &built {
                 let r = took.as_secs_f64() / k.source_bytes.max(1) as f64;
                 s.rate = Some(s.rate.map_or(r, |old| old.max(r)));
@@ -107,9 +112,21 @@ impl Compiler {
     /// taken and is handed out only when all of it is compiled. `Ok(None)` once every
     /// candidate is taken. While it waits, `idle` runs (a GPU kept at load clocks) when
     /// given; an error from it ends the wait.
+    /// After `stop`, only the candidates compiled since, and `Ok(None)` once no worker is
+    /// compiling any more.
     pub fn next(&self, mut idle: Option<&mut dyn FnMut() -> Result<()>>) -> Result<Option<(usize, Option<Built>)>> {
         let mut s = self.lock();
         loop {
+            if s.stop {
+                if let Some(i) = s.slots.iter().position(|slot| matches!(slot, Slot::Done(_))) {
+                    if let Slot::Done(built) = std::mem::replace(&mut s.slots[i], Slot::Taken) {
+                        return Ok(Some((i, Some(built))));
+                    }
+                }
+                if s.busy == 0 {
+                    return Ok(None);
+                }
+            }
             let Some(first) = s.slots.iter().position(|slot| !matches!(slot, Slot::Taken)) else {
                 return Ok(None);
             };
@@ -145,6 +162,11 @@ impl Compiler {
     pub fn stop(&self) {
         self.lock().stop = true;
         self.changed.notify_all();
+    }
+
+    /// Whether a worker is still compiling.
+    pub fn busy(&self) -> bool {
+        self.lock().busy > 0
     }
 }
 
@@ -230,6 +252,40 @@ mod tests {
                 assert_eq!(&handed[..4], &[0, 1, 2, 3], "{handed:?}");
             }
         }
+    }
+
+    /// After a stop, `next` hands out what the workers had in hand and then ends, without
+    /// the candidates never started.
+    #[test]
+    fn a_stop_drains_the_compiles_under_way() {
+        let c = Compiler::new(100, 3, true);
+        let got = std::thread::scope(|scope| {
+            for _ in 0..c.threads() {
+                scope.spawn(|| {
+                    c.run_worker(
+                        |_, _| true,
+                        |i| {
+                            std::thread::sleep(Duration::from_millis(30));
+                            (Err(Error::Gpu(format!("{i}"))), Duration::ZERO)
+                        },
+                    )
+                });
+            }
+            let _stop = StopOnDrop(&c);
+            let first = c.next(None).unwrap().unwrap().0;
+            c.stop();
+            let mut rest = Vec::new();
+            while let Some((i, built)) = c.next(None).unwrap() {
+                assert!(built.is_some(), "{i}");
+                rest.push(i);
+            }
+            assert!(!c.busy());
+            (first, rest)
+        });
+        // Three workers: at most the two others' first candidates and their next ones were
+        // under way when the first came back.
+        assert!(got.1.len() <= 2 * c.threads(), "{got:?}");
+        assert!(!got.1.contains(&got.0), "{got:?}");
     }
 
     /// Stopping ends the workers without compiling the rest.

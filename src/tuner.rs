@@ -702,10 +702,16 @@ pub fn tune(
         let setup = start.elapsed();
         let _ = clock.set(Instant::now());
         // Candidates are timed as they come out of the compile pool (ranked order where
-        // compiles keep up); past the budget only the must-time ones still are.
+        // compiles keep up); past the budget only the must-time ones still are, and then
+        // (`draining`) those compiled while the compiles already under way finish, which
+        // the run waits for anyway.
         let musts = order.iter().filter(|c| c.must).count();
-        let (mut musts_seen, mut done) = (0, 0);
-        while spent() <= opts.budget || musts_seen < musts {
+        let (mut musts_seen, mut done, mut draining) = (0, 0, false);
+        loop {
+            if !draining && spent() > opts.budget && musts_seen >= musts {
+                compiler.stop();
+                draining = true;
+            }
             let t0 = Instant::now();
             let next = {
                 // While the CPU compiles, the reference kernel keeps a GPU at load clocks.
@@ -716,7 +722,8 @@ pub fn tune(
             let Some((i, built)) = next else { break };
             let c = &order[i];
             musts_seen += c.must as usize;
-            let Some((k, took)) = built.filter(|_| c.must || spent() <= opts.budget) else { continue };
+            let timed = c.must || spent() <= opts.budget || (draining && compiler.busy());
+            let Some((k, took)) = built.filter(|_| timed) else { continue };
             progress(&Progress { done, total, name: &c.name() })?;
             done += 1;
             let mut r = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
