@@ -129,6 +129,8 @@ pub struct Engine {
     pub runtime_checks: bool,
     /// The last Tensor call's submission, not waited for yet (see `runner::conv2d_device`).
     pub in_flight: Mutex<Option<wgpu::SubmissionIndex>>,
+    /// When the last tuning run ended: the GPU was at load clocks then (see `tuner::tune`).
+    pub last_tuned: Mutex<Option<std::time::Instant>>,
 }
 
 static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
@@ -537,6 +539,7 @@ impl Engine {
             direct_inputs,
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
             in_flight: Mutex::new(None),
+            last_tuned: Mutex::new(None),
         })
     }
 
