@@ -41,20 +41,24 @@ from gpu_checks import chained_edsr  # noqa: E402
 
 
 def cuda_ms(fn, reps: int = 50) -> float:
+    """Median GPU time of `fn`'s kernels between CUDA events, with every run queued before the
+    GPU reaches it: a sleep kernel first holds the GPU while the host queues them all, so the
+    host's launch time (tens of microseconds per PyTorch call) is not timed as GPU time, as
+    convtune's timestamp queries do not time it either."""
     import torch
 
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda._sleep(100_000_000)  # ~50 ms at 2 GHz, longer than queueing `reps` runs takes
+    for a, b in zip(starts, ends):
         a.record()
         fn()
         b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in zip(starts, ends))
 
 
 def cudnn_times(case, x_np, w_np, ref) -> dict:
@@ -249,8 +253,8 @@ def markdown(rows, meta, chain) -> str:
         "fp32, NCHW. convtune GPU time from timestamp queries (median of 50 after warm-up; CV over "
         "those 50); e2e = numpy in -> numpy out (median of 10); torch e2e = the same through "
         "PyTorch (`torch.from_numpy(x).cuda()`, likewise w, `F.conv2d`, `.cpu().numpy()`, TF32 "
-        "off, median of 5); cuDNN times from CUDA events "
-        "(median of 50) with `cudnn.benchmark`; fp16 is channels-last. ratio = convtune GPU / "
+        "off, median of 5); cuDNN times from CUDA events around each of 50 runs queued "
+        "behind a sleep kernel (no host launch time) with `cudnn.benchmark`; fp16 is channels-last. ratio = convtune GPU / "
         "cuDNN fp32 (TF32 off). tune = cold tuning time of the shape; speed-up = tuned vs the "
         "untuned default; peak = most device-local bytes in use during one call / bytes of "
         "x + w + y; err = max relative error vs PyTorch float64.",
