@@ -11,7 +11,7 @@ Sweeps (base N=8, C=K=64, H=W=56, 3x3, stride 1, padding 1 unless swept):
 
 Per point: convtune.tune afresh (force=True; default budget unless --budget; a point shared
 by several sweeps is tuned once) then convtune.time_variant of the winner (GPU timestamps,
-median of --reps); cuDNN through PyTorch (CUDA events, median of 50, cudnn.benchmark) in fp32 with TF32
+median of --reps); cuDNN through PyTorch (CUDA events, median of 50 queued runs, cudnn.benchmark) in fp32 with TF32
 off, and with TF32 on as well under --precision high; under --precision float16, float16 data
 in NHWC against cuDNN fp16 channels-last. Time per FLOP is GPU seconds / (2 *
 multiply-adds).

@@ -10,7 +10,8 @@ Usage (on the GPU machine, where PyTorch with CUDA is installed):
 Per shape: convtune GPU time (timestamp queries, median of 50) and its coefficient of
 variation, convtune end to end (numpy in -> numpy out, median of 10) and PyTorch's (numpy ->
 cuda -> conv -> cpu numpy, TF32 off, median of 5), cuDNN fp32 with TF32 off,
-TF32, and fp16 channels-last (CUDA events, median of 50), TFLOP/s, the ratio to cuDNN fp32,
+TF32, and fp16 channels-last (CUDA events, median of 50 runs queued behind a sleep kernel:
+no host launch time), TFLOP/s, the ratio to cuDNN fp32,
 the time to tune the shape cold, tuned vs default speed-up, peak device memory of one call
 over the bytes of x + w + y, and the max relative error against PyTorch in float64.
 Precision "highest" is compared with cuDNN fp32 (TF32 off); "high" (tuned separately) with
