@@ -114,6 +114,7 @@ mod precision;
 mod problem;
 pub mod reference;
 mod runner;
+mod sizes;
 mod split;
 mod tensor;
 mod timing;

@@ -10,6 +10,7 @@ use crate::device::Engine;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::pool::size_class;
+use crate::sizes::human;
 use crate::split;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -54,22 +55,6 @@ pub struct Available {
 /// The tightest of several limits (`None` when none is known).
 fn tightest(limits: impl IntoIterator<Item = Option<Available>>) -> Option<Available> {
     limits.into_iter().flatten().min_by_key(|a| a.bytes)
-}
-
-/// A size for people: `1.50 GiB`.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} bytes")
-    } else {
-        format!("{v:.2} {}", UNITS[unit])
-    }
 }
 
 fn breakdown(parts: &[(String, u64)]) -> String {
@@ -446,12 +431,5 @@ mod tests {
         let need = whole_problem(&s, 1 << 20).unwrap();
         assert_eq!(need.host[1].1, 2 * 4 * s.y_len());
         assert!(matches!(whole_problem(&s, 1 << 15), Err(Error::InvalidArgument(m)) if m.starts_with("x needs")));
-    }
-
-    #[test]
-    fn sizes_read_well() {
-        assert_eq!(human(512), "512 bytes");
-        assert_eq!(human(3 << 29), "1.50 GiB");
-        assert_eq!(human(1 << 40), "1.00 TiB");
     }
 }

@@ -7,7 +7,7 @@
 use crate::dtype::DType;
 use crate::epilogue::Epilogue;
 use crate::error::{Error, Result};
-use crate::memory::human;
+use crate::sizes::human;
 use serde::{Deserialize, Serialize};
 
 /// Padding as asked for by the caller, before it is resolved against the kernel size.

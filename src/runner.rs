@@ -695,6 +695,7 @@ fn fill_padding_only<T: Elem>(
 }
 
 /// A conv2d on a GPU-resident input; the output stays on the GPU.
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d_device<T: Elem>(
     engine: &Engine,
     shape: &ConvShape,

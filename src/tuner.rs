@@ -419,6 +419,8 @@ fn verdict(c: &Comparison, tolerance: f64) -> std::result::Result<(), String> {
         return Err(format!("{} elements are not finite where the reference is", c.bad));
     }
     let worst = c.relative_error();
+    // Written so that a NaN error fails.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(worst <= tolerance) {
         return Err(format!("max relative error {worst:.2e} exceeds {tolerance:.0e}"));
     }

@@ -5,6 +5,7 @@ use crate::params::{ConvShape, Layout};
 
 /// The prologue's template values (it is in every coop module; only layout 1 runs it) and
 /// its workgroup count.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, packed: bool, w_in_place: bool) -> (Vec<(&'static str, String)>, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
