@@ -34,10 +34,10 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
         (true, true) => ("4u * (e % 4u)", "e / 4u"),
         (false, true) => ("e / 4u", "4u * (e % 4u)"),
     };
-    // Without a scatter, a lane's pixel in round r depends on its tile row alone: it is
-    // decoded once per row, before the row's tiles (with its part of y's index: a division
-    // per element measured 7-20% of float16 layers on an H200), and in NCHW, where rounds
-    // advance the channel, once for every round.
+    // Without a scatter, a lane's pixel in round r does not depend on the tile's column: it
+    // is decoded before each row of tiles, with its part of y's index (a division per stored
+    // element measured 7-20% of float16 layers on an H200): once per round in NHWC, where
+    // rounds advance the pixel, once for all rounds in NCHW, where they advance the channel.
     let pixel_rounds: Vec<u32> = if pixel_fastest { vec![0] } else { (0..rounds).collect() };
     let mut store = String::new();
     for i in 0..tm {
