@@ -803,7 +803,9 @@ def tune(
             reference run, GPU spin-up); default ``CONVTUNE_TUNE_BUDGET`` or 1. Candidates
             compile on a pool of threads, and one starts only if it can be expected to
             compile within the budget; the default variant and the few top-ranked candidates are timed even past
-            it.
+            it, and so are those whose compiles were under way when it ended, while the
+            last of those compiles finish (``report.phases["finish"]``: what is left of that
+            wait).
         force: tune again even if the cache has the shape.
         precision: the precision mode to tune for (see ``conv2d``); each mode has its own
             cache entry.
