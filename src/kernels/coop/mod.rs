@@ -417,7 +417,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 // Whole chunks of a weight row, 16-byte aligned: one load each.
                 let bok = format!("bok{i}");
                 let ok = lean.conj(&[(&bok, lean.n), ("kr < k_end", lean.k)], &b_guard);
-                if v.layout >= 2 && w_in_place {
+                if w_in_place {
                     // One tap: term kr is channel kr of the weight row.
                     let at = format!("bbase{i} + kr");
                     if ok.is_empty() {
@@ -477,7 +477,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             };
             window_steps(v, &w, &stage, &fetch, &x)
         }
-        None => steps(&stage, &advance, &fetch, &inner_product(v), lean.on),
+        None => steps(&stage, &advance, &fetch, &inner_product(v, None), lean.on),
     };
 
     // A window tile's four neighbouring NCHW pixels share an output row only where the rows
@@ -502,7 +502,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // The partials' first element of binding 5: after the x copy (f32 values, or float32
     // data's packed float16 copy, 8 values per element).
     let part0 = if packed { x_copy / 8 } else { x_copy / 4 };
-    let xt_elem = if in_place { "vec4<f32>".to_string() } else if packed { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") };
+    let xt_scalar = if in_place { "f32" } else if packed { "u32" } else { ct };
+    let xt_elem = format!("vec4<{xt_scalar}>");
     let as_bits = packed && !in_place;
     vars.extend([
         ("BM", v.bm.to_string()),
@@ -525,9 +526,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("CT", ct.to_string()),
         // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
         // leaves it to the partials alone.
-        ("XT_SCALAR", xt_elem[5..xt_elem.len() - 1].to_string()),
+        ("XT_SCALAR", xt_scalar.to_string()),
         ("PART4", if as_bits { "bitcast<vec4<u32>>".to_string() } else { xt_elem.clone() }),
-        ("PART1", if as_bits { "bitcast<u32>".to_string() } else { xt_elem[5..xt_elem.len() - 1].to_string() }),
+        ("PART1", if as_bits { "bitcast<u32>" } else { xt_scalar }.to_string()),
         ("UNPART4", if as_bits { "bitcast<vec4<f32>>" } else { "vec4<f32>" }.to_string()),
         ("XT_ELEM", xt_elem),
         ("SPLITS", v.splits.to_string()),

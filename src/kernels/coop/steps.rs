@@ -84,8 +84,10 @@ pub(super) fn unpack_at(s: &mut String, ind: &str, tile: &str, reg: &str) {
 
 /// One k-step's products: per 16-term slice, the subgroup's A and B tiles loaded from
 /// workgroup memory and multiplied into its accumulators (and, for the split, the
-/// correction terms into theirs).
-pub(super) fn inner_product(v: &Coop) -> String {
+/// correction terms into theirs). Layout 4 names the staged row its tap's B tile starts at
+/// (`b_row`: tap x BN).
+pub(super) fn inner_product(v: &Coop, b_row: Option<u32>) -> String {
+    let b_at = b_row.map_or(String::new(), |r| format!("{r}u + "));
     let split = v.split == 3;
     let (tm, tn) = (v.tm(), v.tn());
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
@@ -108,7 +110,7 @@ pub(super) fn inner_product(v: &Coop) -> String {
             for j in 0..tn {
                 writeln!(
                     s,
-                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[((wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
+                    "            let b{p}{j} = coopLoad<MatB>(&b_{p}[(({b_at}wn + {}u) * LDB + {}u) / 4u], LDB / 4u);",
                     j * 16,
                     kk * 16
                 )

@@ -188,7 +188,7 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
     s.push_str("        k_next = ((t + 1) % (R * S)) * CP + ((t + 1) / (R * S)) * BK;\n");
     s.push_str(fetch_b);
     s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
-    s.push_str(&inner_product(v));
+    s.push_str(&inner_product(v, None));
     s.push_str("    }\n");
     s
 }
@@ -209,12 +209,11 @@ fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &Patc
     s.push_str("        // The next step's first tap's weights: channel block, then (r, s).\n");
     s.push_str("        k_next = ((t + 1) % SPB) * TAPS * CP + ((t + 1) / SPB) * BK;\n");
     s.push_str(fetch_b);
-    let inner = inner_product(v);
     for tp in 0..taps {
         writeln!(s, "        {{").unwrap();
         writeln!(s, "        let rs = st * TAPS + {tp};").unwrap();
         s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
-        s.push_str(&inner.replace("&b_hi[((wn + ", &format!("&b_hi[(({}u + wn + ", tp * v.bn)));
+        s.push_str(&inner_product(v, Some(tp * v.bn)));
         writeln!(s, "        }}").unwrap();
     }
     s.push_str("    }\n");
