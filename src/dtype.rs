@@ -100,6 +100,27 @@ impl Elem for u16 {
     }
 }
 
+/// The largest finite |v| of `data` as float32 bits (0 where there is none): what the GPU's
+/// max pass (`check.wgsl`'s `maxabs`) finds for a kernel that scales float32 inputs.
+pub fn finite_abs_max<T: Elem>(data: &[T]) -> u32 {
+    // Blocks of eight lanes, so the compiler keeps eight running maxima in one vector.
+    let mut lanes = [0u32; 8];
+    let mut blocks = data.chunks_exact(8);
+    for block in &mut blocks {
+        for (m, &v) in lanes.iter_mut().zip(block) {
+            *m = (*m).max(finite_abs_bits(v.to_f32()));
+        }
+    }
+    let tail = blocks.remainder().iter().map(|&v| finite_abs_bits(v.to_f32()));
+    lanes.into_iter().chain(tail).max().unwrap_or(0)
+}
+
+/// |v|'s bits where v is finite, else 0.
+fn finite_abs_bits(v: f32) -> u32 {
+    let b = v.to_bits() & 0x7fff_ffff;
+    if b < 0x7f80_0000 { b } else { 0 }
+}
+
 /// `data` converted to `T`, rounding to nearest.
 pub fn convert<T: Elem>(data: &[f32]) -> Vec<T> {
     data.iter().map(|&v| T::from_f32(v)).collect()
@@ -108,6 +129,18 @@ pub fn convert<T: Elem>(data: &[f32]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finite_abs_max_skips_inf_and_nan_and_takes_the_sign_off() {
+        let mut v: Vec<f32> = (0..37).map(|i| i as f32 * 0.25 - 3.0).collect();
+        assert_eq!(finite_abs_max(&v), 6.0f32.to_bits());
+        v[5] = -7.5;
+        v.extend([f32::INFINITY, f32::NAN, f32::NEG_INFINITY]);
+        assert_eq!(finite_abs_max(&v), 7.5f32.to_bits());
+        assert_eq!(finite_abs_max::<f32>(&[f32::NAN, -0.0]), 0);
+        assert_eq!(finite_abs_max::<f32>(&[]), 0);
+        assert_eq!(finite_abs_max(&convert::<u16>(&[1.0, -2.0, 0.5])), 2.0f32.to_bits());
+    }
 
     #[test]
     fn float16_bits_round_trip_and_round_to_nearest() {

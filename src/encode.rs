@@ -94,6 +94,7 @@ impl Engine {
             bias: optional(self, "a bias", buffers.bias, bytes.bias)?,
             z: optional(self, "a residual z", buffers.z, bytes.z)?,
             y: view(self, "y", buffers.y, bytes.y)?,
+            maxima: None,
         };
         let engine = &*self.inner;
         let kernel = engine.pipeline(&plan.variant, &plan.problem().shape)?;

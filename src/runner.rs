@@ -8,8 +8,9 @@ use crate::params::{ConvShape, Layout};
 use crate::pool::{PooledBuffer, View, INPUT_MAPPED};
 use crate::split;
 use crate::timing::Phases;
-use crate::transfer::{self, scoped, wait, GPU_WAIT};
+use crate::transfer::{self, scoped, wait, MaxFold, GPU_WAIT};
 use crate::kernels::Variant;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,8 @@ pub struct DeviceTensors {
     /// The epilogue's residual, of y's shape.
     z: Option<PooledBuffer>,
     y: PooledBuffer,
+    /// Bits of max |x| and max |w| over finite elements, taken while uploading (float32).
+    maxima: Option<[u32; 2]>,
 }
 
 /// Where a call's residual `z` (y's shape) comes from.
@@ -35,7 +38,14 @@ pub struct DeviceArray {
     pub buf: PooledBuffer,
     pub dims: [usize; 4],
     pub dtype: DType,
+    /// Bits of its largest finite |v| where known (float32 tensors uploaded from the host),
+    /// else `UNKNOWN_MAX`: a kernel that scales it then needs no max pass over it. Atomic, as
+    /// handing out the buffer (which the caller may write) forgets it.
+    maxabs: AtomicU32,
 }
+
+/// `DeviceArray::maxabs` when the max is not known (finite values' bits are below 0x7f800000).
+const UNKNOWN_MAX: u32 = u32::MAX;
 
 /// Bytes of a buffer of `elems` elements of `dtype`, or an error naming `what` where they
 /// exceed the adapter's largest storage binding.
@@ -69,9 +79,9 @@ fn expect_dtype<T: Elem>(shape: &ConvShape) -> Result<()> {
 }
 
 /// A pooled storage buffer holding `data`, uploaded and waited for.
-fn upload_slice<T: Elem>(engine: &Engine, usage: wgpu::BufferUsages, data: &[T]) -> Result<PooledBuffer> {
+fn upload_slice<T: Elem>(engine: &Engine, usage: wgpu::BufferUsages, data: &[T], max: MaxFold<'_>) -> Result<PooledBuffer> {
     let buf = engine.pool.take(usage, buffer_size(T::DTYPE, data.len() as u64))?;
-    transfer::upload_now(engine, &buf, data)?;
+    transfer::upload_now(engine, &buf, data, max)?;
     Ok(buf)
 }
 
@@ -87,6 +97,7 @@ struct Weights {
 /// `direct` (see `Engine::direct_inputs`) it is written in place, and the caller calls
 /// `remap_upload` on it once the submissions reading it are queued; otherwise its upload
 /// is queued through staging buffers, kept in `staging`.
+#[allow(clippy::too_many_arguments)]
 fn input<T: Elem>(
     engine: &Engine,
     data: &[T],
@@ -94,29 +105,36 @@ fn input<T: Elem>(
     elems: u64,
     direct: bool,
     staging: &mut Vec<PooledBuffer>,
+    max: MaxFold<'_>,
 ) -> Result<PooledBuffer> {
     let size = buffer_size(T::DTYPE, elems);
     if direct {
         let buf = engine.pool.take(INPUT_MAPPED, size)?;
-        transfer::write_direct(&buf, data, runs)?;
+        transfer::write_direct(&buf, data, runs, max)?;
         return Ok(buf);
     }
     let buf = engine.pool.take(INPUT, size)?;
-    staging.extend(transfer::upload(engine, &buf, data, runs)?);
+    staging.extend(transfer::upload(engine, &buf, data, runs, max)?);
     Ok(buf)
 }
 
 /// A pooled buffer with all of `data` in it (see `input`).
-fn put<T: Elem>(engine: &Engine, data: &[T], direct: bool, staging: &mut Vec<PooledBuffer>) -> Result<Arc<PooledBuffer>> {
-    input(engine, data, &[(0, data.len())], data.len() as u64, direct, staging).map(Arc::new)
+fn put<T: Elem>(engine: &Engine, data: &[T], direct: bool, staging: &mut Vec<PooledBuffer>, max: MaxFold<'_>) -> Result<Arc<PooledBuffer>> {
+    input(engine, data, &[(0, data.len())], data.len() as u64, direct, staging, max).map(Arc::new)
 }
 
-fn upload_weights<T: Elem>(engine: &Engine, shape: &ConvShape, w: &[T], bias: Option<&[f32]>, direct: bool) -> Result<Weights> {
+/// Uploads w and the bias; with `max`, w's largest finite |v| is folded into it on the way.
+fn upload_weights<T: Elem>(engine: &Engine, shape: &ConvShape, w: &[T], bias: Option<&[f32]>, direct: bool, max: MaxFold<'_>) -> Result<Weights> {
     check_binding(engine, "w", shape.w_len(), T::DTYPE)?;
     let mut staging = Vec::new();
-    let wb = put(engine, w, direct, &mut staging)?;
-    let bb = bias.map(|b| put(engine, b, direct, &mut staging)).transpose()?;
+    let wb = put(engine, w, direct, &mut staging, max)?;
+    let bb = bias.map(|b| put(engine, b, direct, &mut staging, None)).transpose()?;
     Ok(Weights { w: wb, bias: bb, staging })
+}
+
+/// The maxima a scaled kernel reads (see `Tensors::maxima`), where both were folded.
+fn folded(x: Option<u32>, w: &AtomicU32) -> Option<[u32; 2]> {
+    x.map(|x| [x, w.load(Ordering::Relaxed)])
 }
 
 impl Weights {
@@ -140,14 +158,16 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer, dtype: DType) -> Result<()
 }
 
 /// The bindings of one conv dispatch: x, w, bias, y, the epilogue's z, the run's words
-/// (binding 4: for kernels that scale their inputs, the max |x| and max |w| a pass before
-/// them writes; for chunked kernels, the chunk's index), and the workspace a kernel's
-/// prologue fills.
+/// (binding 4: for kernels that scale their inputs, the max |x| and max |w|, written when
+/// bound where the host knows them, else by a pass before the kernel; for chunked kernels,
+/// the chunk's index), and the workspace a kernel's prologue fills.
 pub(crate) struct Bindings<'a> {
     group: wgpu::BindGroup,
     x: View<'a>,
     w: View<'a>,
     words: Option<PooledBuffer>,
+    /// The words hold the maxima already: no max pass, no clearing.
+    preset: bool,
     workspace: Vec<Option<PooledBuffer>>,
     /// The weight pass's bind group (w in, the kernel's weights out) and those weights.
     wprep: Option<(wgpu::BindGroup, PooledBuffer)>,
@@ -169,8 +189,12 @@ pub(crate) struct Tensors<'a> {
     pub bias: Option<View<'a>>,
     pub z: Option<View<'a>>,
     pub y: View<'a>,
+    /// Bits of max |x| and max |w| over finite elements where the host knows them (taken
+    /// while uploading): a kernel that scales its inputs then skips its max pass.
+    pub maxima: Option<[u32; 2]>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn bindings<'a>(
     engine: &Engine,
     kernel: &Compiled,
@@ -179,16 +203,26 @@ fn bindings<'a>(
     bias: Option<&'a PooledBuffer>,
     z: Option<&'a PooledBuffer>,
     y: &'a PooledBuffer,
+    maxima: Option<[u32; 2]>,
 ) -> Result<Bindings<'a>> {
-    let t = Tensors { x: x.view(), w: w.view(), bias: bias.map(|b| b.view()), z: z.map(|z| z.view()), y: y.view() };
+    let t = Tensors { x: x.view(), w: w.view(), bias: bias.map(|b| b.view()), z: z.map(|z| z.view()), y: y.view(), maxima };
     bind(engine, kernel, t)
 }
 
 /// The bind group of one dispatch of `kernel` over `t`, with the kernel's run words and
 /// workspace taken from the pool.
 pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Result<Bindings<'a>> {
-    let Tensors { x, w, bias, z, y } = t;
+    let Tensors { x, w, bias, z, y, maxima } = t;
     let words = if kernel.scaled || kernel.chunks > 1 { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
+    // Written ahead of the submission that runs the kernel; no pass writes these two words
+    // but a layout-1 prologue's max, which finds the same values.
+    let preset = match (kernel.scaled, maxima, &words) {
+        (true, Some([mx, mw]), Some(buf)) => {
+            engine.queue.write_buffer(buf, 0, bytemuck::cast_slice(&[mx, mw, 0, 0]));
+            true
+        }
+        _ => false,
+    };
     // Slots keep their bindings: a kernel may need the second workspace and not the first.
     let workspace = kernel
         .workspace
@@ -222,7 +256,7 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         or_scratch(engine, workspace.get(1).and_then(Option::as_ref)),
         or_input(engine, z),
     ]);
-    Ok(Bindings { group, x, w, words, workspace, wprep })
+    Ok(Bindings { group, x, w, words, preset, workspace, wprep })
 }
 
 /// A bind group of the engine's layout, bindings 0-7 in order.
@@ -278,7 +312,7 @@ pub(crate) fn encode(
         record_dispatches(engine, encoder, "convtune weights", &[(pipeline, *groups)], group, timestamps, true, false)?;
         began = true;
     }
-    if let (true, Some(words)) = (kernel.scaled, &b.words) {
+    if let (true, false, Some(words)) = (kernel.scaled, b.preset, &b.words) {
         if kernel.prologue.is_some() && !kernel.prescale {
             encoder.clear_buffer(words, 0, Some(16));
         } else {
@@ -371,15 +405,21 @@ impl DeviceTensors {
     ) -> Result<Self> {
         expect_dtype::<T>(shape)?;
         check_binding(engine, "x", shape.x_len(), T::DTYPE)?;
-        let weights = upload_weights(engine, shape, w, bias, false)?;
+        // float32 inputs carry their maxima, as a user's call's do (see `conv2d_timed`):
+        // kernels are tuned and timed without the max pass they run without.
+        let (xmax, wmax) = (AtomicU32::new(0), AtomicU32::new(0));
+        let fold = shape.dtype == DType::F32;
+        let weights = upload_weights(engine, shape, w, bias, false, fold.then_some(&wmax))?;
         let ys = check_binding(engine, "the output", shape.y_len(), T::DTYPE)?;
+        let xb = upload_slice(engine, INPUT, x, fold.then_some(&xmax))?;
         Ok(DeviceTensors {
             shape: *shape,
-            x: upload_slice(engine, INPUT, x)?,
+            x: xb,
             w: weights.w,
             bias: weights.bias,
-            z: z.map(|z| upload_slice(engine, INPUT, z)).transpose()?,
+            z: z.map(|z| upload_slice(engine, INPUT, z, None)).transpose()?,
             y: engine.pool.take(OUTPUT, ys)?,
+            maxima: folded(fold.then(|| xmax.load(Ordering::Relaxed)), &wmax),
         })
     }
 
@@ -449,7 +489,7 @@ impl DeviceTensors {
     }
 
     fn bindings(&self, engine: &Engine, kernel: &Compiled) -> Result<Bindings<'_>> {
-        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), self.z.as_ref(), &self.y)
+        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), self.z.as_ref(), &self.y, self.maxima)
     }
 
     /// Runs `kernel` once and waits for it.
@@ -617,7 +657,15 @@ pub fn conv2d_timed<T: Elem>(
         )));
     }
     let direct = engine.direct_inputs;
-    let mut weights = upload_weights(engine, shape, w, bias, direct)?;
+    // Every piece runs the same variant: where it scales its inputs, the copy threads fold
+    // x's and w's maxima as they upload them and the kernel runs without its max pass.
+    let scaled = match pieces.iter().find_map(|p| p.shape) {
+        Some(sub) => engine.pipeline(variant, &sub)?.scaled,
+        None => false,
+    };
+    ph.mark("pipeline");
+    let wmax = AtomicU32::new(0);
+    let mut weights = upload_weights(engine, shape, w, bias, direct, scaled.then_some(&wmax))?;
     ph.mark("upload");
     for (i, piece) in pieces.iter().enumerate() {
         let first = i == 0;
@@ -632,7 +680,8 @@ pub fn conv2d_timed<T: Elem>(
         ph.mark("buffers");
         let mut staging = Vec::new();
         let x_runs = split::x_runs(shape, piece, &sub);
-        let mut x_in = || input(engine, x, &x_runs, sub.x_len(), direct, &mut staging);
+        let xmax = AtomicU32::new(0);
+        let mut x_in = || input(engine, x, &x_runs, sub.x_len(), direct, &mut staging, scaled.then_some(&xmax));
         // The host writes x at the rate the bus takes them (four copy threads reach it on an
         // H100 machine), so other copy threads touch the result's pages meanwhile, on the
         // pool for the larger of the two.
@@ -643,9 +692,10 @@ pub fn conv2d_timed<T: Elem>(
             x_in()
         }?;
         // The residual is laid out like y, so it travels in y's runs.
-        let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging)).transpose()?;
+        let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging, None)).transpose()?;
         ph.mark("upload");
-        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y)?;
+        let maxima = folded(scaled.then(|| xmax.load(Ordering::Relaxed)), &wmax);
+        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y, maxima)?;
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
         xb.remap_upload();
         if let Some(zb) = &zb {
@@ -717,9 +767,10 @@ pub fn conv2d_device<T: Elem>(
     }
     let ys = check_binding(engine, "the output", shape.y_len(), shape.dtype)?;
     let kernel = engine.pipeline(variant, shape)?;
-    let weights = upload_weights(engine, shape, w, bias, false)?;
+    let wmax = AtomicU32::new(0);
+    let weights = upload_weights(engine, shape, w, bias, false, kernel.scaled.then_some(&wmax))?;
     let z_host = match z {
-        Some(Residual::Host(z)) => Some(upload_slice(engine, INPUT, z)?),
+        Some(Residual::Host(z)) => Some(upload_slice(engine, INPUT, z, None)?),
         _ => None,
     };
     let zb = match z {
@@ -727,7 +778,9 @@ pub fn conv2d_device<T: Elem>(
         _ => z_host.as_ref(),
     };
     let y = engine.pool.take(OUTPUT, ys)?;
-    let bound = bindings(engine, &kernel, &x.buf, &weights.w, weights.bias.as_deref(), zb, &y)?;
+    // A tensor uploaded from the host knows its max; a conv's output does not (its max pass runs).
+    let maxima = folded(x.known_max().filter(|_| kernel.scaled), &wmax);
+    let bound = bindings(engine, &kernel, &x.buf, &weights.w, weights.bias.as_deref(), zb, &y, maxima)?;
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
     // Returns with the kernel queued and waits for the previous Tensor call's instead: the
     // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of
@@ -737,7 +790,7 @@ pub fn conv2d_device<T: Elem>(
     if let Some(p) = previous {
         wait(engine, Some(p))?;
     }
-    Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype })
+    Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype, maxabs: AtomicU32::new(UNKNOWN_MAX) })
 }
 
 /// Waits for every queued GPU call (Tensor calls return before their kernel ends).
@@ -750,10 +803,25 @@ pub fn synchronize(engine: &Engine) -> Result<()> {
 }
 
 impl DeviceArray {
-    /// Uploads a C-contiguous 4-D array.
+    /// Uploads a C-contiguous 4-D array; a float32 one keeps its largest finite |v|, folded
+    /// on the copy threads, for the kernels that scale it.
     pub fn upload<T: Elem>(engine: &Engine, data: &[T], dims: [usize; 4]) -> Result<Self> {
         check_binding(engine, "the tensor", data.len() as u64, T::DTYPE)?;
-        Ok(DeviceArray { buf: upload_slice(engine, OUTPUT, data)?, dims, dtype: T::DTYPE })
+        let max = AtomicU32::new(0);
+        let fold = T::DTYPE == DType::F32;
+        let buf = upload_slice(engine, OUTPUT, data, fold.then_some(&max))?;
+        let maxabs = if fold { max.into_inner() } else { UNKNOWN_MAX };
+        Ok(DeviceArray { buf, dims, dtype: T::DTYPE, maxabs: AtomicU32::new(maxabs) })
+    }
+
+    /// Bits of its largest finite |v|, where known.
+    pub fn known_max(&self) -> Option<u32> {
+        Some(self.maxabs.load(Ordering::Relaxed)).filter(|&m| m != UNKNOWN_MAX)
+    }
+
+    /// Forgets its max: its buffer may be written by others from now on.
+    pub fn forget_max(&self) {
+        self.maxabs.store(UNKNOWN_MAX, Ordering::Relaxed);
     }
 
     pub fn len(&self) -> usize {
@@ -799,6 +867,7 @@ pub fn random_data(len: usize, seed: u64) -> Vec<f32> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::dtype::finite_abs_max;
     use crate::device::engine;
     use crate::params::Padding;
     use crate::kernels::all_variants;
@@ -969,8 +1038,8 @@ pub(crate) mod tests {
 
     /// Runs `pass` over x and w and reads back the scales' words.
     fn max_words(e: &Engine, x: &[f32], w: &[f32], pass: impl Fn(&mut wgpu::CommandEncoder, &PooledBuffer, &PooledBuffer, &PooledBuffer)) -> [u32; 4] {
-        let (xb, wb) = (upload_slice(e, OUTPUT, x).unwrap(), upload_slice(e, OUTPUT, w).unwrap());
-        let scales = upload_slice(e, OUTPUT, &[7.0f32; 4]).unwrap();
+        let (xb, wb) = (upload_slice(e, OUTPUT, x, None).unwrap(), upload_slice(e, OUTPUT, w, None).unwrap());
+        let scales = upload_slice(e, OUTPUT, &[7.0f32; 4], None).unwrap();
         let mut enc = e.device.create_command_encoder(&Default::default());
         pass(&mut enc, &xb, &wb, &scales);
         e.queue.submit([enc.finish()]);
@@ -1000,5 +1069,26 @@ pub(crate) mod tests {
                 assert_eq!(both[..2], [1.5e20f32.to_bits(), want_w.to_bits()], "len {len}, at {at}");
             }
         }
+    }
+
+    #[test]
+    fn uploads_fold_the_largest_finite_magnitude_on_every_copy_path() {
+        let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
+        // Written now (under 1 MB), one piece per copy thread (under 16 MB), 4 MiB chunks.
+        for len in [5usize, 1000, 1 << 20, (5 << 20) + 3] {
+            for at in [0, len / 2, len - 1] {
+                let mut x = random_data(len, len as u64);
+                x[len / 3] = f32::INFINITY;
+                x[(2 * len) / 3] = f32::NAN;
+                x[at] = -3.5e7;
+                let t = DeviceArray::upload(&e, &x, [1, 1, 1, len]).unwrap();
+                assert_eq!(t.known_max(), Some(3.5e7f32.to_bits()), "len {len}, at {at}");
+                assert_eq!(t.known_max(), Some(finite_abs_max(&x)));
+                t.forget_max();
+                assert_eq!(t.known_max(), None);
+            }
+        }
+        let halves = convert::<u16>(&[1.0, -3.0]);
+        assert_eq!(DeviceArray::upload(&e, &halves, [1, 1, 1, 2]).unwrap().known_max(), None, "float16 tensors are never scaled");
     }
 }

@@ -105,8 +105,10 @@ impl Tensor {
     }
 
     /// The buffer holding it, from offset 0 (the buffer may be larger), for the caller's
-    /// own passes.
+    /// own passes. Since those may write it, the tensor forgets the largest |value| it took
+    /// on upload: a float32-data tensor-core kernel then finds it with a pass of its own.
     pub fn buffer(&self) -> &wgpu::Buffer {
+        self.array.forget_max();
         &self.array.buf
     }
 

@@ -9,11 +9,12 @@
 //! On the host side a tensor is a list of runs `(offset, len)` in elements of a host array;
 //! on the GPU side the runs lie back to back from offset 0 (row bands of a split problem).
 
-use crate::dtype::Elem;
+use crate::dtype::{finite_abs_max, Elem};
 use crate::device::Engine;
 use crate::error::{Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
 use std::cell::OnceCell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,6 +35,15 @@ const PIECEWISE_MAX: u64 = 16 << 20;
 
 /// Uploads up to this many bytes (one contiguous run) go through `Queue::write_buffer`.
 const WRITE_NOW_MAX: u64 = 2 * COPY_PIECE;
+
+/// Elements a copy with a max fold moves before folding them, so they are folded while in
+/// the first-level cache.
+const FOLD_BLOCK: usize = 4096;
+
+/// Where an upload folds the largest finite |v| it copies (`finite_abs_max`, as float32
+/// bits), for kernels that scale float32 inputs by it: the copy threads read every element
+/// anyway, where the GPU's max pass would read the tensor again.
+pub type MaxFold<'a> = Option<&'a AtomicU32>;
 
 /// How long one wait for the GPU may take before the call gives up with an error.
 pub const GPU_WAIT: Duration = Duration::from_secs(600);
@@ -225,20 +235,24 @@ pub fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
 /// buffers, one per chunk (see `PIECEWISE_MAX` for the two ways they are filled). Returns the staging
 /// buffers: keep them until a wait has covered these submissions, so that the pool gets
 /// them back mapped (dropped earlier they are freed instead, which is safe but slower).
-pub fn upload<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)]) -> Result<Vec<PooledBuffer>> {
+pub fn upload<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)], max: MaxFold<'_>) -> Result<Vec<PooledBuffer>> {
     let plan = chunks(runs, chunk_elems());
     let bytes = copy_bytes::<T>(runs.iter().map(|r| r.1).sum());
     if let [c] = plan.as_slice() {
         if let [(host, 0, n)] = c.parts.as_slice() {
-            if bytes <= WRITE_NOW_MAX && write_now(engine, dst, c.start, &src[*host..*host + *n])? {
+            let data = &src[*host..*host + *n];
+            if bytes <= WRITE_NOW_MAX && write_now(engine, dst, c.start, data)? {
+                if let Some(m) = max {
+                    m.fetch_max(finite_abs_max(data), Ordering::Relaxed);
+                }
                 return Ok(Vec::new());
             }
         }
     }
     if bytes <= PIECEWISE_MAX {
-        return upload_pieces(engine, dst, src, runs);
+        return upload_pieces(engine, dst, src, runs, max);
     }
-    spread_over(crew(bytes), plan.len(), |i| upload_chunk(engine, dst, src, &plan[i]))
+    spread_over(crew(bytes), plan.len(), |i| upload_chunk(engine, dst, src, &plan[i], max))
 }
 
 /// Elements per chunk when `runs` are cut into one chunk per copy thread: at least
@@ -253,9 +267,9 @@ fn per_thread<T>(runs: &[(usize, usize)], threads: usize) -> usize {
 
 /// Writes the staging buffers of chunks small enough for every copy thread to get one
 /// (at least `COPY_PIECE` bytes each), then submits all their GPU copies together.
-fn upload_pieces<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)]) -> Result<Vec<PooledBuffer>> {
+fn upload_pieces<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)], max: MaxFold<'_>) -> Result<Vec<PooledBuffer>> {
     let plan = chunks(runs, per_thread::<T>(runs, max_threads()).min(chunk_elems()));
-    let staging = spread(plan.len(), |i| fill_chunk(engine, src, &plan[i]))?;
+    let staging = spread(plan.len(), |i| fill_chunk(engine, src, &plan[i], max))?;
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
         for (b, c) in staging.iter().zip(&plan) {
@@ -283,23 +297,37 @@ fn write_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, start: usize, data: &
 }
 
 /// A staging buffer holding chunk `c` of `src`, unmapped for its GPU copy.
-fn fill_chunk<T: Elem>(engine: &Engine, src: &[T], c: &Chunk) -> Result<PooledBuffer> {
+fn fill_chunk<T: Elem>(engine: &Engine, src: &[T], c: &Chunk, max: MaxFold<'_>) -> Result<PooledBuffer> {
     let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(UPLOAD, bytes)?;
-    write_parts(&staging, 0, src, c)?;
+    write_parts(&staging, 0, src, c, max)?;
     staging.unmap_upload();
     Ok(staging)
 }
 
-/// Writes chunk `c` of `src` into the mapped bytes of `buf` from `offset` on.
-fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk) -> Result<()> {
+/// Writes chunk `c` of `src` into the mapped bytes of `buf` from `offset` on, folding the
+/// largest finite |v| into `max` where asked.
+fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk, max: MaxFold<'_>) -> Result<()> {
     let size = std::mem::size_of::<T>();
     let mut view = buf
         .slice(offset..offset + copy_bytes::<T>(c.len))
         .get_mapped_range_mut()
         .map_err(|e| Error::Gpu(format!("writing a mapped buffer failed: {e}")))?;
+    let mut largest = 0;
     for &(host, within, n) in &c.parts {
-        view.slice(within * size..(within + n) * size).copy_from_slice(bytemuck::cast_slice(&src[host..host + n]));
+        let part = &src[host..host + n];
+        if max.is_none() {
+            view.slice(within * size..(within + n) * size).copy_from_slice(bytemuck::cast_slice(part));
+            continue;
+        }
+        for (i, block) in part.chunks(FOLD_BLOCK).enumerate() {
+            let at = (within + i * FOLD_BLOCK) * size;
+            view.slice(at..at + block.len() * size).copy_from_slice(bytemuck::cast_slice(block));
+            largest = largest.max(finite_abs_max(block));
+        }
+    }
+    if let Some(m) = max {
+        m.fetch_max(largest, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -309,19 +337,19 @@ fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk) -
 /// the host maps (`pool::INPUT_MAPPED`, see `Engine::direct_inputs`), so there is no staging
 /// buffer and no GPU copy. Call `remap_upload` on it once the submissions reading it are
 /// queued.
-pub fn write_direct<T: Elem>(dst: &PooledBuffer, src: &[T], runs: &[(usize, usize)]) -> Result<()> {
+pub fn write_direct<T: Elem>(dst: &PooledBuffer, src: &[T], runs: &[(usize, usize)], max: MaxFold<'_>) -> Result<()> {
     let threads = crew(copy_bytes::<T>(runs.iter().map(|r| r.1).sum()));
     let plan = chunks(runs, per_thread::<T>(runs, threads));
     let size = std::mem::size_of::<T>() as u64;
-    spread_over(threads, plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i]))?;
+    spread_over(threads, plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i], max))?;
     dst.unmap_upload();
     Ok(())
 }
 
-fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chunk) -> Result<PooledBuffer> {
+fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chunk, max: MaxFold<'_>) -> Result<PooledBuffer> {
     let size = std::mem::size_of::<T>();
     let bytes = copy_bytes::<T>(c.len);
-    let staging = fill_chunk(engine, src, c)?;
+    let staging = fill_chunk(engine, src, c, max)?;
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&staging, 0, dst, (c.start * size) as u64, bytes);
@@ -332,8 +360,8 @@ fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chu
 }
 
 /// `upload` of a whole slice, waiting for the GPU: for buffers filled outside a conv2d.
-pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T]) -> Result<()> {
-    let staging = upload(engine, dst, src, &[(0, src.len())])?;
+pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], max: MaxFold<'_>) -> Result<()> {
+    let staging = upload(engine, dst, src, &[(0, src.len())], max)?;
     wait(engine, None)?;
     drop(staging);
     Ok(())

@@ -233,6 +233,26 @@ def test_tensor_cores_mixed_channel_magnitudes_meet_their_bound(layout, split):
     assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= _bound(variant)
 
 
+@needs_tc
+@pytest.mark.parametrize("suffix", ["", "_l1", "_l2"])
+@pytest.mark.parametrize("split", [1, 3])
+def test_tensor_cores_scale_device_tensors_with_and_without_a_known_max(suffix, split):
+    """A Tensor uploaded from the host carries its max |x| (the kernel runs without a max
+    pass); a conv's output Tensor does not (the pass runs): both scale right at the ends of
+    float32's range, where a missing or stale max would overflow or flush."""
+    rng = np.random.default_rng(10)
+    x = (rng.standard_normal((2, 32, 12, 12)) * 1e30).astype(np.float32)
+    w1 = (rng.standard_normal((32, 32, 3, 3)) * 1e-32).astype(np.float32)
+    w2 = (rng.standard_normal((32, 32, 3, 3)) * 1e20).astype(np.float32)
+    variant = f"coop_b64x64x32_s2x2_p{split}{suffix}"
+    y1 = convtune.conv2d(convtune.to_device(x), w1, padding=1, variant=variant)
+    y2 = convtune.conv2d(y1, w2, padding=1, variant=variant)
+    first = y1.numpy()
+    for got, want in ((first, reference_conv2d(x, w1, padding=1)), (y2.numpy(), reference_conv2d(first, w2, padding=1))):
+        assert np.all(np.isfinite(got))
+        assert _rel_err(got, want) <= _bound(variant)
+
+
 def _plant_nan_and_inf(x, w, where):
     if where == "x":
         x[0, 3, 2, 2] = np.nan
