@@ -234,8 +234,7 @@ def test_tensor_cores_mixed_channel_magnitudes_meet_their_bound(layout, split):
 
 
 @needs_tc
-@pytest.mark.parametrize("suffix", ["", "_l1", "_l2"])
-@pytest.mark.parametrize("split", [1, 3])
+@pytest.mark.parametrize("split, suffix", [(1, ""), (3, ""), (1, "_l1"), (3, "_l1"), (1, "_l2")])
 def test_tensor_cores_scale_device_tensors_with_and_without_a_known_max(suffix, split):
     """A Tensor uploaded from the host carries its max |x| (the kernel runs without a max
     pass); a conv's output Tensor does not (the pass runs): both scale right at the ends of
