@@ -159,7 +159,7 @@ def test_lowered_form_on_other_families(variant):
 
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
-# (Not layouts 3 and 4: their window tiles store in place only.)
+# (Layouts 3 and 4 are sampled below: their window tiles need stride-1 lowered forms.)
 COOP_SAMPLE = [v for v in convtune.variant_space()
                if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1
                and convtune.variant_knobs(v)["layout"] < 3][1::4]
@@ -192,6 +192,40 @@ def test_lowered_form_on_tensor_cores(variant):
         to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
         precision=None if half else precision, **kw))
     check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} {kw}")
+
+
+# Every third window tile (layouts 3 and 4), on the lowered form's stride-1 conv.
+WINDOW_SAMPLE = [v for v in convtune.variant_space()
+                 if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 3][1::3]
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", WINDOW_SAMPLE)
+def test_lowered_form_on_window_tiles(variant):
+    i = WINDOW_SAMPLE.index(variant)
+    half = i % 2 == 0
+    layout = "NHWC" if half or i % 4 == 1 else "NCHW"
+    rng = np.random.default_rng(300 + i)
+    dt = np.float16 if half else np.float32
+    if i % 3 == 2:
+        xs, ws, kw = (2, 32, 7, 9), (32, 16, 3, 3), dict(stride=2, padding=1, output_padding=1)
+    else:
+        xs, ws, kw = (2, 32, 6, 11), (32, 16, 4, 4), dict(stride=2, padding=1)
+    x = rng.standard_normal(xs).astype(dt)
+    w = (rng.standard_normal(ws) / 12).astype(dt)
+    b = rng.standard_normal(16).astype(np.float32)
+    conv = conv_transpose2d_reference(x, w, bias=b, **kw)
+    z = rng.standard_normal(conv.shape).astype(dt)
+    want = conv + 0.5 * z.astype(np.float64)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    try:
+        got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
+                                        precision=None if half else "high", **kw)
+    except ValueError as e:
+        if "the adapter allows" not in str(e):
+            raise
+        pytest.skip(f"{variant} exceeds this adapter's limits")
+    check_mode_bound(got, to(want), half, "high", f"{variant} {layout} half={half} {kw}")
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

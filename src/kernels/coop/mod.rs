@@ -189,10 +189,9 @@ impl KernelVariant for Coop {
     }
 
     /// Stores that move y's elements (pixel shuffle, a lowered transposed convolution) go
-    /// through `ystore` in the store step; the split-K finishing pass and the window tiles (layout
-    /// 3) store in place only.
+    /// through `ystore` in the store step; the split-K finishing pass stores in place only.
     fn computes(&self, shape: &ConvShape) -> bool {
-        (self.splits == 1 && !self.windowed()) || !moves_y(shape)
+        self.splits == 1 || !moves_y(shape)
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -319,7 +318,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let window = Window::of(v, shape);
     if v.windowed() && window.is_none() {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: layouts 3 and 4 stage the input window of float16 NHWC problems with one group, channels a multiple of its step, stride and dilation 1, a window of at most 3x3 and y stored in place",
+            "variant {} cannot run on this shape: layouts 3 and 4 stage the input window of float16 NHWC x or of float32 x (either layout) with one group, channels a multiple of 8 and of its step, stride and dilation 1 (a transposed convolution's lowered form counts) and a window of at most 3x3",
             v.name()
         )));
     }
@@ -785,6 +784,35 @@ mod window_tests {
             }
         }
         assert!(seen > 20, "{seen} window tile kernels generated");
+    }
+
+    /// Window tiles store moved outputs too: a pixel shuffle (float16 NHWC and float32 NCHW,
+    /// through its scatter form) and a lowered transposed convolution; each kernel passes naga,
+    /// and the tuner offers some of them.
+    #[test]
+    fn window_variants_scatter_moved_outputs() {
+        use crate::kernels::Variant;
+        let shuffled = f16_nhwc([1, 64, 24, 40], [256, 64, 3, 3], 1).with_pixel_shuffle(2).unwrap();
+        let nchw = ConvShape::new([1, 32, 32, 64], [288, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_pixel_shuffle(3)
+            .unwrap();
+        let decoder = ConvShape::new_transposed([2, 64, 20, 24], [64, 32, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
+        for shape in [&shuffled, &nchw, &decoder] {
+            let (mut seen, mut offered) = (0, 0);
+            for c in Coop::space().into_iter().filter(|v| v.windowed() && v.splits == 1) {
+                let v = Variant::Coop(c);
+                let Ok(k) = v.generate(shape) else { continue };
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
+                assert!(k.source.contains("yscatter(") || k.source.contains("ystore("), "{v}");
+                seen += 1;
+                offered += v.suits(shape) as usize;
+            }
+            assert!(seen > 5 && offered > 0, "{}: {seen} generated, {offered} offered", shape.label());
+        }
     }
 }
 

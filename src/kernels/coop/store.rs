@@ -39,6 +39,9 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
     // element measured 7-20% of float16 layers on an H200): once per round in NHWC, where
     // rounds advance the pixel, once for all rounds in NCHW, where they advance the channel.
     let pixel_rounds: Vec<u32> = if pixel_fastest { vec![0] } else { (0..rounds).collect() };
+    // y's pixel m of the tile's pixel `q` (an i32 expression), for the scatters: a window
+    // tile's pixels are a block of one image (m = M past its edge), the others' a run from m0.
+    let pixel_of = |q: String| if window { window_pixel(&q) } else { format!("m0 + {q}") };
     let mut store = String::new();
     for i in 0..tm {
         for &r in pixel_rounds.iter().filter(|_| !scatter) {
@@ -81,7 +84,8 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 for &o in &m_offsets {
                     if !seen.contains(&o) {
                         seen.push(o);
-                        writeln!(s, "    let ypm{i}_{j}_{o} = ypix(m0 + i32(wm) + {} + i32((lane / {sw}u + {o}u) % 16u));", i * 16).unwrap();
+                        let q = format!("i32(wm) + {} + i32((lane / {sw}u + {o}u) % 16u)", i * 16);
+                        writeln!(s, "    let ypm{i}_{j}_{o} = ypix({});", pixel_of(q)).unwrap();
                     }
                 }
             } else if scatter && !pixel_fastest {
@@ -101,8 +105,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 if !scatter {
                     writeln!(s, "        let m = ym{i}_{rr};").unwrap();
                 } else {
-                    // (Window tiles store y in place: never a scatter.)
-                    writeln!(s, "        let m = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
+                    writeln!(s, "        let m = {};", pixel_of(format!("i32(wm) + {} + i32({e_m})", i * 16))).unwrap();
                 }
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
@@ -157,6 +160,13 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
         }
     }
     store
+}
+
+/// A window tile's output pixel m for its pixel `q`: (oh0 + q / TW, ow0 + q % TW) of image
+/// `img`, or M past the image's edge (as the unscattered store's `ym`).
+fn window_pixel(q: &str) -> String {
+    let (h, w) = (format!("oh0 + ({q}) / TW"), format!("ow0 + ({q}) % TW"));
+    format!("select(M, (img * OH + {h}) * OW + {w}, {h} < OH && {w} < OW)")
 }
 
 /// The finishing pass's store (split-K): the summed parts of four neighbouring outputs, as

@@ -36,8 +36,7 @@ impl Window {
             && shape.stride == (1, 1)
             && shape.dilation == (1, 1)
             && shape.r <= WINDOW_MAX_RS
-            && shape.s <= WINDOW_MAX_RS
-            && !moves_y(shape);
+            && shape.s <= WINDOW_MAX_RS;
         if !takes {
             return None;
         }
