@@ -786,11 +786,11 @@ mod window_tests {
         assert!(seen > 20, "{seen} window tile kernels generated");
     }
 
-    /// Window tiles store moved outputs too: a pixel shuffle (float16 NHWC and float32 NCHW,
-    /// through its scatter form) and a lowered transposed convolution; each kernel passes naga,
-    /// and the tuner offers some of them.
+    /// Every single-pass tile stores moved outputs, window tiles too: a pixel shuffle (float16
+    /// NHWC and float32 NCHW, through its scatter form) and a lowered transposed convolution;
+    /// each kernel passes naga, and the tuner offers some window tiles.
     #[test]
-    fn window_variants_scatter_moved_outputs() {
+    fn single_pass_variants_scatter_moved_outputs() {
         use crate::kernels::Variant;
         let shuffled = f16_nhwc([1, 64, 24, 40], [256, 64, 3, 3], 1).with_pixel_shuffle(2).unwrap();
         let nchw = ConvShape::new([1, 32, 32, 64], [288, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
@@ -802,16 +802,17 @@ mod window_tests {
             .with_layout(Layout::Nhwc)
             .with_dtype(DType::F16);
         for shape in [&shuffled, &nchw, &decoder] {
-            let (mut seen, mut offered) = (0, 0);
-            for c in Coop::space().into_iter().filter(|v| v.windowed() && v.splits == 1) {
+            let (mut seen, mut windows, mut offered) = (0, 0, 0);
+            for c in Coop::space().into_iter().filter(|v| v.splits == 1) {
                 let v = Variant::Coop(c);
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
                 assert!(k.source.contains("yscatter(") || k.source.contains("ystore("), "{v}");
                 seen += 1;
-                offered += v.suits(shape) as usize;
+                windows += c.windowed() as usize;
+                offered += (c.windowed() && v.suits(shape)) as usize;
             }
-            assert!(seen > 5 && offered > 0, "{}: {seen} generated, {offered} offered", shape.label());
+            assert!(seen > 50 && windows > 5 && offered > 0, "{}: {seen} generated, {windows} windows, {offered} offered", shape.label());
         }
     }
 }

@@ -42,6 +42,14 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
     // y's pixel m of the tile's pixel `q` (an i32 expression), for the scatters: a window
     // tile's pixels are a block of one image (m = M past its edge), the others' a run from m0.
     let pixel_of = |q: String| if window { window_pixel(&q) } else { format!("m0 + {q}") };
+    // NCHW scatters keep a channel's phases side by side: a round's lanes take the tile's
+    // elements phase column fastest, then pixel, so that neighbouring lanes store
+    // neighbouring output columns (`sw` of them per pixel).
+    let sw = match shape.scatter {
+        Some(sc) if pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => sc.phases.1,
+        _ => 1,
+    };
+    let m_offsets: Vec<u32> = (0..rounds).map(|r| (r * 32 / sw) % 16).collect();
     let mut store = String::new();
     for i in 0..tm {
         for &r in pixel_rounds.iter().filter(|_| !scatter) {
@@ -60,6 +68,24 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
             let pixel = if pixel_fastest { format!("(ym{i}_{r} / OHW) * YSN + (ym{i}_{r} % OHW) * YSP") } else { format!("ym{i}_{r} * YSP") };
             writeln!(s, "    let yp{i}_{r} = {pixel};").unwrap();
         }
+        // A scatter's mapping splits into a pixel half and a channel half; the pixel half
+        // of each lane's elements is the same for every tile of the row: decoded once here.
+        if scatter && pixel_fastest && !vec_y {
+            let mut seen = Vec::new();
+            for &o in &m_offsets {
+                if !seen.contains(&o) {
+                    seen.push(o);
+                    let q = format!("i32(wm) + {} + i32((lane / {sw}u + {o}u) % 16u)", i * 16);
+                    writeln!(store, "    let ypm{i}_{o} = ypix({});", pixel_of(q)).unwrap();
+                }
+            }
+        } else if scatter {
+            for r in 0..rounds {
+                let e_m = e_m.replace('e', &format!("({}u + lane)", r * 32));
+                writeln!(store, "    let ysm{i}_{r} = {};", pixel_of(format!("i32(wm) + {} + i32({e_m})", i * 16))).unwrap();
+                writeln!(store, "    let ypr{i}_{r} = ypix(ysm{i}_{r});").unwrap();
+            }
+        }
         for j in 0..tn {
             let s = &mut store;
             writeln!(s, "    workgroupBarrier();").unwrap();
@@ -68,27 +94,9 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
             writeln!(s, "    workgroupBarrier();").unwrap();
-            // A scatter's mapping splits into a pixel half and a channel half: the half that
-            // every round of this lane shares is computed once (NCHW's one-at-a-time rounds
-            // keep the pixel, NHWC's the channel).
-            // NCHW scatters keep a channel's phases side by side: a round's lanes take the
-            // tile's elements phase column fastest, then pixel, so that neighbouring lanes
-            // store neighbouring output columns (`sw` of them per pixel).
-            let sw = match shape.scatter {
-                Some(sc) if pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => sc.phases.1,
-                _ => 1,
-            };
-            let m_offsets: Vec<u32> = (0..rounds).map(|r| (r * 32 / sw) % 16).collect();
-            if scatter && pixel_fastest && !vec_y {
-                let mut seen = Vec::new();
-                for &o in &m_offsets {
-                    if !seen.contains(&o) {
-                        seen.push(o);
-                        let q = format!("i32(wm) + {} + i32((lane / {sw}u + {o}u) % 16u)", i * 16);
-                        writeln!(s, "    let ypm{i}_{j}_{o} = ypix({});", pixel_of(q)).unwrap();
-                    }
-                }
-            } else if scatter && !pixel_fastest {
+            // The channel half of a scatter's mapping, where every round of this lane shares it
+            // (NHWC's rounds advance the pixel and keep the channel).
+            if scatter && !pixel_fastest {
                 let lane_n = if vec_y { "4u * (lane % 4u)" } else { "lane % 16u" };
                 writeln!(s, "    let ycn{i}_{j} = ychan(g * KG + n0 + i32(wn) + {} + i32({lane_n}));", j * 16).unwrap();
             }
@@ -104,6 +112,8 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 let rr = if pixel_fastest { 0 } else { r };
                 if !scatter {
                     writeln!(s, "        let m = ym{i}_{rr};").unwrap();
+                } else if !pixel_fastest {
+                    writeln!(s, "        let m = ysm{i}_{r};").unwrap();
                 } else {
                     writeln!(s, "        let m = {};", pixel_of(format!("i32(wm) + {} + i32({e_m})", i * 16))).unwrap();
                 }
@@ -113,9 +123,9 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 let at = format!("yp{i}_{rr} + k * YSK");
                 if scatter {
                     let mapped = if pixel_fastest {
-                        format!("yscatter(ypm{i}_{j}_{}, ychan(k))", m_offsets[r as usize])
+                        format!("yscatter(ypm{i}_{}, ychan(k))", m_offsets[r as usize])
                     } else {
-                        format!("yscatter(ypix(m), ycn{i}_{j})")
+                        format!("yscatter(ypr{i}_{r}, ycn{i}_{j})")
                     };
                     writeln!(s, "            let yi = {mapped};").unwrap();
                     writeln!(s, "            if (yi >= 0) {{").unwrap();
