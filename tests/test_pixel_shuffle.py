@@ -231,24 +231,26 @@ def run_or_skip_over_limits(variant, call):
 @pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
 @pytest.mark.parametrize("variant", WINDOW_SAMPLE)
 def test_window_tiles_store_shuffled(variant):
-    # Ragged image edges (9 x 10 pixels in blocks of 8 to 64 columns), float16 NHWC and
-    # float32 data in both layouts ("high": the window tiles read float32 x in place).
+    # Ragged image edges (9 x 10 or 9 x 9 pixels in blocks of 8 to 64 columns), shuffles by 2
+    # and 4, float16 NHWC and float32 data in both layouts ("high": the window tiles read
+    # float32 x in place; NCHW stores four output columns per lane where rows allow).
     i = WINDOW_SAMPLE.index(variant)
     half = i % 2 == 0
     layout = "NHWC" if half or i % 4 == 1 else "NCHW"
+    r = 4 if i % 3 == 0 else 2
     rng = np.random.default_rng(60 + i)
     dt = np.float16 if half else np.float32
-    x = rng.standard_normal((2, 32, 9, 10)).astype(dt)
+    x = rng.standard_normal((2, 32, 9, 9 if i % 5 == 4 else 10)).astype(dt)
     w = (rng.standard_normal((128, 32, 3, 3)) / 17).astype(dt)
     b = rng.standard_normal(128).astype(np.float32)
-    want = want_of(x, w, 2, padding=1, bias=b)
+    want = want_of(x, w, r, padding=1, bias=b)
     z = rng.standard_normal(want.shape).astype(dt)
     want = want + 0.5 * z.astype(np.float64)
     to = nhwc if layout == "NHWC" else (lambda a: a)
     got = run_or_skip_over_limits(variant, lambda: convtune.conv2d(
-        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant, pixel_shuffle=2,
+        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant, pixel_shuffle=r,
         precision=None if half else "high"))
-    check_mode_bound(got, to(want), half, "high", f"{variant} {layout} half={half}")
+    check_mode_bound(got, to(want), half, "high", f"{variant} {layout} half={half} r={r}")
 
 
 def test_edsr_x4_upsampler_on_device_tensors():

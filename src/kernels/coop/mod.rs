@@ -25,7 +25,7 @@ mod window;
 use gather::{a_setup_channels_last, a_setup_in_place, fetch_channels_last, fetch_in_place, gather, Lean};
 use prologue::prologue_vars;
 use steps::{b_register, inner_product, stage_b_packed, stage_step, steps};
-use store::{finish_store, store_step};
+use store::{finish_store, phase_quads, store_step};
 pub use variant::{Coop, SUBGROUP};
 use variant::*;
 use window::{window_setup, window_steps, PatchSource, Window, WINDOW_WASTE};
@@ -483,7 +483,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // are whole quads: elsewhere a quad would run into the next row (and off its alignment).
     let vec_y = stores_quads(shape) && !(window.is_some() && shape.layout == Layout::Nchw && shape.ow() % 4 != 0);
     let store = store_step(v, shape, vec_y, window.is_some());
-    let finish_store = finish_store(vec_y);
+    // y is bound as vec4s where every store writes four neighbours (the finishing pass never
+    // runs on a shuffle's phase quads: split-K refuses moved outputs).
+    let y_quads = vec_y || phase_quads(shape).is_some();
+    let finish_store = finish_store(y_quads);
 
     let mut vars = shape_vars(shape, &v.name());
     vars.extend([
@@ -536,7 +539,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("YLEN4", (shape.y_len().div_ceil(4) * 4).to_string()),
         ("PART0", part0.to_string()),
         ("FINISH_STORE", finish_store),
-        ("Y_ELEM", if vec_y { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("Y_ELEM", if y_quads { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("WT_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("X_ELEM", if v.layout >= 2 && !packed { "vec4<u32>".to_string() } else if x_vec4 || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
@@ -797,17 +800,29 @@ mod window_tests {
             .unwrap()
             .with_pixel_shuffle(3)
             .unwrap();
+        let nchw2 = ConvShape::new([1, 32, 32, 64], [128, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_pixel_shuffle(2)
+            .unwrap();
+        let nchw4 = ConvShape { pixel_shuffle: None, ..nchw2 }.with_pixel_shuffle(4).unwrap();
+        for (s, sw) in [(&nchw2, 2), (&nchw4, 4)] {
+            assert_eq!(store::phase_quads(&s.shuffle_lowered().unwrap()), Some(sw));
+        }
+        assert_eq!(store::phase_quads(&nchw.shuffle_lowered().unwrap()), None, "a shuffle by 3 stores one element per lane");
         let decoder = ConvShape::new_transposed([2, 64, 20, 24], [64, 32, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None)
             .unwrap()
             .with_layout(Layout::Nhwc)
             .with_dtype(DType::F16);
-        for shape in [&shuffled, &nchw, &decoder] {
+        for shape in [&shuffled, &nchw, &nchw2, &nchw4, &decoder] {
             let (mut seen, mut windows, mut offered) = (0, 0, 0);
             for c in Coop::space().into_iter().filter(|v| v.splits == 1) {
                 let v = Variant::Coop(c);
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
                 assert!(k.source.contains("yscatter(") || k.source.contains("ystore("), "{v}");
+                if shape.pixel_shuffle.is_some_and(|r| r != 3) && shape.layout == Layout::Nchw {
+                    assert!(k.source.contains("y[yi / 4] = vec4<DT>("), "{v}: phase quads");
+                }
                 seen += 1;
                 windows += c.windowed() as usize;
                 offered += (c.windowed() && v.suits(shape)) as usize;

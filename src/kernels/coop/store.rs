@@ -12,6 +12,9 @@ use std::fmt::Write as _;
 /// every image, or of channels in every group), each lane stores them as one vec4. Split-K
 /// variants store unscaled partial sums instead, for the finishing pass.
 pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool) -> String {
+    if let Some(sw) = phase_quads(shape) {
+        return phase_quad_store(v, sw, window);
+    }
     let split = v.split == 3;
     let (tm, tn) = (v.tm(), v.tn());
     let pixel_fastest = shape.layout == Layout::Nchw;
@@ -170,6 +173,71 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
         }
     }
     store
+}
+
+/// The column phases of an NCHW pixel shuffle (PyTorch's channel order) whose outputs a
+/// lane stores four at a time: `sw` phase columns of 4 / sw neighbouring pixels are four
+/// neighbouring columns of one output row, 16-byte aligned where the lowered rows are whole
+/// runs of 4 / sw pixels (shuffles by 2 and 4).
+pub(super) fn phase_quads(shape: &ConvShape) -> Option<u32> {
+    let sc = shape.scatter?;
+    let sw = sc.phases.1;
+    let fits = shape.layout == Layout::Nchw
+        && sc.shuffle
+        && !sc.phase_major
+        && matches!(sw, 2 | 4)
+        && 16 % (sc.phases.0 * sw) == 0
+        && shape.ow() % (4 / sw) == 0;
+    fits.then_some(sw)
+}
+
+/// The store step of `phase_quads` problems: per tile, two rounds in which lane u of 64
+/// takes channel group u / (16 / P) (sw phase columns of one output row) and pixels P (u %
+/// (16 / P)) onwards, P = 4 / sw, and stores them as one vec4.
+fn phase_quad_store(v: &Coop, sw: u32, window: bool) -> String {
+    let p = 4 / sw;
+    let per_group = 16 / p;
+    let split_at = v.sgm * v.sgn * 256;
+    let sum = |at: &str| if v.split == 3 { format!("scratch[{at}] + scratch[{split_at} + {at}] / LO") } else { format!("scratch[{at}]") };
+    let mut s = String::new();
+    for i in 0..v.tm() {
+        // The pixel half of the mapping, once per round for the row's tiles.
+        for r in 0..2 {
+            let q = format!("i32(wm) + {} + i32((({}u + lane) % {per_group}u) * {p}u)", i * 16, r * 32);
+            let m = if window { window_pixel(&q) } else { format!("m0 + {q}") };
+            writeln!(s, "    let ysm{i}_{r} = {m};
+    let ypr{i}_{r} = ypix(ysm{i}_{r});").unwrap();
+        }
+        for j in 0..v.tn() {
+            writeln!(s, "    workgroupBarrier();
+    coopStore(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
+            if v.split == 3 {
+                writeln!(s, "    coopStore(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
+            }
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            for r in 0..2 {
+                writeln!(s, "    {{").unwrap();
+                writeln!(s, "        let u = {}u + lane;", r * 32).unwrap();
+                writeln!(s, "        let c0 = (u / {per_group}u) * {sw}u;").unwrap();
+                writeln!(s, "        let p0 = (u % {per_group}u) * {p}u;").unwrap();
+                writeln!(s, "        let n = n0 + i32(wn) + {} + i32(c0);", j * 16).unwrap();
+                writeln!(s, "        if (ysm{i}_{r} < M && n < KG) {{").unwrap();
+                writeln!(s, "            let k = g * KG + n;").unwrap();
+                writeln!(s, "            let yi = yscatter(ypr{i}_{r}, ychan(k));").unwrap();
+                // Element t: phase column t % sw of pixel p0 + t / sw (the scratch holds the
+                // tile column-major: channel c's pixels from 16c on).
+                let parts: Vec<String> = (0..4)
+                    .map(|t| {
+                        let at = format!("sbase + (c0 + {}u) * 16u + p0 + {}u", t % sw, t / sw);
+                        format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), k + {}, yi + {t}))", sum(&at), t % sw)
+                    })
+                    .collect();
+                writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
+                writeln!(s, "        }}\n    }}").unwrap();
+            }
+        }
+    }
+    s
 }
 
 /// A window tile's output pixel m for its pixel `q`: (oh0 + q / TW, ow0 + q % TW) of image
