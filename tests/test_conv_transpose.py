@@ -228,6 +228,44 @@ def test_lowered_form_on_window_tiles(variant):
     check_mode_bound(got, to(want), half, "high", f"{variant} {layout} half={half} {kw}")
 
 
+SPLIT_SAMPLE = [v for v in convtune.variant_space()
+                if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] > 1][1::2]
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", SPLIT_SAMPLE)
+def test_lowered_form_split_k_on_tensor_cores(variant):
+    # Small images and deep channels, the decoders split-K is for: the finishing pass moves
+    # each summed output to its phase (cropped where it falls outside y).
+    knobs = convtune.variant_knobs(variant)
+    i = SPLIT_SAMPLE.index(variant)
+    half = knobs["layout"] == 2 or (knobs["split"] == 1 and i % 2 == 0)
+    # (Layout 1 copies NCHW float32 x channels-last; y keeps the problem's layout.)
+    layout = "NCHW" if i % 2 == 1 and not half else "NHWC"
+    precision = "highest" if knobs["split"] == 3 else "high"
+    rng = np.random.default_rng(400 + i)
+    dt = np.float16 if half else np.float32
+    if i % 2:
+        xs, ws, kw = (2, 128, 5, 6), (128, 16, 3, 3), dict(stride=2, padding=1, output_padding=1)
+    else:
+        xs, ws, kw = (2, 128, 5, 4), (128, 16, 4, 4), dict(stride=2, padding=1)
+    x = rng.standard_normal(xs).astype(dt)
+    w = (rng.standard_normal(ws) / 24).astype(dt)
+    b = rng.standard_normal(16).astype(np.float32)
+    conv = conv_transpose2d_reference(x, w, bias=b, **kw)
+    z = rng.standard_normal(conv.shape).astype(dt)
+    want = conv + 0.5 * z.astype(np.float64)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    try:
+        got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
+                                        precision=None if half else precision, **kw)
+    except ValueError as e:
+        if "the adapter allows" not in str(e):
+            raise
+        pytest.skip(f"{variant} exceeds this adapter's limits")
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} {kw}")
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("variant", [None, "direct_wg64x1_u0_k1w1", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4"])
 def test_pixel_shuffle_after_the_transposed_convolution(layout, variant):

@@ -163,15 +163,16 @@ def test_every_fma_variant_stores_shuffled(variant):
     assert ran, f"{variant} ran on neither shape"
 
 
-def test_tensor_core_split_k_variants_refuse_shuffled_problems():
-    # Their finishing pass stores in place; the single-pass variants store through ystore.
+def test_tensor_core_variants_generate_shuffled_problems():
+    # Split-K variants move their summed parts in the finishing pass; the single-pass
+    # variants store through ystore or the scatter.
     coop = [v for v in convtune.variant_space() if v.startswith("coop_")]
     split_k = [v for v in coop if convtune.variant_knobs(v)["splits"] > 1]
     single = [v for v in coop if convtune.variant_knobs(v)["splits"] == 1]
     assert split_k and single
     for v in split_k[:3]:
-        with pytest.raises(ValueError, match="cannot run on this shape.*pixel shuffle"):
-            convtune.wgsl(v, (1, 16, 8, 8), (64, 16, 3, 3), padding=1, pixel_shuffle=2)
+        src = convtune.wgsl(v, (1, 16, 8, 8), (64, 16, 3, 3), padding=1, pixel_shuffle=2)
+        assert "let yi = ystore(4 * i" in src
     # The window tiles (layouts 3 and 4) scatter too, from their block of the image.
     for layout in (3, 4):
         windows = [v for v in single if convtune.variant_knobs(v)["layout"] == layout]
@@ -251,6 +252,37 @@ def test_window_tiles_store_shuffled(variant):
         to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant, pixel_shuffle=r,
         precision=None if half else "high"))
     check_mode_bound(got, to(want), half, "high", f"{variant} {layout} half={half} r={r}")
+
+
+SPLIT_SAMPLE = [v for v in convtune.variant_space()
+                if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] > 1][::2]
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", SPLIT_SAMPLE)
+def test_tensor_core_split_k_variants_store_shuffled(variant):
+    # The finishing pass adds the parts, applies the epilogue and moves each output to its
+    # shuffled place: shuffles by 2 and 3, both layouts, float16 and float32 data.
+    knobs = convtune.variant_knobs(variant)
+    i = SPLIT_SAMPLE.index(variant)
+    half = knobs["layout"] == 2 or (knobs["split"] == 1 and i % 2 == 0)
+    # (Layout 1 copies NCHW float32 x channels-last; y keeps the problem's layout.)
+    layout = "NCHW" if i % 2 == 1 and not half else "NHWC"
+    precision = "highest" if knobs["split"] == 3 else "high"
+    r = 3 if i % 3 == 1 else 2
+    rng = np.random.default_rng(90 + i)
+    dt = np.float16 if half else np.float32
+    x = rng.standard_normal((2, 64, 9, 10)).astype(dt)
+    w = (rng.standard_normal((16 * r * r, 64, 3, 3)) / 24).astype(dt)
+    b = rng.standard_normal(16 * r * r).astype(np.float32)
+    want = want_of(x, w, r, padding=1, bias=b)
+    z = rng.standard_normal(want.shape).astype(dt)
+    want = want + 0.5 * z.astype(np.float64)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    got = run_or_skip_over_limits(variant, lambda: convtune.conv2d(
+        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant, pixel_shuffle=r,
+        precision=None if half else precision))
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} r={r}")
 
 
 def test_edsr_x4_upsampler_on_device_tensors():

@@ -189,9 +189,9 @@ impl KernelVariant for Coop {
     }
 
     /// Stores that move y's elements (pixel shuffle, a lowered transposed convolution) go
-    /// through `ystore` in the store step; the split-K finishing pass stores in place only.
-    fn computes(&self, shape: &ConvShape) -> bool {
-        self.splits == 1 || !moves_y(shape)
+    /// through `ystore`: in the store step, or for split-K in the finishing pass.
+    fn computes(&self, _shape: &ConvShape) -> bool {
+        true
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -297,12 +297,6 @@ fn grid(v: &Coop, shape: &ConvShape) -> (u64, u64, u64) {
 
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
-    if moves_y(shape) && v.splits > 1 {
-        return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: split-K variants of the tensor-core family do not fuse a pixel shuffle or a transposed convolution's scatter",
-            v.name()
-        )));
-    }
     if shape.layout != Layout::Nchw && !v.channels_last() {
         return Err(Error::invalid(format!(
             "variant {} cannot run on this shape: NHWC takes the channels-last variants (_l1 to _l4)",
@@ -481,12 +475,17 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
 
     // A window tile's four neighbouring NCHW pixels share an output row only where the rows
     // are whole quads: elsewhere a quad would run into the next row (and off its alignment).
-    let vec_y = stores_quads(shape) && !(window.is_some() && shape.layout == Layout::Nchw && shape.ow() % 4 != 0);
+    // Split-K's partial sums lie unmoved (the finishing pass moves them): their quads are
+    // the unmoved output's.
+    let moved = moves_y(shape);
+    let unmoved = ConvShape { pixel_shuffle: None, scatter: None, ..*shape };
+    let quads_of = if v.splits > 1 { &unmoved } else { shape };
+    let vec_y = stores_quads(quads_of) && !(window.is_some() && shape.layout == Layout::Nchw && shape.ow() % 4 != 0);
     let store = store_step(v, shape, vec_y, window.is_some());
-    // y is bound as vec4s where every store writes four neighbours (the finishing pass never
-    // runs on a shuffle's phase quads: split-K refuses moved outputs).
-    let y_quads = vec_y || phase_quads(shape).is_some();
-    let finish_store = finish_store(y_quads);
+    // y is bound as vec4s where every store to it writes four neighbours: the store step's
+    // quads or phase quads, or a finishing pass's in-place quads.
+    let y_quads = if v.splits > 1 { vec_y && !moved } else { vec_y || phase_quads(shape).is_some() };
+    let finish_store = finish_store(y_quads, moved && v.splits > 1);
 
     let mut vars = shape_vars(shape, &v.name());
     vars.extend([
@@ -789,11 +788,12 @@ mod window_tests {
         assert!(seen > 20, "{seen} window tile kernels generated");
     }
 
-    /// Every single-pass tile stores moved outputs, window tiles too: a pixel shuffle (float16
-    /// NHWC and float32 NCHW, through its scatter form) and a lowered transposed convolution;
-    /// each kernel passes naga, and the tuner offers some window tiles.
+    /// Every tile stores moved outputs, window tiles too, split-K ones in their finishing
+    /// pass: a pixel shuffle (float16 NHWC and float32 NCHW, through its scatter form) and a
+    /// lowered transposed convolution; each kernel passes naga, and the tuner offers some
+    /// window tiles.
     #[test]
-    fn single_pass_variants_scatter_moved_outputs() {
+    fn tiles_store_moved_outputs() {
         use crate::kernels::Variant;
         let shuffled = f16_nhwc([1, 64, 24, 40], [256, 64, 3, 3], 1).with_pixel_shuffle(2).unwrap();
         let nchw = ConvShape::new([1, 32, 32, 64], [288, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
@@ -814,11 +814,16 @@ mod window_tests {
             .with_layout(Layout::Nhwc)
             .with_dtype(DType::F16);
         for shape in [&shuffled, &nchw, &nchw2, &nchw4, &decoder] {
-            let (mut seen, mut windows, mut offered) = (0, 0, 0);
-            for c in Coop::space().into_iter().filter(|v| v.splits == 1) {
+            let (mut seen, mut windows, mut offered, mut split) = (0, 0, 0, 0);
+            for c in Coop::space() {
                 let v = Variant::Coop(c);
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
+                if c.splits > 1 {
+                    assert!(k.finish.is_some() && k.source.contains("let yi = ystore(4 * i"), "{v}");
+                    split += 1;
+                    continue;
+                }
                 assert!(k.source.contains("yscatter(") || k.source.contains("ystore("), "{v}");
                 if shape.pixel_shuffle.is_some_and(|r| r != 3) && shape.layout == Layout::Nchw {
                     assert!(k.source.contains("y[yi / 4] = vec4<DT>("), "{v}: phase quads");
@@ -827,7 +832,7 @@ mod window_tests {
                 windows += c.windowed() as usize;
                 offered += (c.windowed() && v.suits(shape)) as usize;
             }
-            assert!(seen > 50 && windows > 5 && offered > 0, "{}: {seen} generated, {windows} windows, {offered} offered", shape.label());
+            assert!(seen > 50 && windows > 5 && offered > 0 && split > 5, "{}: {seen} generated, {windows} windows, {offered} offered, {split} split", shape.label());
         }
     }
 }

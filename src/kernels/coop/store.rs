@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 /// every image, or of channels in every group), each lane stores them as one vec4. Split-K
 /// variants store unscaled partial sums instead, for the finishing pass.
 pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool) -> String {
-    if let Some(sw) = phase_quads(shape) {
+    // Split-K's partial sums go to the workspace unmoved: its finishing pass moves them.
+    let moved = moves_y(shape) && v.splits == 1;
+    if let Some(sw) = phase_quads(shape).filter(|_| moved) {
         return phase_quad_store(v, sw, window);
     }
     let split = v.split == 3;
@@ -27,7 +29,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
             format!("scratch[{at}]")
         }
     };
-    let scatter = shape.scatter.is_some();
+    let scatter = shape.scatter.is_some() && moved;
     let rounds = if vec_y { 2 } else { 8 };
     // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
     // quad q holds elements 4q .. 4q + 3 of the same layout.
@@ -132,7 +134,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                     };
                     writeln!(s, "            let yi = {mapped};").unwrap();
                     writeln!(s, "            if (yi >= 0) {{").unwrap();
-                } else if moves_y(shape) {
+                } else if moved {
                     // ystore gives -1 for an output past y's edges (a transposed
                     // convolution's lowered form), and never does otherwise.
                     writeln!(s, "            let yi = ystore({at});").unwrap();
@@ -248,9 +250,19 @@ fn window_pixel(q: &str) -> String {
 }
 
 /// The finishing pass's store (split-K): the summed parts of four neighbouring outputs, as
-/// one vec4 where y's rows are whole quads, else one element at a time within y.
-pub(super) fn finish_store(vec_y: bool) -> String {
+/// one vec4 where y's rows are whole quads, else one element at a time within y, or moved
+/// through `ystore` (a pixel shuffle's or a lowered transposed convolution's place; -1 for
+/// none).
+pub(super) fn finish_store(vec_y: bool, moved: bool) -> String {
     let k_of = |e: &str| format!("({e} / YSK) % K");
+    if moved {
+        let mut f = String::new();
+        for t in 0..4 {
+            writeln!(f, "    if (4 * i + {t} < YLEN) {{\n        let yi = ystore(4 * i + {t});").unwrap();
+            writeln!(f, "        if (yi >= 0) {{ y[yi] = DT(epilogue(sum[{t}], {}, yi)); }}\n    }}", k_of(&format!("(4 * i + {t})"))).unwrap();
+        }
+        return f;
+    }
     if vec_y {
         let parts: Vec<String> = (0..4)
             .map(|t| format!("DT(epilogue(sum[{t}], {}, 4 * i + {t}))", k_of(&format!("(4 * i + {t})"))))
