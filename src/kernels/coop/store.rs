@@ -51,7 +51,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
     // elements phase column fastest, then pixel, so that neighbouring lanes store
     // neighbouring output columns (`sw` of them per pixel).
     let sw = match shape.scatter {
-        Some(sc) if pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => sc.phases.1,
+        Some(sc) if scatter && pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => sc.phases.1,
         _ => 1,
     };
     let m_offsets: Vec<u32> = (0..rounds).map(|r| (r * 32 / sw) % 16).collect();
