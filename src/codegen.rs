@@ -266,6 +266,18 @@ pub fn store_stmt(s: &ConvShape, at: &str, value: &str, k: &str) -> String {
     }
 }
 
+/// `store_stmt` for a scatter ([`crate::params::Scatter`]) whose caller holds the two halves
+/// of the mapping: `pixel` (`ypix`'s vec3 for the output's lowered pixel) and `chan` (`ychan`'s
+/// for its channel), so that no element divides by the image and row sizes as `ystore` does.
+pub fn scatter_store_stmt(s: &ConvShape, pixel: &str, chan: &str, value: &str, k: &str) -> String {
+    let store = format!("y[yi] = DT(epilogue({value}, {k}, yi));");
+    if s.scatter.is_some_and(|sc| sc.crops()) {
+        format!("let yi = yscatter({pixel}, {chan}); if (yi >= 0) {{ {store} }}")
+    } else {
+        format!("let yi = yscatter({pixel}, {chan}); {store}")
+    }
+}
+
 /// Parses and validates WGSL with naga, the front end wgpu itself uses.
 #[cfg(test)]
 pub fn validate(source: &str) -> std::result::Result<(), String> {

@@ -983,11 +983,25 @@ pub(crate) mod tests {
         let shapes = [
             ConvShape::new([2, 6, 9, 7], [8, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(8)).unwrap(),
             ConvShape::new([2, 6, 9, 7], [18, 3, 3, 3], (1, 1), Padding::Explicit(1, 2), (1, 1), 2, Some(18)).unwrap(),
+            // Winograd's tiles (2, 4 and 6 wide) past a ragged 10 x 11 image, shuffled by 2.
+            ConvShape::new([1, 8, 10, 11], [16, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(16)).unwrap(),
         ];
-        let shapes = [shapes[0].with_pixel_shuffle(2).unwrap(), shapes[1].with_pixel_shuffle(3).unwrap()];
+        let shapes = [
+            shapes[0].with_pixel_shuffle(2).unwrap(),
+            shapes[1].with_pixel_shuffle(3).unwrap(),
+            shapes[2].with_pixel_shuffle(2).unwrap(),
+        ];
         let mut ran = 0;
-        for v in all_variants().into_iter().filter(|v| v.fits(&e.caps)) {
-            let Some(s) = shapes.iter().find(|s| v.computes(s)) else { continue };
+        // Each variant on the first shape it computes; Winograd's also on its own shapes.
+        let runs = all_variants().into_iter().filter(|v| v.fits(&e.caps)).flat_map(|v| {
+            let first = shapes.iter().position(|s| v.computes(s));
+            let winograd = matches!(v, Variant::Wgemm(_));
+            (0..shapes.len())
+                .filter(move |&i| first == Some(i) || (winograd && i >= 2 && v.computes(&shapes[i])))
+                .map(move |i| (v, i))
+        });
+        for (v, i) in runs {
+            let s = &shapes[i];
             let x = random_data(s.x_len() as usize, 1);
             let w = random_data(s.w_len() as usize, 2);
             let b = random_data(s.k as usize, 3);

@@ -163,6 +163,24 @@ def test_every_fma_variant_stores_shuffled(variant):
     assert ran, f"{variant} ran on neither shape"
 
 
+WGEMM = [v for v in convtune.variant_space() if v.startswith("wgemm_")]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_winograd_tiles_store_shuffled_past_ragged_edges(layout):
+    # F(2x2), F(4x4) and F(6x6) tiles over a 10 x 11 image: each output's place is its tile
+    # origin's plus its offset within the tile, cut where the tile runs past the image.
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((1, 8, 10, 11)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    want = want_of(x, w, 2, padding=1, bias=b)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    for variant in WGEMM[::3]:
+        got = convtune.conv2d(to(x), w, padding=1, bias=b, layout=layout, variant=variant, pixel_shuffle=2)
+        check_close(got, to(want), f"{variant} {layout}")
+
+
 def test_tensor_core_variants_generate_shuffled_problems():
     # Split-K variants move their summed parts in the finishing pass; the single-pass
     # variants store through ystore or the scatter.

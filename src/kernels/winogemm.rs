@@ -57,7 +57,7 @@ use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_oc
 use super::gemm::{write_accumulators, write_inner};
 use super::wino::lincomb;
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE};
+use crate::codegen::{render, scatter_store_stmt, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
@@ -514,6 +514,11 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
 
     // The inverse transform: M's values, s = A^T M (rows), then (A^T M) A (columns).
     let mut output = String::new();
+    // A scatter's (pixel shuffle, lowered transposed convolution) mapping in halves: the
+    // tile's channel and its origin pixel once, each output's pixel an offset of the origin's.
+    if shape.scatter.is_some() {
+        writeln!(output, "    let cq = ychan(k);\n    let po = ypix((o.x * OH + o.y) * OW + o.z);").unwrap();
+    }
     for a in 0..p {
         for b in 0..p {
             writeln!(output, "    let m{a}{b} = mw[src + {}];", (p * a + b) as u64 * np * tp).unwrap();
@@ -534,7 +539,13 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             if b > 0 {
                 guards.push(format!("o.z + {b} < OW"));
             }
-            let put = store_stmt(shape, &format!("yb + {} * YSP", a * shape.ow() as usize + b), "v", "k");
+            let put = match shape.scatter {
+                Some(sc) => {
+                    let pixel = format!("po + vec3<i32>(0, {}, {})", a as u32 * sc.phases.0, b as u32 * sc.phases.1);
+                    scatter_store_stmt(shape, &pixel, "cq", "v", "k")
+                }
+                None => store_stmt(shape, &format!("yb + {} * YSP", a * shape.ow() as usize + b), "v", "k"),
+            };
             let body = format!("let v = {sum}; bad = bad || nonfinite(v); {put}");
             if guards.is_empty() {
                 writeln!(output, "    {{ {body} }}").unwrap();
