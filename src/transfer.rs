@@ -322,7 +322,7 @@ fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk, m
         }
         for (i, block) in part.chunks(FOLD_BLOCK).enumerate() {
             let at = (within + i * FOLD_BLOCK) * size;
-            view.slice(at..at + block.len() * size).copy_from_slice(bytemuck::cast_slice(block));
+            view.slice(at..at + std::mem::size_of_val(block)).copy_from_slice(bytemuck::cast_slice(block));
             largest = largest.max(finite_abs_max(block));
         }
     }
