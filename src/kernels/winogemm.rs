@@ -557,7 +557,16 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
 
     // M's layout and the order of finish's invocations follow y's: along tiles for NCHW
     // (neighbouring outputs of one channel), along channels for NHWC (one pixel's channels
-    // are contiguous), so the GEMM's stores and finish's loads and stores are coalesced.
+    // are contiguous), so the GEMM's stores and finish's loads and stores are coalesced. An
+    // NCHW scatter in PyTorch's channel order (a pixel shuffle) puts a row's neighbouring
+    // outputs in its `sw` phase columns: their channels go fastest, then the tiles.
+    let sw = match shape.scatter {
+        Some(sc) if !nhwc && !sc.phase_major && sc.phases.1 > 1 && shape.kg() % sc.phases.1 == 0 => sc.phases.1,
+        _ => 1,
+    };
+    let phase_decode = format!(
+        "    let t = (i / {sw}) % CT;\n    let n = ((i / ({sw} * CT)) % (KG / {sw})) * {sw} + i % {sw};\n    let g = i / (CT * KG);"
+    );
     let (msn, mst, lanes, decode) = if nhwc {
         (
             1,
@@ -570,7 +579,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             tp,
             1,
             "    let tx = lid % TX;\n    let ty = lid / TX;",
-            "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);",
+            if sw > 1 { phase_decode.as_str() } else { "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);" },
         )
     };
 
