@@ -137,7 +137,7 @@ pub use plan::{families, tune_mode, variant_knobs, variant_names, Candidate, Pla
 pub use pool::PoolStats;
 pub use precision::Precision;
 pub use problem::{Conv2d, Conv2dBuilder, Hw, TensorBytes};
-pub use tensor::{Residual, Tensor};
+pub use tensor::{Residual, Tensor, Weights};
 pub use tuner::TuningPhases;
 pub use tuning_cache::{cache_clear, cache_export, cache_import, cache_path};
 

@@ -8,7 +8,7 @@
 use crate::support::{self, Parts, Phases};
 use crate::{
     Activation, AdapterDesc, Conv2d, Conv2dBuilder, DType, Element as Elem, Engine, Error, Layout, Padding, Plan,
-    Precision, Progress, Report, Residual, Tensor, TuneOptions,
+    Precision, Progress, Report, Residual, Tensor, TuneOptions, Weights,
 };
 use numpy::{
     npyffi, Element, PyArray4, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
@@ -787,12 +787,12 @@ fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims:
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None, output_padding=None, pixel_shuffle=1))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None, output_padding=None, pixel_shuffle=1, w_tensor=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
     x: &PyTensor,
-    w: Data4<'_>,
+    w: Option<Data4<'_>>,
     bias: Option<PyReadonlyArray1<'_, f32>>,
     stride: (i64, i64),
     padding: PadArg,
@@ -807,32 +807,64 @@ fn conv2d_tensor(
     layout: Option<&str>,
     output_padding: Option<(i64, i64)>,
     pixel_shuffle: i64,
+    w_tensor: Option<PyRef<'_, PyTensor>>,
 ) -> PyResult<PyTensor> {
     let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
+    let w = match (&w, w_tensor.as_deref()) {
+        (Some(a), None) => WeightsArg::Host(a),
+        (None, Some(t)) => WeightsArg::Tensor(t),
+        _ => return Err(PyValueError::new_err("w must be given once: as an array or as a Tensor")),
+    };
     match x.inner.dtype() {
-        DType::F32 => conv2d_tensor_typed::<f32>(py, x, &w, bias, z.as_ref(), z_tensor, args),
-        DType::F16 => conv2d_tensor_typed::<u16>(py, x, &w, bias, z.as_ref(), z_tensor, args),
+        DType::F32 => conv2d_tensor_typed::<f32>(py, x, w, bias, z.as_ref(), z_tensor, args),
+        DType::F16 => conv2d_tensor_typed::<u16>(py, x, w, bias, z.as_ref(), z_tensor, args),
     }
+}
+
+/// A Tensor call's weights as Python gave them.
+#[derive(Clone, Copy)]
+enum WeightsArg<'a, 'py> {
+    Host(&'a Data4<'py>),
+    Tensor(&'a PyTensor),
 }
 
 fn conv2d_tensor_typed<T: HostElem>(
     py: Python<'_>,
     x: &PyTensor,
-    w: &Data4<'_>,
+    w: WeightsArg<'_, '_>,
     bias: Option<PyReadonlyArray1<'_, f32>>,
     z: Option<&Data4<'_>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
     (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
 ) -> PyResult<PyTensor> {
-    let w = typed::<T>(w, "w")?;
+    let w_host = match w {
+        WeightsArg::Host(a) => Some(typed::<T>(a, "w")?),
+        WeightsArg::Tensor(_) => None,
+    };
+    let w_tensor = match w {
+        WeightsArg::Tensor(t) => Some(t),
+        WeightsArg::Host(_) => None,
+    };
     let z = z.map(|z| typed::<T>(z, "z")).transpose()?;
-    if let Some(t) = z_tensor.as_deref().filter(|t| t.inner.dtype() != T::DTYPE) {
-        return Err(PyTypeError::new_err(format!(
-            "z is a {} Tensor but x is {}: x, w and z must have the same dtype",
-            t.inner.dtype().name(),
-            T::DTYPE.name()
-        )));
+    for (name, t) in [("w", w_tensor), ("z", z_tensor.as_deref())] {
+        if let Some(t) = t.filter(|t| t.inner.dtype() != T::DTYPE) {
+            return Err(PyTypeError::new_err(format!(
+                "{name} is a {} Tensor but x is {}: x, w and z must have the same dtype",
+                t.inner.dtype().name(),
+                T::DTYPE.name()
+            )));
+        }
     }
+    if w_tensor.is_some_and(|t| t.layout != Layout::Nchw) {
+        return Err(PyValueError::new_err(
+            "w is an NHWC Tensor: weights keep their (K, C/groups, R, S) order in every layout; upload them with to_device(w)",
+        ));
+    }
+    let w_dims = match (w_host, w_tensor) {
+        (Some(a), _) => a.shape().to_vec(),
+        (None, Some(t)) => t.inner.dims().to_vec(),
+        (None, None) => return Err(PyValueError::new_err("w is missing")),
+    };
     let precision = Precision::resolve(precision).py_err()?;
     // A Tensor's own layout unless the call names one; naming another is an error.
     let layout = layout.map_or(Ok(x.layout), |l| Layout::parse(l).py_err())?;
@@ -847,7 +879,7 @@ fn conv2d_tensor_typed<T: HostElem>(
     }
     let b = builder_of(
         x.inner.dims(),
-        dims4(w.shape(), "w")?,
+        dims4(&w_dims, "w")?,
         stride,
         padding,
         dilation,
@@ -859,10 +891,15 @@ fn conv2d_tensor_typed<T: HostElem>(
         pixel_shuffle,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
-    let (ws, bs) = weight_slices(w, &bias)?;
+    let bs = bias.as_ref().map(|b| b.as_slice().map_err(not_contiguous)).transpose()?;
+    let weights = match (w_host, w_tensor) {
+        (Some(a), _) => Weights::Host(a.as_slice().map_err(not_contiguous)?),
+        (None, Some(t)) => Weights::Tensor(&t.inner),
+        (None, None) => return Err(PyValueError::new_err("w is missing")),
+    };
     let eng = engine()?;
     let lost = |t: &PyTensor| !t.inner.engine().same_as(&eng);
-    if lost(x) || z_tensor.as_deref().is_some_and(lost) {
+    if lost(x) || z_tensor.as_deref().is_some_and(lost) || w_tensor.is_some_and(lost) {
         return Err(DeviceLostError::new_err(
             "this Tensor lives on a GPU device that was lost; upload it again with to_device()",
         ));
@@ -883,7 +920,7 @@ fn conv2d_tensor_typed<T: HostElem>(
         return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
     }
     let plan = choose(py, &eng, &problem, variant, progress)?;
-    let inner = py.detach(|| eng.conv2d_tensor(&plan, &x.inner, ws, bs, residual)).py_err()?;
+    let inner = py.detach(|| eng.conv2d_tensor(&plan, &x.inner, weights, bs, residual)).py_err()?;
     Ok(PyTensor { inner, layout })
 }
 

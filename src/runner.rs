@@ -33,6 +33,13 @@ pub enum Residual<'a, T> {
     Device(&'a DeviceArray),
 }
 
+/// Where a device call's weights come from.
+#[derive(Clone, Copy)]
+pub enum WeightSource<'a, T> {
+    Host(&'a [T]),
+    Device(&'a DeviceArray),
+}
+
 /// A 4-D float32 or float16 tensor resident on the GPU (Python: `convtune.Tensor`).
 pub struct DeviceArray {
     pub buf: PooledBuffer,
@@ -132,9 +139,9 @@ fn upload_weights<T: Elem>(engine: &Engine, shape: &ConvShape, w: &[T], bias: Op
     Ok(Weights { w: wb, bias: bb, staging })
 }
 
-/// The maxima a scaled kernel reads (see `Tensors::maxima`), where both were folded.
-fn folded(x: Option<u32>, w: &AtomicU32) -> Option<[u32; 2]> {
-    x.map(|x| [x, w.load(Ordering::Relaxed)])
+/// The maxima a scaled kernel reads (see `Tensors::maxima`), where both are known.
+fn folded(x: Option<u32>, w: Option<u32>) -> Option<[u32; 2]> {
+    x.zip(w).map(|(x, w)| [x, w])
 }
 
 impl Weights {
@@ -419,7 +426,7 @@ impl DeviceTensors {
             bias: weights.bias,
             z: z.map(|z| upload_slice(engine, INPUT, z, None)).transpose()?,
             y: engine.pool.take(OUTPUT, ys)?,
-            maxima: folded(fold.then(|| xmax.load(Ordering::Relaxed)), &wmax),
+            maxima: folded(fold.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.into_inner())),
         })
     }
 
@@ -694,7 +701,7 @@ pub fn conv2d_timed<T: Elem>(
         // The residual is laid out like y, so it travels in y's runs.
         let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging, None)).transpose()?;
         ph.mark("upload");
-        let maxima = folded(scaled.then(|| xmax.load(Ordering::Relaxed)), &wmax);
+        let maxima = folded(scaled.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.load(Ordering::Relaxed)));
         let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y, maxima)?;
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
         xb.remap_upload();
@@ -753,12 +760,16 @@ pub fn conv2d_device<T: Elem>(
     shape: &ConvShape,
     variant: &Variant,
     x: &DeviceArray,
-    w: &[T],
+    w: WeightSource<'_, T>,
     bias: Option<&[f32]>,
     z: Option<Residual<'_, T>>,
     poison: bool,
 ) -> Result<DeviceArray> {
-    let tensor_types = [Some(x.dtype), match z {
+    let w_tensor = match w {
+        WeightSource::Device(t) => Some(t),
+        WeightSource::Host(_) => None,
+    };
+    let tensor_types = [Some(x.dtype), w_tensor.map(|t| t.dtype), match z {
         Some(Residual::Device(t)) => Some(t.dtype),
         _ => None,
     }];
@@ -768,7 +779,21 @@ pub fn conv2d_device<T: Elem>(
     let ys = check_binding(engine, "the output", shape.y_len(), shape.dtype)?;
     let kernel = engine.pipeline(variant, shape)?;
     let wmax = AtomicU32::new(0);
-    let weights = upload_weights(engine, shape, w, bias, false, kernel.scaled.then_some(&wmax))?;
+    // Host weights are uploaded (their max folded on the way); a weight tensor is bound as it
+    // is, with the max it took on upload, and only the bias is uploaded.
+    let uploaded = match w {
+        WeightSource::Host(w) => Some(upload_weights(engine, shape, w, bias, false, kernel.scaled.then_some(&wmax))?),
+        WeightSource::Device(_) => None,
+    };
+    let tensor_bias = match w_tensor {
+        Some(_) => bias.map(|b| upload_slice(engine, INPUT, b, None)).transpose()?,
+        None => None,
+    };
+    let (w_buf, b_buf, w_max) = match (w_tensor, &uploaded) {
+        (Some(t), _) => (&t.buf, tensor_bias.as_ref(), t.known_max()),
+        (None, Some(u)) => (&*u.w, u.bias.as_deref(), Some(wmax.load(Ordering::Relaxed))),
+        (None, None) => return Err(Error::Gpu("a call's weights were neither uploaded nor on the device".into())),
+    };
     let z_host = match z {
         Some(Residual::Host(z)) => Some(upload_slice(engine, INPUT, z, None)?),
         _ => None,
@@ -779,8 +804,8 @@ pub fn conv2d_device<T: Elem>(
     };
     let y = engine.pool.take(OUTPUT, ys)?;
     // A tensor uploaded from the host knows its max; a conv's output does not (its max pass runs).
-    let maxima = folded(x.known_max().filter(|_| kernel.scaled), &wmax);
-    let bound = bindings(engine, &kernel, &x.buf, &weights.w, weights.bias.as_deref(), zb, &y, maxima)?;
+    let maxima = folded(x.known_max().filter(|_| kernel.scaled), w_max);
+    let bound = bindings(engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima)?;
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
     // Returns with the kernel queued and waits for the previous Tensor call's instead: the
     // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of

@@ -30,6 +30,34 @@ pub enum Residual<'a, T> {
     Tensor(&'a Tensor),
 }
 
+/// Where a call's weights come from: host data uploaded for the call, or a tensor already on
+/// the device (uploaded once for many calls, as a network's weights are).
+#[derive(Clone, Copy, Debug)]
+pub enum Weights<'a, T> {
+    /// Host data, (K, C/groups, R, S) (transposed: (C, K/groups, R, S)), C-ordered.
+    Host(&'a [T]),
+    /// A tensor of w's dims on the same engine.
+    Tensor(&'a Tensor),
+}
+
+impl<'a, T> From<&'a [T]> for Weights<'a, T> {
+    fn from(w: &'a [T]) -> Self {
+        Weights::Host(w)
+    }
+}
+
+impl<'a, T> From<&'a Vec<T>> for Weights<'a, T> {
+    fn from(w: &'a Vec<T>) -> Self {
+        Weights::Host(w)
+    }
+}
+
+impl<'a, T> From<&'a Tensor> for Weights<'a, T> {
+    fn from(w: &'a Tensor) -> Self {
+        Weights::Tensor(w)
+    }
+}
+
 impl Engine {
     /// Uploads C-ordered data of `dims` (`u16` for float16 bits).
     pub fn upload<T: Elem>(&self, data: &[T], dims: [usize; 4]) -> Result<Tensor> {
@@ -39,24 +67,43 @@ impl Engine {
         Ok(Tensor { array, engine: self.clone() })
     }
 
-    /// Runs `plan` on a device-resident x; the output stays on the device. Returns once the
-    /// kernel is queued, after waiting for the previous such call instead (so the host
-    /// prepares the next call while the GPU runs this one); reading a tensor waits for it.
-    pub fn conv2d_tensor<T: Elem>(&self, plan: &Plan, x: &Tensor, w: &[T], bias: Option<&[f32]>, z: Option<Residual<'_, T>>) -> Result<Tensor> {
+    /// Runs `plan` on a device-resident x; the output stays on the device. `w` is host data
+    /// (`&[T]` or `&Vec<T>`, uploaded for the call) or a [`Tensor`] of w's dims (no upload).
+    /// Returns once the kernel is queued, after waiting for the previous such call instead
+    /// (so the host prepares the next call while the GPU runs this one); reading a tensor
+    /// waits for it.
+    pub fn conv2d_tensor<'a, T: Elem>(
+        &self,
+        plan: &Plan,
+        x: &Tensor,
+        w: impl Into<Weights<'a, T>>,
+        bias: Option<&[f32]>,
+        z: Option<Residual<'_, T>>,
+    ) -> Result<Tensor> {
         self.check_lost()?;
+        let w = w.into();
         let p = plan.problem();
         let ours = |t: &Tensor| t.engine.same_as(self);
-        if !ours(x) || matches!(z, Some(Residual::Tensor(t)) if !ours(t)) {
+        if !ours(x) || matches!(z, Some(Residual::Tensor(t)) if !ours(t)) || matches!(w, Weights::Tensor(t) if !ours(t)) {
             return Err(Error::invalid("a Tensor of another engine: tensors run on the engine that uploaded them"));
         }
         if x.array.dims != p.x_dims() {
             return Err(Error::invalid(format!("x is {:?}, the problem's x is {:?}", x.array.dims, p.x_dims())));
         }
+        let w_len = match w {
+            Weights::Host(h) => h.len(),
+            Weights::Tensor(t) => {
+                if t.array.dims != p.w_dims() {
+                    return Err(Error::invalid(format!("w is {:?}, the problem's w is {:?}", t.array.dims, p.w_dims())));
+                }
+                t.len()
+            }
+        };
         let z_len = z.map(|z| match z {
             Residual::Host(h) => Some(h.len()),
             Residual::Tensor(_) => None,
         });
-        expect_operands(p, w.len(), bias, z_len)?;
+        expect_operands(p, w_len, bias, z_len)?;
         let z = match z {
             Some(Residual::Host(h)) => Some(runner::Residual::Host(h)),
             Some(Residual::Tensor(t)) => {
@@ -66,6 +113,10 @@ impl Engine {
                 Some(runner::Residual::Device(&t.array))
             }
             None => None,
+        };
+        let w = match w {
+            Weights::Host(h) => runner::WeightSource::Host(h),
+            Weights::Tensor(t) => runner::WeightSource::Device(&t.array),
         };
         let array = runner::conv2d_device(&self.inner, &p.shape, &plan.variant, &x.array, w, bias, z, poison())?;
         Ok(Tensor { array, engine: self.clone() })

@@ -245,7 +245,8 @@ def test_tensor_cores_scale_device_tensors_with_and_without_a_known_max(suffix, 
     w2 = (rng.standard_normal((32, 32, 3, 3)) * 1e20).astype(np.float32)
     variant = f"coop_b64x64x32_s2x2_p{split}{suffix}"
     y1 = convtune.conv2d(convtune.to_device(x), w1, padding=1, variant=variant)
-    y2 = convtune.conv2d(y1, w2, padding=1, variant=variant)
+    # The second call's w is a Tensor: bound as it is, with the max it took on upload.
+    y2 = convtune.conv2d(y1, convtune.to_device(w2), padding=1, variant=variant)
     first = y1.numpy()
     for got, want in ((first, reference_conv2d(x, w1, padding=1)), (y2.numpy(), reference_conv2d(first, w2, padding=1))):
         assert np.all(np.isfinite(got))

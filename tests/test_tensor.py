@@ -81,3 +81,39 @@ def test_many_calls_keep_gpu_memory_bounded():
     assert after["live_bytes"] == 0
     assert after["idle_bytes"] <= max(before["idle_bytes"], 1) * 2
     assert after["allocations"] - before["allocations"] <= 10
+
+
+def test_weights_as_a_tensor():
+    # Weights uploaded once: a Tensor x's calls bind them as they are, a host x's call reads
+    # them back; plain, transposed, float16, bias and residual alike.
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 8, 9, 7)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    z = rng.standard_normal((2, 16, 9, 7)).astype(np.float32)
+    xt, wt = convtune.to_device(x), convtune.to_device(w)
+    want = convtune.conv2d(x, w, padding=1, bias=b, z=z, activation="relu")
+    for xa in (xt, x):
+        got = convtune.conv2d(xa, wt, padding=1, bias=b, z=z, activation="relu")
+        got = got.numpy() if isinstance(got, convtune.Tensor) else got
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    wT = rng.standard_normal((8, 4, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(
+        convtune.conv_transpose2d(xt, convtune.to_device(wT), stride=2, padding=1).numpy(),
+        convtune.conv_transpose2d(x, wT, stride=2, padding=1), rtol=1e-5, atol=1e-5)
+    xh, wh = x.astype(np.float16), (w / 8).astype(np.float16)
+    np.testing.assert_array_equal(
+        convtune.conv2d(convtune.to_device(xh), convtune.to_device(wh), padding=1).numpy(),
+        convtune.conv2d(convtune.to_device(xh), wh, padding=1).numpy())
+
+
+def test_weight_tensor_errors():
+    x = np.ones((1, 8, 5, 5), np.float32)
+    xt = convtune.to_device(x)
+    w = np.ones((4, 8, 3, 3), np.float32)
+    with pytest.raises(TypeError, match="float16"):
+        convtune.conv2d(xt, convtune.to_device(w.astype(np.float16)))
+    with pytest.raises(ValueError, match="NHWC Tensor"):
+        convtune.conv2d(xt, convtune.to_device(np.ones((4, 3, 3, 8), np.float32), "NHWC"))
+    with pytest.raises(ValueError, match="C/groups"):
+        convtune.conv2d(xt, convtune.to_device(np.ones((4, 7, 3, 3), np.float32)))

@@ -354,7 +354,9 @@ def conv2d(
     Args:
         x: input, shape (N, C, H, W); anything ``np.asarray`` takes (or a torch CPU tensor),
             or a ``convtune.Tensor`` already on the GPU.
-        w: weights, shape (K, C/groups, R, S).
+        w: weights, shape (K, C/groups, R, S); an array, or a ``convtune.Tensor`` from
+            ``to_device(w)`` (uploaded once: a Tensor ``x``'s calls then bind it as it is,
+            where an array is uploaded on every call; a host ``x``'s call reads it back).
         stride: int or (sh, sw), each >= 1.
         padding: int or (ph, pw) >= 0, or ``"valid"`` (no padding) or ``"same"`` (stride 1
             only; like PyTorch, an even effective kernel pads one more at the bottom/right).
@@ -488,14 +490,20 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     t0 = time.perf_counter()
     on_device = isinstance(x, Tensor)
     xv = x if on_device else _view(x, "x")
-    wv = _view(w, "w")
+    # Weights on the GPU stay there for a Tensor x; a host x's call reads them back (its pieces
+    # upload w with their part of x).
+    if isinstance(w, Tensor) and w.layout != "NCHW":
+        raise ValueError("w is an NHWC Tensor: weights keep their (K, C/groups, R, S) order in every "
+                         "layout; upload them with to_device(w)")
+    wt: Optional[Tensor] = w if on_device and isinstance(w, Tensor) else None
+    wv: Any = wt if wt is not None else _view(w.numpy() if isinstance(w, Tensor) else w, "w")
     lay = x.layout if on_device and layout is None else _layout("NCHW" if layout is None else layout)
     for name, t in (("x", x), ("z", z)):
         if isinstance(t, Tensor) and t.layout != lay:
             raise ValueError(f"{name} is an {t.layout} Tensor but the call's layout is {lay}")
     if not on_device and xv.ndim != 4:
         raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
-    if wv.ndim != 4:
+    if len(wv.shape) != 4:
         raise ValueError(f"w must be 4-D {w_dims}, got shape {wv.shape}")
     bv = None
     if bias is not None:
@@ -509,14 +517,14 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     dt = _data_dtype(xv, wv, zt if zt is not None else zv)
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
                  None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding, pixel_shuffle)
-    copies = [("w", wv), ("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
+    copies = ([] if wt is not None else [("w", wv)]) + [("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
     t1 = time.perf_counter()
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
     _, _, s, p, d, g, _, _, _, _, op, ps = spec
     xa: Any = x if on_device else _host_data(xv, dt)
-    wa = _host_data(wv, dt)
+    wa: Any = None if wt is not None else _host_data(wv, dt)
     ba = None if bv is None else _float32(bv)
     za = None if zv is None else _host_data(zv, dt)
     progress = Progress()
@@ -524,7 +532,7 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     y: Any
     try:
         if on_device:
-            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op, ps)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op, ps, wt)
         else:
             y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay, op, ps)
     finally:

@@ -151,7 +151,7 @@ class Tensor:
 def to_device(x: _Data, layout: Optional[str] = None) -> Tensor: ...
 def conv2d_tensor(
     x: Tensor,
-    w: _Data,
+    w: Optional[_Data],
     bias: Optional[npt.NDArray[np.float32]],
     stride: _Pair,
     padding: _Padding,
@@ -166,6 +166,7 @@ def conv2d_tensor(
     layout: Optional[str] = None,
     output_padding: Optional[_Pair] = None,
     pixel_shuffle: int = 1,
+    w_tensor: Optional[Tensor] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...
 def synchronize() -> None: ...
