@@ -40,8 +40,8 @@ same conv without the shuffle, both tuned (target: fused / plain <= 1.05); then 
 end to end, median of `--e2e-reps` after a warm-up call: numpy in -> numpy out (convtune's
 `conv2d` on numpy arrays; PyTorch `torch.from_numpy(x).cuda()`, likewise w,
 `F.pixel_shuffle(F.conv2d(...), r)`, `.cpu().numpy()`: the H2D and D2H copies included),
-and on device tensors (a `convtune.Tensor` from `to_device` against a CUDA tensor, w given as
-each library keeps it: a numpy array for convtune, a CUDA tensor for PyTorch; each timed
+and on device tensors (a `convtune.Tensor` from `to_device` against a CUDA tensor, w on the
+device on both sides: a `convtune.Tensor` and a CUDA tensor; each timed
 from a synchronised start to `convtune.synchronize()` / `torch.cuda.synchronize()`).
 
 err: max relative error of convtune's result against a float64 reference on the same inputs
@@ -150,7 +150,7 @@ def conv_kwargs(shape: Shape) -> Dict[str, Any]:
     return kw
 
 
-def convtune_call(shape: Shape, x: Any, w: np.ndarray, mode: str) -> Any:
+def convtune_call(shape: Shape, x: Any, w: Any, mode: str) -> Any:
     """convtune's call for the problem (x numpy in the layout's order, or a Tensor)."""
     kw = conv_kwargs(shape)
     kw.update(layout=shape.layout, precision=precision_of(mode))
@@ -274,8 +274,8 @@ def upsampler_row(shape: Shape, mode: str, tuned: _sweep.Tuned, torch, check: bo
     x, w = data(s)
     xl = to_layout(x, s.layout)
     row["e2e_numpy_ms"] = wall_ms(lambda: convtune_call(s, xl, w, mode), lambda: None, e2e_reps)
-    xd = convtune.to_device(xl, s.layout)
-    row["e2e_device_ms"] = wall_ms(lambda: convtune_call(s, xd, w, mode), convtune.synchronize, e2e_reps)
+    xd, wd = convtune.to_device(xl, s.layout), convtune.to_device(w)
+    row["e2e_device_ms"] = wall_ms(lambda: convtune_call(s, xd, wd, mode), convtune.synchronize, e2e_reps)
     if torch is not None:
         torch_mode(torch, mode)
         op = torch_op(s)
