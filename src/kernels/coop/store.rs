@@ -22,13 +22,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
     let pixel_fastest = shape.layout == Layout::Nchw;
     let store_fn = if pixel_fastest { "coopStore" } else { "coopStoreT" };
     let split_at = v.sgm * v.sgn * 256;
-    let sum = |at: &str| {
-        if split {
-            format!("scratch[{at}] + scratch[{split_at} + {at}] / LO")
-        } else {
-            format!("scratch[{at}]")
-        }
-    };
+    let sum = |at: &str| scratch_sum(v, at);
     let scatter = shape.scatter.is_some() && moved;
     let rounds = if vec_y { 2 } else { 8 };
     // Element e of the tile: (e % 16, e / 16) column-major, (e / 16, e % 16) row-major;
@@ -177,6 +171,16 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
     store
 }
 
+/// The tile's sum at scratch element `at`: the split variants add the correction terms'
+/// scratch, 2^11 times smaller, to the products'.
+fn scratch_sum(v: &Coop, at: &str) -> String {
+    if v.split == 3 {
+        format!("scratch[{at}] + scratch[{} + {at}] / LO", v.sgm * v.sgn * 256)
+    } else {
+        format!("scratch[{at}]")
+    }
+}
+
 /// The column phases of an NCHW pixel shuffle (PyTorch's channel order) whose outputs a
 /// lane stores four at a time: `sw` phase columns of 4 / sw neighbouring pixels are four
 /// neighbouring columns of one output row, 16-byte aligned where the lowered rows are whole
@@ -200,19 +204,18 @@ fn phase_quad_store(v: &Coop, sw: u32, window: bool) -> String {
     let p = 4 / sw;
     let per_group = 16 / p;
     let split_at = v.sgm * v.sgn * 256;
-    let sum = |at: &str| if v.split == 3 { format!("scratch[{at}] + scratch[{split_at} + {at}] / LO") } else { format!("scratch[{at}]") };
     let mut s = String::new();
     for i in 0..v.tm() {
         // The pixel half of the mapping, once per round for the row's tiles.
         for r in 0..2 {
             let q = format!("i32(wm) + {} + i32((({}u + lane) % {per_group}u) * {p}u)", i * 16, r * 32);
             let m = if window { window_pixel(&q) } else { format!("m0 + {q}") };
-            writeln!(s, "    let ysm{i}_{r} = {m};
-    let ypr{i}_{r} = ypix(ysm{i}_{r});").unwrap();
+            writeln!(s, "    let ysm{i}_{r} = {m};").unwrap();
+            writeln!(s, "    let ypr{i}_{r} = ypix(ysm{i}_{r});").unwrap();
         }
         for j in 0..v.tn() {
-            writeln!(s, "    workgroupBarrier();
-    coopStore(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
+            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "    coopStore(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if v.split == 3 {
                 writeln!(s, "    coopStore(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
@@ -231,7 +234,7 @@ fn phase_quad_store(v: &Coop, sw: u32, window: bool) -> String {
                 let parts: Vec<String> = (0..4)
                     .map(|t| {
                         let at = format!("sbase + (c0 + {}u) * 16u + p0 + {}u", t % sw, t / sw);
-                        format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), k + {}, yi + {t}))", sum(&at), t % sw)
+                        format!("DT(epilogue(({}) * min(ux, uw) * max(ux, uw), k + {}, yi + {t}))", scratch_sum(v, &at), t % sw)
                     })
                     .collect();
                 writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
