@@ -37,10 +37,12 @@ const MMA: f64 = 0.08;
 const CONVERT: f64 = 2.0;
 /// Layout 1's prologue, per element of x and w it copies.
 const PROLOGUE: f64 = 6.0;
-/// Layout 0's w gathers against its x gathers (the model's unit): w is read along its
-/// contiguous rows, x through each term's window decode and bounds tests, so tiles wide in
-/// channels, which reuse each gathered x term more, win. On an H200, "high" 32,128,56,56 ->
-/// 128 stride 2: 64x128 0.096 ms against 128x64's 0.136, equal in a symmetric model.
+/// Layout 0's w gathers against its x gathers (the model's unit) in the single-pass tiles:
+/// w is read along its contiguous rows, x through each term's window decode and bounds
+/// tests, so tiles wide in channels, which reuse each gathered x term more, win. On an H200,
+/// "high" 32,128,56,56 -> 128 stride 2: 64x128 0.096 ms against 128x64's 0.136, equal in a
+/// symmetric model. The split tiles keep the symmetric weights: with them the 7x7 stem's
+/// "highest" winner (256x64, 0.292 ms) fell out of the tiles a 1 s budget times (0.312).
 const LAYOUT0_W_GATHER: f64 = 0.5;
 /// A workgroup barrier, per multiply-add of the step it closes: a quarter of the FMA
 /// families' figure. On the H100, 16-term steps beat 32- and 64-term ones on every long
@@ -244,7 +246,7 @@ impl KernelVariant for Coop {
         } else {
             (GATHER_LOAD, 0.0, 1.0)
         };
-        let w_share = if self.channels_last() || pixel_quads(shape) { 1.0 } else { LAYOUT0_W_GATHER };
+        let w_share = if self.channels_last() || pixel_quads(shape) || self.split > 1 { 1.0 } else { LAYOUT0_W_GATHER };
         let per_fma = MMA * self.split as f64
             + (gather + CONVERT * self.parts() as f64) * (w_share / self.bm as f64 + a_share / self.bn as f64)
             // Layout 4 closes a step after a kernel row of taps.
