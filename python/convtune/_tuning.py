@@ -164,12 +164,21 @@ class _Display:
 
     def __init__(self, stream: Optional[TextIO], force: bool) -> None:
         self._stream = stream if stream is not None else sys.stderr
-        self._enabled = force or (
-            os.environ.get("CONVTUNE_PROGRESS", "1") != "0" and _is_terminal(self._stream)
-        )
+        self._force = force
+        self._shown: Optional[bool] = None
         self._bar: Any = None
         self._plain_width = 0
         self._line = ""
+
+    @property
+    def _enabled(self) -> bool:
+        # Decided at the first report, not at creation: a call that does not tune (most
+        # calls) creates one and never asks.
+        if self._shown is None:
+            self._shown = self._force or (
+                os.environ.get("CONVTUNE_PROGRESS", "1") != "0" and _is_terminal(self._stream)
+            )
+        return self._shown
 
     def _draw(self, open_bar: Callable[[], Any], position: float, postfix: str, line: str) -> None:
         """Moves the bar to ``position`` with ``postfix``, or rewrites the plain ``line``."""
