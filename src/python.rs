@@ -837,9 +837,13 @@ fn conv2d_tensor_typed<T: HostElem>(
     z_tensor: Option<PyRef<'_, PyTensor>>,
     (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
 ) -> PyResult<PyTensor> {
-    let w_host = match w {
-        WeightsArg::Host(a) => Some(typed::<T>(a, "w")?),
-        WeightsArg::Tensor(_) => None,
+    // w's dims and the weights the engine takes: a host array (of T) or the Tensor itself.
+    let (w_dims, weights) = match w {
+        WeightsArg::Host(a) => {
+            let a = typed::<T>(a, "w")?;
+            (a.shape().to_vec(), Weights::Host(a.as_slice().map_err(not_contiguous)?))
+        }
+        WeightsArg::Tensor(t) => (t.inner.dims().to_vec(), Weights::Tensor(&t.inner)),
     };
     let w_tensor = match w {
         WeightsArg::Tensor(t) => Some(t),
@@ -860,11 +864,6 @@ fn conv2d_tensor_typed<T: HostElem>(
             "w is an NHWC Tensor: weights keep their (K, C/groups, R, S) order in every layout; upload them with to_device(w)",
         ));
     }
-    let w_dims = match (w_host, w_tensor) {
-        (Some(a), _) => a.shape().to_vec(),
-        (None, Some(t)) => t.inner.dims().to_vec(),
-        (None, None) => return Err(PyValueError::new_err("w is missing")),
-    };
     let precision = Precision::resolve(precision).py_err()?;
     // A Tensor's own layout unless the call names one; naming another is an error.
     let layout = layout.map_or(Ok(x.layout), |l| Layout::parse(l).py_err())?;
@@ -892,11 +891,6 @@ fn conv2d_tensor_typed<T: HostElem>(
     )?;
     let problem = problem_of(b, precision, epilogue)?;
     let bs = bias.as_ref().map(|b| b.as_slice().map_err(not_contiguous)).transpose()?;
-    let weights = match (w_host, w_tensor) {
-        (Some(a), _) => Weights::Host(a.as_slice().map_err(not_contiguous)?),
-        (None, Some(t)) => Weights::Tensor(&t.inner),
-        (None, None) => return Err(PyValueError::new_err("w is missing")),
-    };
     let eng = engine()?;
     let lost = |t: &PyTensor| !t.inner.engine().same_as(&eng);
     if lost(x) || z_tensor.as_deref().is_some_and(lost) || w_tensor.is_some_and(lost) {
