@@ -149,6 +149,19 @@ def run_or_skip_tensor_core(variant: str, call):
         raise
 
 
+def run_or_skip_over_limits(variant: str, call):
+    """``call()``'s result; skipped only where ``variant`` exceeds the adapter's limits (a
+    variant refusing the shape is a failure)."""
+    import pytest
+
+    try:
+        return call()
+    except ValueError as e:
+        if "the adapter allows" in str(e):
+            pytest.skip(f"{variant}: {e}")
+        raise
+
+
 def check_mode_bound(got, want, half: bool, precision: str, context: str) -> None:
     """All finite, and max |got - want| / max |want| within the mode's bound: four float16
     rounding steps for float16 data, else "highest"'s 1e-5 or "high"'s 4e-3."""

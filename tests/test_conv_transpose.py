@@ -15,7 +15,8 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import check_close, check_mode_bound, nhwc, run_or_skip_tensor_core, readme_examples
+from reference import (check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
+                       run_or_skip_tensor_core)
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_260_126))
@@ -165,6 +166,26 @@ COOP_SAMPLE = [v for v in convtune.variant_space()
                and convtune.variant_knobs(v)["layout"] < 3][1::4]
 
 
+def check_decoder(variant, seed, xs, ws, kw, scale, layout, half, precision, run):
+    """``variant`` on the transposed convolution of random ``xs`` data by ``ws`` weights
+    (``kw``: stride, padding, output_padding), with a bias and a residual at alpha2 0.5,
+    against the float64 reference within ``precision``'s bound (float16 data where
+    ``half``); ``run`` wraps the call and decides which refusals skip."""
+    rng = np.random.default_rng(seed)
+    dt = np.float16 if half else np.float32
+    x = rng.standard_normal(xs).astype(dt)
+    w = (rng.standard_normal(ws) / scale).astype(dt)
+    b = rng.standard_normal(ws[1]).astype(np.float32)
+    conv = conv_transpose2d_reference(x, w, bias=b, **kw)
+    z = rng.standard_normal(conv.shape).astype(dt)
+    want = conv + 0.5 * z.astype(np.float64)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    got = run(variant, lambda: convtune.conv_transpose2d(
+        to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
+        precision=None if half else precision, **kw))
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} {kw}")
+
+
 @pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
 @pytest.mark.parametrize("variant", COOP_SAMPLE)
 def test_lowered_form_on_tensor_cores(variant):
@@ -175,23 +196,11 @@ def test_lowered_form_on_tensor_cores(variant):
     i = COOP_SAMPLE.index(variant)
     half = knobs["layout"] == 2 or i % 2 == 0
     precision = "highest" if knobs["split"] == 3 else "high"
-    rng = np.random.default_rng(200 + i)
-    dt = np.float16 if half else np.float32
     if i % 3 == 2:
         xs, ws, kw = (2, 16, 7, 6), (16, 16, 3, 3), dict(stride=2, padding=1, output_padding=1)
     else:
         xs, ws, kw = (2, 32, 6, 7), (32, 16, 4, 4), dict(stride=2, padding=1)
-    x = rng.standard_normal(xs).astype(dt)
-    w = (rng.standard_normal(ws) / 12).astype(dt)
-    b = rng.standard_normal(16).astype(np.float32)
-    conv = conv_transpose2d_reference(x, w, bias=b, **kw)
-    z = rng.standard_normal(conv.shape).astype(dt)
-    want = conv + 0.5 * z.astype(np.float64)
-    to = nhwc if layout == "NHWC" else (lambda a: a)
-    got = run_or_skip_tensor_core(variant, lambda: convtune.conv_transpose2d(
-        to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
-        precision=None if half else precision, **kw))
-    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} {kw}")
+    check_decoder(variant, 200 + i, xs, ws, kw, 12, layout, half, precision, run_or_skip_tensor_core)
 
 
 # Every third window tile (layouts 3 and 4), on the lowered form's stride-1 conv.
@@ -205,27 +214,11 @@ def test_lowered_form_on_window_tiles(variant):
     i = WINDOW_SAMPLE.index(variant)
     half = i % 2 == 0
     layout = "NHWC" if half or i % 4 == 1 else "NCHW"
-    rng = np.random.default_rng(300 + i)
-    dt = np.float16 if half else np.float32
     if i % 3 == 2:
         xs, ws, kw = (2, 32, 7, 9), (32, 16, 3, 3), dict(stride=2, padding=1, output_padding=1)
     else:
         xs, ws, kw = (2, 32, 6, 11), (32, 16, 4, 4), dict(stride=2, padding=1)
-    x = rng.standard_normal(xs).astype(dt)
-    w = (rng.standard_normal(ws) / 12).astype(dt)
-    b = rng.standard_normal(16).astype(np.float32)
-    conv = conv_transpose2d_reference(x, w, bias=b, **kw)
-    z = rng.standard_normal(conv.shape).astype(dt)
-    want = conv + 0.5 * z.astype(np.float64)
-    to = nhwc if layout == "NHWC" else (lambda a: a)
-    try:
-        got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
-                                        precision=None if half else "high", **kw)
-    except ValueError as e:
-        if "the adapter allows" not in str(e):
-            raise
-        pytest.skip(f"{variant} exceeds this adapter's limits")
-    check_mode_bound(got, to(want), half, "high", f"{variant} {layout} half={half} {kw}")
+    check_decoder(variant, 300 + i, xs, ws, kw, 12, layout, half, "high", run_or_skip_over_limits)
 
 
 SPLIT_SAMPLE = [v for v in convtune.variant_space()
@@ -243,27 +236,11 @@ def test_lowered_form_split_k_on_tensor_cores(variant):
     # (Layout 1 copies NCHW float32 x channels-last; y keeps the problem's layout.)
     layout = "NCHW" if i % 2 == 1 and not half else "NHWC"
     precision = "highest" if knobs["split"] == 3 else "high"
-    rng = np.random.default_rng(400 + i)
-    dt = np.float16 if half else np.float32
     if i % 2:
         xs, ws, kw = (2, 128, 5, 6), (128, 16, 3, 3), dict(stride=2, padding=1, output_padding=1)
     else:
         xs, ws, kw = (2, 128, 5, 4), (128, 16, 4, 4), dict(stride=2, padding=1)
-    x = rng.standard_normal(xs).astype(dt)
-    w = (rng.standard_normal(ws) / 24).astype(dt)
-    b = rng.standard_normal(16).astype(np.float32)
-    conv = conv_transpose2d_reference(x, w, bias=b, **kw)
-    z = rng.standard_normal(conv.shape).astype(dt)
-    want = conv + 0.5 * z.astype(np.float64)
-    to = nhwc if layout == "NHWC" else (lambda a: a)
-    try:
-        got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant,
-                                        precision=None if half else precision, **kw)
-    except ValueError as e:
-        if "the adapter allows" not in str(e):
-            raise
-        pytest.skip(f"{variant} exceeds this adapter's limits")
-    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} {kw}")
+    check_decoder(variant, 400 + i, xs, ws, kw, 24, layout, half, precision, run_or_skip_over_limits)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -17,7 +17,8 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_tensor_core
+from reference import (check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
+                       run_or_skip_tensor_core)
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_261_126))
@@ -202,6 +203,28 @@ def test_tensor_core_variants_generate_shuffled_problems():
 
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
+
+
+def check_shuffled(variant, seed, x_shape, k, r, scale, layout, half, precision, run):
+    """``variant`` on a 3x3 conv (padding 1, a bias, a residual at alpha2 0.5) of random
+    ``x_shape`` data into ``k`` channels, shuffled by ``r``, against the float64 reference
+    within ``precision``'s bound (float16 data where ``half``); ``run`` wraps the call and
+    decides which refusals skip."""
+    rng = np.random.default_rng(seed)
+    dt = np.float16 if half else np.float32
+    x = rng.standard_normal(x_shape).astype(dt)
+    w = (rng.standard_normal((k, x_shape[1], 3, 3)) / scale).astype(dt)
+    b = rng.standard_normal(k).astype(np.float32)
+    want = want_of(x, w, r, padding=1, bias=b)
+    z = rng.standard_normal(want.shape).astype(dt)
+    want = want + 0.5 * z.astype(np.float64)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    got = run(variant, lambda: convtune.conv2d(
+        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant, pixel_shuffle=r,
+        precision=None if half else precision))
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} r={r}")
+
+
 # Every fourth single-pass tensor-core variant (they share the store step; the sample spans
 # tile shapes, layouts 0-2 and the split-precision pair).
 COOP_SAMPLE = [v for v in convtune.variant_space()
@@ -216,35 +239,13 @@ def test_tensor_core_variants_store_shuffled(variant):
     layout = "NHWC" if knobs["layout"] > 0 else "NCHW"
     half = knobs["layout"] == 2 or (knobs["split"] == 1 and COOP_SAMPLE.index(variant) % 2 == 0)
     precision = "highest" if knobs["split"] == 3 else "high"
-    rng = np.random.default_rng(COOP_SAMPLE.index(variant))
-    dt = np.float16 if half else np.float32
-    x = rng.standard_normal((2, 16, 9, 10)).astype(dt)
-    w = (rng.standard_normal((64, 16, 3, 3)) / 12).astype(dt)
-    b = rng.standard_normal(64).astype(np.float32)
-    want = want_of(x, w, 2, padding=1, bias=b)
-    z = rng.standard_normal(want.shape).astype(dt)
-    want = want + 0.5 * z.astype(np.float64)
-    to = nhwc if layout == "NHWC" else (lambda a: a)
-    got = run_or_skip_tensor_core(variant, lambda: convtune.conv2d(
-        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout,
-        variant=variant, pixel_shuffle=2, precision=None if half else precision))
-    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half}")
+    check_shuffled(variant, COOP_SAMPLE.index(variant), (2, 16, 9, 10), 64, 2, 12, layout, half, precision,
+                   run_or_skip_tensor_core)
 
 
 # Every third window tile (layouts 3 and 4: a block of one image per workgroup).
 WINDOW_SAMPLE = [v for v in convtune.variant_space()
                  if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 3][::3]
-
-
-def run_or_skip_over_limits(variant, call):
-    """``call()``'s result; skipped only where ``variant`` exceeds the adapter's limits (a
-    window tile refusing the shape is a failure here)."""
-    try:
-        return call()
-    except ValueError as e:
-        if "the adapter allows" in str(e):
-            pytest.skip(f"{variant}: {e}")
-        raise
 
 
 @pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
@@ -257,19 +258,8 @@ def test_window_tiles_store_shuffled(variant):
     half = i % 2 == 0
     layout = "NHWC" if half or i % 4 == 1 else "NCHW"
     r = 4 if i % 3 == 0 else 2
-    rng = np.random.default_rng(60 + i)
-    dt = np.float16 if half else np.float32
-    x = rng.standard_normal((2, 32, 9, 9 if i % 5 == 4 else 10)).astype(dt)
-    w = (rng.standard_normal((128, 32, 3, 3)) / 17).astype(dt)
-    b = rng.standard_normal(128).astype(np.float32)
-    want = want_of(x, w, r, padding=1, bias=b)
-    z = rng.standard_normal(want.shape).astype(dt)
-    want = want + 0.5 * z.astype(np.float64)
-    to = nhwc if layout == "NHWC" else (lambda a: a)
-    got = run_or_skip_over_limits(variant, lambda: convtune.conv2d(
-        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant, pixel_shuffle=r,
-        precision=None if half else "high"))
-    check_mode_bound(got, to(want), half, "high", f"{variant} {layout} half={half} r={r}")
+    check_shuffled(variant, 60 + i, (2, 32, 9, 9 if i % 5 == 4 else 10), 128, r, 17, layout, half, "high",
+                   run_or_skip_over_limits)
 
 
 SPLIT_SAMPLE = [v for v in convtune.variant_space()
@@ -288,19 +278,8 @@ def test_tensor_core_split_k_variants_store_shuffled(variant):
     layout = "NCHW" if i % 2 == 1 and not half else "NHWC"
     precision = "highest" if knobs["split"] == 3 else "high"
     r = 3 if i % 3 == 1 else 2
-    rng = np.random.default_rng(90 + i)
-    dt = np.float16 if half else np.float32
-    x = rng.standard_normal((2, 64, 9, 10)).astype(dt)
-    w = (rng.standard_normal((16 * r * r, 64, 3, 3)) / 24).astype(dt)
-    b = rng.standard_normal(16 * r * r).astype(np.float32)
-    want = want_of(x, w, r, padding=1, bias=b)
-    z = rng.standard_normal(want.shape).astype(dt)
-    want = want + 0.5 * z.astype(np.float64)
-    to = nhwc if layout == "NHWC" else (lambda a: a)
-    got = run_or_skip_over_limits(variant, lambda: convtune.conv2d(
-        to(x), w, padding=1, bias=b, z=to(z), alpha2=0.5, layout=layout, variant=variant, pixel_shuffle=r,
-        precision=None if half else precision))
-    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} r={r}")
+    check_shuffled(variant, 90 + i, (2, 64, 9, 10), 16 * r * r, r, 24, layout, half, precision,
+                   run_or_skip_over_limits)
 
 
 def test_edsr_x4_upsampler_on_device_tensors():
