@@ -24,6 +24,10 @@ pub struct Kernel {
     pub prescale: bool,
     /// Bytes of the two workspace buffers (bindings 5 and 6) the prologue fills.
     pub workspace: [u64; 2],
+    /// The prologue's last `w_blocks` workgroups only rearrange w into binding 6, the rest
+    /// never touch it: with that copy kept from an earlier run on the same weights, the
+    /// prologue runs without them.
+    pub w_blocks: u64,
     /// Workgroups of the module's `finish` entry point, run after `main` (split-K sums).
     pub finish: Option<u64>,
     /// A pass of its own module run first, rewriting w into the weights `main` reads (a
@@ -61,7 +65,7 @@ pub struct WeightPrep {
 impl Kernel {
     /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
     pub fn plain(source: String, workgroups: u64) -> Kernel {
-        Kernel { source, workgroups, scaled: false, prologue: None, prescale: false, workspace: [0, 0], finish: None, wprep: None, chunks: 1 }
+        Kernel { source, workgroups, scaled: false, prologue: None, prescale: false, workspace: [0, 0], w_blocks: 0, finish: None, wprep: None, chunks: 1 }
     }
 }
 

@@ -9,6 +9,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::kernels::{Caps, Variant};
+use crate::resident::key_of;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -62,16 +63,30 @@ pub struct Compiled {
     pub prescale: bool,
     /// Bytes of the workspace buffers (`Kernel::workspace`).
     pub workspace: [u64; 2],
+    /// The prologue's trailing workgroups that write w's copy (`Kernel::w_blocks`), and the
+    /// key that copy is kept under with resident weights.
+    pub w_blocks: u64,
+    pub w_key: u64,
     /// The module's `finish` entry point and its workgroups (`Kernel::finish`).
     pub finish: Option<(wgpu::ComputePipeline, u64)>,
-    /// The weight pass (`Kernel::wprep`): its pipeline, workgroups and output bytes.
-    pub wprep: Option<(wgpu::ComputePipeline, u64, u64)>,
+    /// The weight pass (`Kernel::wprep`).
+    pub wprep: Option<WeightPass>,
     /// Runs of prologue, main and finish, one per chunk (`Kernel::chunks`).
     pub chunks: u32,
     /// The element type of the output it writes (its poison pattern depends on it).
     pub dtype: DType,
     /// Bytes of its WGSL (the tuner predicts compile times from them).
     pub source_bytes: usize,
+}
+
+/// A compiled weight pass (`Kernel::wprep`).
+pub struct WeightPass {
+    pub pipeline: wgpu::ComputePipeline,
+    pub workgroups: u64,
+    /// Bytes of the weights it writes.
+    pub bytes: u64,
+    /// The key its output is kept under with resident weights.
+    pub key: u64,
 }
 
 const TENSOR_CORE_FEATURES: wgpu::Features =
@@ -641,7 +656,7 @@ impl Engine {
             .wprep
             .as_ref()
             .zip(wprep_module.as_ref())
-            .map(|(p, m)| (entry_of(m, "main"), p.workgroups, p.bytes));
+            .map(|(p, m)| WeightPass { pipeline: entry_of(m, "main"), workgroups: p.workgroups, bytes: p.bytes, key: key_of(&p.source) });
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
         }
@@ -652,6 +667,8 @@ impl Engine {
             prologue,
             prescale: kernel.prescale,
             workspace: kernel.workspace,
+            w_blocks: kernel.w_blocks,
+            w_key: key_of(&kernel.source),
             finish,
             wprep,
             chunks: kernel.chunks,

@@ -36,7 +36,7 @@ pub struct Conv2dBuffers<'a> {
 #[must_use = "the workspace must live until the command buffer is submitted"]
 #[derive(Debug)]
 pub struct Workspace {
-    _buffers: Vec<PooledBuffer>,
+    _buffers: Vec<std::sync::Arc<PooledBuffer>>,
 }
 
 /// `slice` as the binding of a tensor of `bytes` bytes, or an error naming `what` and the
@@ -95,6 +95,7 @@ impl Engine {
             z: optional(self, "a residual z", buffers.z, bytes.z)?,
             y: view(self, "y", buffers.y, bytes.y)?,
             maxima: None,
+            resident: None,
         };
         let engine = &*self.inner;
         let kernel = engine.pipeline(&plan.variant, &plan.problem().shape)?;

@@ -113,6 +113,7 @@ mod pool;
 mod precision;
 mod problem;
 pub mod reference;
+mod resident;
 mod runner;
 mod sizes;
 mod split;

@@ -6,6 +6,7 @@ use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use crate::pool::{PooledBuffer, View, INPUT_MAPPED};
+use crate::resident::Resident;
 use crate::split;
 use crate::timing::Phases;
 use crate::transfer::{self, scoped, wait, MaxFold, GPU_WAIT};
@@ -25,6 +26,9 @@ pub struct DeviceTensors {
     y: PooledBuffer,
     /// Bits of max |x| and max |w| over finite elements, taken while uploading (float32).
     maxima: Option<[u32; 2]>,
+    /// w's rearranged copies: the inputs stay on the device, so kernels are timed as with
+    /// a weight Tensor, w rearranged by the first run only.
+    resident: Resident,
 }
 
 /// Where a call's residual `z` (y's shape) comes from.
@@ -49,6 +53,8 @@ pub struct DeviceArray {
     /// else `UNKNOWN_MAX`: a kernel that scales it then needs no max pass over it. Atomic, as
     /// handing out the buffer (which the caller may write) forgets it.
     maxabs: AtomicU32,
+    /// Copies of it rearranged for the kernels that took it as w (forgotten with the max).
+    pub(crate) resident: Resident,
 }
 
 /// `DeviceArray::maxabs` when the max is not known (finite values' bits are below 0x7f800000).
@@ -164,6 +170,9 @@ fn poison_buffer(engine: &Engine, buf: &PooledBuffer, dtype: DType) -> Result<()
     })
 }
 
+/// A rearranged copy of w and the key it is kept under.
+type KeptCopy = (u64, Arc<PooledBuffer>);
+
 /// The bindings of one conv dispatch: x, w, bias, y, the epilogue's z, the run's words
 /// (binding 4: for kernels that scale their inputs, the max |x| and max |w|, written when
 /// bound where the host knows them, else by a pass before the kernel; for chunked kernels,
@@ -175,17 +184,39 @@ pub(crate) struct Bindings<'a> {
     words: Option<PooledBuffer>,
     /// The words hold the maxima already: no max pass, no clearing.
     preset: bool,
-    workspace: Vec<Option<PooledBuffer>>,
-    /// The weight pass's bind group (w in, the kernel's weights out) and those weights.
-    wprep: Option<(wgpu::BindGroup, PooledBuffer)>,
+    workspace: Vec<Option<Arc<PooledBuffer>>>,
+    /// The weight pass's bind group (w in, the kernel's weights out; none where those
+    /// weights were kept from an earlier call) and those weights.
+    wprep: Option<(Option<wgpu::BindGroup>, Arc<PooledBuffer>)>,
+    /// The prologue's w workgroups may be left out once w's copy holds what they write
+    /// (they do not also find max |w| for the kernel).
+    w_copy_optional: bool,
+    /// w's copy in the workspace was kept from an earlier call.
+    w_copy_kept: bool,
+    /// The weight passes have been recorded by an earlier `encode` of these bindings (later
+    /// runs of the same submission, or later submissions, find their output in place).
+    weights_recorded: std::cell::Cell<bool>,
+    /// Where the copies these bindings make are kept once submitted, with their keys.
+    resident: Option<(&'a Resident, Vec<KeptCopy>)>,
 }
 
 impl Bindings<'_> {
     /// The pooled buffers the kernel writes besides y: they must stay out of the pool until
     /// the GPU has run the passes that use them.
-    pub(crate) fn into_workspace(self) -> Vec<PooledBuffer> {
+    pub(crate) fn into_workspace(self) -> Vec<Arc<PooledBuffer>> {
         let weights = self.wprep.map(|(_, buf)| buf);
-        self.words.into_iter().chain(self.workspace.into_iter().flatten()).chain(weights).collect()
+        let words = self.words.map(Arc::new);
+        words.into_iter().chain(self.workspace.into_iter().flatten()).chain(weights).collect()
+    }
+
+    /// Keeps the weight copies these bindings made with the weights: call once the passes
+    /// writing them are submitted.
+    pub(crate) fn keep_weights(&self) {
+        if let Some((resident, made)) = &self.resident {
+            for (key, buf) in made {
+                resident.keep(*key, buf.clone());
+            }
+        }
     }
 }
 
@@ -199,6 +230,8 @@ pub(crate) struct Tensors<'a> {
     /// Bits of max |x| and max |w| over finite elements where the host knows them (taken
     /// while uploading): a kernel that scales its inputs then skips its max pass.
     pub maxima: Option<[u32; 2]>,
+    /// w's kept copies, where w stays on the device unchanged between calls.
+    pub resident: Option<&'a Resident>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -211,15 +244,35 @@ fn bindings<'a>(
     z: Option<&'a PooledBuffer>,
     y: &'a PooledBuffer,
     maxima: Option<[u32; 2]>,
+    resident: Option<&'a Resident>,
 ) -> Result<Bindings<'a>> {
-    let t = Tensors { x: x.view(), w: w.view(), bias: bias.map(|b| b.view()), z: z.map(|z| z.view()), y: y.view(), maxima };
+    let t = Tensors { x: x.view(), w: w.view(), bias: bias.map(|b| b.view()), z: z.map(|z| z.view()), y: y.view(), maxima, resident };
     bind(engine, kernel, t)
 }
 
+/// A copy of w made under `key`: the one kept with resident weights, else a new pooled
+/// buffer, listed in `made` to be kept once written. Whether it was kept comes with it.
+fn weight_copy(
+    engine: &Engine,
+    resident: Option<&Resident>,
+    key: u64,
+    bytes: u64,
+    made: &mut Vec<KeptCopy>,
+) -> Result<(Arc<PooledBuffer>, bool)> {
+    if let Some(buf) = resident.and_then(|r| r.get(key)) {
+        return Ok((buf, true));
+    }
+    let buf = Arc::new(engine.pool.take(OUTPUT, bytes.max(16))?);
+    if resident.is_some() {
+        made.push((key, buf.clone()));
+    }
+    Ok((buf, false))
+}
+
 /// The bind group of one dispatch of `kernel` over `t`, with the kernel's run words and
-/// workspace taken from the pool.
+/// workspace taken from the pool (w's copies from those kept with resident weights).
 pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Result<Bindings<'a>> {
-    let Tensors { x, w, bias, z, y, maxima } = t;
+    let Tensors { x, w, bias, z, y, maxima, resident } = t;
     let words = if kernel.scaled || kernel.chunks > 1 { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
     // Written ahead of the submission that runs the kernel; no pass writes these two words
     // but a layout-1 prologue's max, which finds the same values.
@@ -230,28 +283,51 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         }
         _ => false,
     };
+    // A layout-1 prologue on float32 data finds max |w| while copying w, unless the max is
+    // preset or a pass before it finds it: then it must run whole every time.
+    let w_copy_optional = !(kernel.scaled && !kernel.prescale && !preset);
+    let resident = resident.filter(|_| w_copy_optional);
+    let mut made = Vec::new();
     // Slots keep their bindings: a kernel may need the second workspace and not the first.
+    let mut w_copy_kept = false;
     let workspace = kernel
         .workspace
         .iter()
-        .map(|&bytes| (bytes > 0).then(|| engine.pool.take(OUTPUT, bytes.max(16))).transpose())
+        .enumerate()
+        .map(|(slot, &bytes)| -> Result<Option<Arc<PooledBuffer>>> {
+            if bytes == 0 {
+                return Ok(None);
+            }
+            if slot == 1 && kernel.w_blocks > 0 {
+                let (buf, kept) = weight_copy(engine, resident, kernel.w_key, bytes, &mut made)?;
+                w_copy_kept = kept;
+                return Ok(Some(buf));
+            }
+            Ok(Some(Arc::new(engine.pool.take(OUTPUT, bytes.max(16))?)))
+        })
         .collect::<Result<Vec<_>>>()?;
     // A lowered form reads the weights its weight pass writes; that pass binds w as its
     // input and the new weights where a kernel's y goes.
-    let weights = kernel.wprep.as_ref().map(|(_, _, bytes)| engine.pool.take(OUTPUT, (*bytes).max(16))).transpose()?;
-    let wprep = weights.map(|buf| {
-        let group = bind_group(engine, "convtune weights", [
-            x.binding(),
-            w.binding(),
-            or_input(engine, None),
-            buf.binding(),
-            or_scratch(engine, None),
-            or_scratch(engine, None),
-            or_scratch(engine, None),
-            or_input(engine, None),
-        ]);
-        (group, buf)
-    });
+    let wprep = kernel
+        .wprep
+        .as_ref()
+        .map(|pass| -> Result<_> {
+            let (buf, kept) = weight_copy(engine, resident, pass.key, pass.bytes, &mut made)?;
+            let group = (!kept).then(|| {
+                bind_group(engine, "convtune weights", [
+                    x.binding(),
+                    w.binding(),
+                    or_input(engine, None),
+                    buf.binding(),
+                    or_scratch(engine, None),
+                    or_scratch(engine, None),
+                    or_scratch(engine, None),
+                    or_input(engine, None),
+                ])
+            });
+            Ok((group, buf))
+        })
+        .transpose()?;
     let kernel_w = wprep.as_ref().map_or_else(|| w.binding(), |(_, buf)| buf.binding());
     let group = bind_group(engine, "convtune conv2d", [
         x.binding(),
@@ -259,11 +335,23 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         or_input(engine, bias),
         y.binding(),
         or_scratch(engine, words.as_ref()),
-        or_scratch(engine, workspace.first().and_then(Option::as_ref)),
-        or_scratch(engine, workspace.get(1).and_then(Option::as_ref)),
+        or_scratch(engine, workspace.first().and_then(Option::as_deref)),
+        or_scratch(engine, workspace.get(1).and_then(Option::as_deref)),
         or_input(engine, z),
     ]);
-    Ok(Bindings { group, x, w, words, preset, workspace, wprep })
+    Ok(Bindings {
+        group,
+        x,
+        w,
+        words,
+        preset,
+        workspace,
+        wprep,
+        w_copy_optional,
+        w_copy_kept,
+        weights_recorded: std::cell::Cell::new(false),
+        resident: resident.map(|r| (r, made)),
+    })
 }
 
 /// A bind group of the engine's layout, bindings 0-7 in order.
@@ -315,8 +403,10 @@ pub(crate) fn encode(
     timestamps: Option<(&wgpu::QuerySet, u32)>,
 ) -> Result<()> {
     let mut began = false;
-    if let (Some((pipeline, groups, _)), Some((group, _))) = (&kernel.wprep, &b.wprep) {
-        record_dispatches(engine, encoder, "convtune weights", &[(pipeline, *groups)], group, timestamps, true, false)?;
+    // w's rearranged copies are written once per bindings: later runs find them in place.
+    let weights_done = b.weights_recorded.replace(true);
+    if let (Some(pass), Some((Some(group), _)), false) = (&kernel.wprep, &b.wprep, weights_done) {
+        record_dispatches(engine, encoder, "convtune weights", &[(&pass.pipeline, pass.workgroups)], group, timestamps, true, false)?;
         began = true;
     }
     if let (true, false, Some(words)) = (kernel.scaled, b.preset, &b.words) {
@@ -333,13 +423,17 @@ pub(crate) fn encode(
             let words = b.words.as_ref().ok_or_else(|| Error::Gpu("a chunked kernel bound without its run words".into()))?;
             encoder.copy_buffer_to_buffer(&engine.chunk_indices, 4 * chunk as u64, words, 4 * crate::codegen::CHUNK_WORD, 4);
         }
+        // The prologue's w workgroups come last: left out, the grid ends before them (a grid
+        // folded past the per-dimension limit may still reach a few, which rewrite the same
+        // values).
+        let w_in_place = b.w_copy_optional && (b.w_copy_kept || weights_done || chunk > 0);
+        let prologue = kernel.prologue.as_ref().map(|(p, g)| (p, if w_in_place { g - kernel.w_blocks.min(*g) } else { *g }));
         // A chunk's prologue, kernel and finishing pass are dispatches of one compute pass:
         // wgpu still orders them (a barrier between dispatches), and each pass boundary cost
         // ~5 us of GPU time on an H200.
-        let dispatches: Vec<(&wgpu::ComputePipeline, u64)> = kernel
-            .prologue
-            .iter()
-            .map(|(p, g)| (p, *g))
+        let dispatches: Vec<(&wgpu::ComputePipeline, u64)> = prologue
+            .into_iter()
+            .filter(|&(_, g)| g > 0)
             .chain([(&kernel.pipeline, kernel.workgroups)])
             .chain(kernel.finish.iter().map(|(p, g)| (p, *g)))
             .collect();
@@ -391,7 +485,9 @@ fn submit_once(
             c.fill(&engine.device, &mut enc, buf, kernel.dtype);
         }
         encode(engine, &mut enc, kernel, bg, None)?;
-        Ok(engine.queue.submit([enc.finish()]))
+        let idx = engine.queue.submit([enc.finish()]);
+        bg.keep_weights();
+        Ok(idx)
     })?
 }
 
@@ -427,6 +523,7 @@ impl DeviceTensors {
             z: z.map(|z| upload_slice(engine, INPUT, z, None)).transpose()?,
             y: engine.pool.take(OUTPUT, ys)?,
             maxima: folded(fold.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.into_inner())),
+            resident: Resident::default(),
         })
     }
 
@@ -496,7 +593,7 @@ impl DeviceTensors {
     }
 
     fn bindings(&self, engine: &Engine, kernel: &Compiled) -> Result<Bindings<'_>> {
-        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), self.z.as_ref(), &self.y, self.maxima)
+        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), self.z.as_ref(), &self.y, self.maxima, Some(&self.resident))
     }
 
     /// Runs `kernel` once and waits for it.
@@ -568,6 +665,7 @@ impl DeviceTensors {
         }
         enc.resolve_query_set(&qs, 0..count, &resolve, 0);
         let idx = engine.queue.submit([enc.finish()]);
+        bg.keep_weights();
         wait(engine, Some(idx))?;
         let mut raw = vec![0u8; count as usize * 8];
         read_buffer(engine, &resolve, &mut raw)?;
@@ -702,7 +800,7 @@ pub fn conv2d_timed<T: Elem>(
         let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging, None)).transpose()?;
         ph.mark("upload");
         let maxima = folded(scaled.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.load(Ordering::Relaxed)));
-        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y, maxima)?;
+        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y, maxima, None)?;
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
         xb.remap_upload();
         if let Some(zb) = &zb {
@@ -805,7 +903,7 @@ pub fn conv2d_device<T: Elem>(
     let y = engine.pool.take(OUTPUT, ys)?;
     // A tensor uploaded from the host knows its max; a conv's output does not (its max pass runs).
     let maxima = folded(x.known_max().filter(|_| kernel.scaled), w_max);
-    let bound = bindings(engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima)?;
+    let bound = bindings(engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima, w_tensor.map(|t| &t.resident))?;
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
     // Returns with the kernel queued and waits for the previous Tensor call's instead: the
     // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of
@@ -815,7 +913,7 @@ pub fn conv2d_device<T: Elem>(
     if let Some(p) = previous {
         wait(engine, Some(p))?;
     }
-    Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype, maxabs: AtomicU32::new(UNKNOWN_MAX) })
+    Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype, maxabs: AtomicU32::new(UNKNOWN_MAX), resident: Resident::default() })
 }
 
 /// Waits for every queued GPU call (Tensor calls return before their kernel ends).
@@ -836,7 +934,7 @@ impl DeviceArray {
         let fold = T::DTYPE == DType::F32;
         let buf = upload_slice(engine, OUTPUT, data, fold.then_some(&max))?;
         let maxabs = if fold { max.into_inner() } else { UNKNOWN_MAX };
-        Ok(DeviceArray { buf, dims, dtype: T::DTYPE, maxabs: AtomicU32::new(maxabs) })
+        Ok(DeviceArray { buf, dims, dtype: T::DTYPE, maxabs: AtomicU32::new(maxabs), resident: Resident::default() })
     }
 
     /// Bits of its largest finite |v|, where known.
@@ -847,6 +945,7 @@ impl DeviceArray {
     /// Forgets its max: its buffer may be written by others from now on.
     pub fn forget_max(&self) {
         self.maxabs.store(UNKNOWN_MAX, Ordering::Relaxed);
+        self.resident.clear();
     }
 
     pub fn len(&self) -> usize {

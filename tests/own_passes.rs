@@ -204,3 +204,33 @@ fn an_engine_on_a_device_lacking_limits_says_which() {
         other => panic!("expected Unsupported, got {other:?}"),
     }
 }
+
+#[test]
+fn a_weight_tensor_rewritten_by_the_callers_pass_is_rearranged_again() {
+    // A transposed convolution in its lowered form rearranges w in a weight pass, and with w
+    // a Tensor that copy is kept between calls. A pass of the caller's shader writing the
+    // tensor through `buffer()` must make the next call rearrange it again.
+    let app = App::new();
+    let engine = Engine::from_device(&app.adapter, &app.device, &app.queue).unwrap();
+    let problem = Conv2d::builder([2, 6, 5, 4], [6, 4, 4, 4]).stride(2).padding(1).transposed(0).build().unwrap();
+    let plan = engine.choose(&problem, Some("gemm_b32x32x8_t4x4"), &mut |_| Ok(())).unwrap();
+    let [xl, wl, _] = problem.lens().map(|n| n as usize);
+    let w0 = data(wl, 2);
+    let xt = engine.upload(&data(xl, 1), problem.x_dims()).unwrap();
+    let wt = engine.upload(&w0, problem.w_dims()).unwrap();
+    // The same call with w from the host rearranges it afresh: the results must be the same.
+    let check = |w: &[f32], when: &str| {
+        let got: Vec<f32> = engine.conv2d_tensor::<f32>(&plan, &xt, &wt, None, None).unwrap().to_vec().unwrap();
+        let want: Vec<f32> = engine.conv2d_tensor(&plan, &xt, w, None, None).unwrap().to_vec().unwrap();
+        assert!(got.iter().any(|v| *v != 0.0), "{when}: all zero");
+        assert_eq!(got, want, "{when}");
+    };
+    check(&w0, "first call");
+    check(&w0, "second call, on the kept copy");
+    let mut enc = app.device.create_command_encoder(&Default::default());
+    app.affine(&mut enc, wt.buffer(), 0, wl, 2.0, -1.0);
+    app.queue.submit([enc.finish()]);
+    let w1: Vec<f32> = w0.iter().map(|v| v * 2.0 - 1.0).collect();
+    check(&w1, "after the caller's pass rewrote w");
+    check(&w1, "the call after that");
+}

@@ -503,7 +503,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("BLOCKS", blocks.to_string()),
     ]);
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk(), packed, w_in_place);
+    let (prologue_vars, prologue_blocks, w_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk(), packed, w_in_place);
     vars.extend(prologue_vars);
     let kl = if v.channels_last() { padded.krp } else { view.red };
     let ks = implicit::split_share(kl, v.splits, v.bk);
@@ -585,6 +585,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         let partials = if v.splits > 1 { v.splits as u64 * shape.y_len().div_ceil(4) * 16 } else { 0 };
         let w_copy = if w_in_place { 0 } else { padded.w_len(shape) * bytes };
         kernel.workspace = [x_copy * bytes + partials, w_copy];
+        kernel.w_blocks = w_blocks;
     }
     if v.splits > 1 {
         kernel.finish = Some(shape.y_len().div_ceil(4).div_ceil(256));

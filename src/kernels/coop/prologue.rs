@@ -3,10 +3,10 @@
 use super::variant::*;
 use crate::params::{ConvShape, Layout};
 
-/// The prologue's template values (it is in every coop module; only layout 1 runs it) and
-/// its workgroup count.
+/// The prologue's template values (it is in every coop module; only layout 1 runs it), its
+/// workgroup count and how many of those (the last ones) write w's copy.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, packed: bool, w_in_place: bool) -> (Vec<(&'static str, String)>, u64) {
+pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, packed: bool, w_in_place: bool) -> (Vec<(&'static str, String)>, u64, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
@@ -40,7 +40,7 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
         ("PROLOGUE_X", prologue_x.to_string()),
         ("XP_VEC4S", padded_vec4s.to_string()),
     ];
-    (vars, x_blocks + w_blocks)
+    (vars, x_blocks + w_blocks, w_blocks)
 }
 
 /// Layouts 2 to 4's in-place gather of a 1x1 kernel's w (where they read w in place).
