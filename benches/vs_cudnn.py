@@ -251,7 +251,8 @@ def markdown(rows, meta, chain) -> str:
         f"commit `{meta['commit']}`, PyTorch {meta['torch']} / cuDNN {meta['cudnn']}. "
         f"Command: `{meta['command']}`.",
         "",
-        "fp32, NCHW. convtune GPU time from timestamp queries (median of 50 after warm-up; CV over "
+        "fp32, NCHW. convtune GPU time from timestamp queries (median of 50 after warm-up, w "
+        "resident as a weight Tensor's and cuDNN's are: its rearranged copy made once; CV over "
         "those 50); e2e = numpy in -> numpy out (median of 10); torch e2e = the same through "
         "PyTorch (`torch.from_numpy(x).cuda()`, likewise w, `F.conv2d`, `.cpu().numpy()`, TF32 "
         "off, median of 5); cuDNN times from CUDA events around each of 50 runs queued "

@@ -739,6 +739,9 @@ def time_variant(
     ``CONVTUNE_TUNE`` says).
 
     Uses GPU timestamp queries when the adapter has them, else wall clock around a queue sync.
+    The inputs stay on the device between runs: a kernel that reads w rearranged makes that
+    copy in its first run and keeps it, as it does for a weight ``Tensor`` (an array ``w``
+    given to ``conv2d`` is rearranged on every call).
     Returns (variant name, list of seconds).
     """
     return _convtune.time_variant(
