@@ -489,6 +489,7 @@ mod tests {
                 median_ms: Some(1.0),
                 detail: None,
                 compile_ms: Some(100.0),
+                runoff_ms: None,
             }],
         }
     }

@@ -280,6 +280,12 @@ impl Candidate<'_> {
     pub fn compile_ms(&self) -> Option<f64> {
         self.inner.compile_ms
     }
+
+    /// Median GPU milliseconds in the runoff that decides between the fastest few and the
+    /// default, timed again in turns after the others; `None` for the rest.
+    pub fn runoff_ms(&self) -> Option<f64> {
+        self.inner.runoff_ms
+    }
 }
 
 /// Every variant name the generator can emit.

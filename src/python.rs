@@ -592,6 +592,7 @@ fn report_dict<'py>(py: Python<'py>, r: &Report, source: &str) -> PyResult<Bound
         cd.set_item("samples", c.samples_ms())?;
         cd.set_item("detail", c.detail())?;
         cd.set_item("compile_ms", c.compile_ms())?;
+        cd.set_item("runoff_ms", c.runoff_ms())?;
         candidates.push(cd);
     }
     d.set_item("candidates", candidates)?;

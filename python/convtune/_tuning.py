@@ -13,10 +13,13 @@ class TuneReport:
     """What tuning one shape found.
 
     ``candidates`` holds one dict per candidate, in the order they were tried:
-    ``{name, knobs, status, median_ms, samples, detail, compile_ms}``; ``status`` is one of ``ok``,
-    ``pruned``, ``wrong``, ``compile error``, ``out of memory``, ``error`` or
+    ``{name, knobs, status, median_ms, samples, detail, compile_ms, runoff_ms}``; ``status`` is
+    one of ``ok``, ``pruned``, ``wrong``, ``compile error``, ``out of memory``, ``error`` or
     ``skipped (budget)``; ``samples`` are GPU milliseconds; ``compile_ms`` is the wall time
-    of the candidate's compilation on its own thread (``None`` where it was not compiled).
+    of the candidate's compilation on its own thread (``None`` where it was not compiled);
+    ``runoff_ms`` is the median of the runoff for the three fastest and the default (timed
+    again in turns after the others; the fastest there wins, and ``tuned_ms`` and
+    ``default_ms`` are its times), ``None`` for the rest.
     """
 
     shape: str
@@ -73,7 +76,8 @@ class TuneReport:
             if c["status"] == "skipped (budget)":
                 continue
             detail = f"  ({c['detail']})" if c.get("detail") else ""
-            lines.append(f"  {c['name']:32s} {c['status']:14s} {ms(c['median_ms']):>12s}{detail}")
+            runoff = f"  runoff {ms(c['runoff_ms'])}" if c.get("runoff_ms") is not None else ""
+            lines.append(f"  {c['name']:32s} {c['status']:14s} {ms(c['median_ms']):>12s}{runoff}{detail}")
         skipped = sum(c["status"] == "skipped (budget)" for c in self.candidates)
         if skipped:
             lines.append(f"  ... {skipped} more skipped (budget)")
