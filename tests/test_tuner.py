@@ -231,10 +231,12 @@ def test_progress_callback_sees_every_candidate(tuning_env):
     done = [c[0] for c in calls]
     assert len(calls) == len(measured) + 1
     assert done[0] == 0 and done[-1] == total and done == sorted(set(done))
-    assert [c[2] for c in calls[:-1]] == [c["name"] for c in measured]
+    # Each measured candidate named once, in the order compiles finish (on a GPU's compile
+    # pool a small kernel may come out before the default).
+    assert sorted(c[2] for c in calls[:-1]) == sorted(c["name"] for c in measured)
+    assert d["default"] in {c[2] for c in calls}
     assert all(c[1] == total for c in calls)
-    assert calls[0][2] == d["default"]
-    assert calls[0][3] == "1x4x10x10 k8 3x3 s1 p1"
+    assert all(c[3] == "1x4x10x10 k8 3x3 s1 p1" for c in calls[:-1])
 
 
 def test_an_exception_in_the_progress_callback_cancels_tuning(tuning_env):
