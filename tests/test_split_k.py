@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import check_close, check_mode_bound, reference_conv2d
+from reference import check_close, reference_conv2d
 
 SPLIT = [v for v in convtune.variant_space()
          if v.startswith("gemm_") and convtune.variant_knobs(v)["splits"] > 1]
@@ -74,10 +74,8 @@ COOP_SPLIT = [v for v in convtune.variant_space()
 
 def test_tensor_core_split_variants_are_in_the_space():
     assert COOP_SPLIT and {convtune.variant_knobs(v)["splits"] for v in COOP_SPLIT} == {2, 4}
-    assert all(v.endswith(tuple(f"_l{lay}_k{convtune.variant_knobs(v)['splits']}" for lay in (1, 2, 3, 4)))
+    assert all(v.endswith(tuple(f"_l{lay}_k{convtune.variant_knobs(v)['splits']}" for lay in (1, 2)))
                for v in COOP_SPLIT)
-    # Window tiles (layouts 3 and 4) split over channel blocks.
-    assert {convtune.variant_knobs(v)["layout"] for v in COOP_SPLIT} == {1, 2, 3, 4}
     # The finishing pass is part of every split module's WGSL.
     assert "fn finish" in convtune.wgsl(COOP_SPLIT[0], (2, 64, 7, 7), (64, 64, 3, 3), padding=1)
 
@@ -91,27 +89,3 @@ def test_tensor_core_split_k_is_deterministic_and_propagates_nan(split, bound):
     ok = np.isfinite(want)
     err = np.abs(first[ok] - want[ok]).max() / np.abs(want[ok]).max()
     assert err <= bound, (variant, err)
-
-
-WINDOW_SPLIT = [v for v in COOP_SPLIT if convtune.variant_knobs(v)["layout"] >= 3]
-
-
-@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
-@pytest.mark.parametrize("variant", WINDOW_SPLIT)
-def test_window_tiles_split_over_channel_blocks(variant):
-    # Each part takes a run of channel blocks: 4 blocks (one per part at k4), 3 (a short
-    # last part, and at k4 an empty one), and 8; a tail of output channels, images whose
-    # size is not a tile's; float16 NHWC, float32 "high" in both layouts.
-    knobs = convtune.variant_knobs(variant)
-    rng = np.random.default_rng(abs(hash(variant)) % 2**32)
-    for channels in (4 * knobs["bk"], 3 * knobs["bk"], 8 * knobs["bk"]):
-        for half, layout in ((True, "NHWC"), (False, "NCHW"), (False, "NHWC")):
-            dt = np.float16 if half else np.float32
-            x = rng.standard_normal((2, channels, 9, 21)).astype(dt)
-            w = (rng.standard_normal((80, channels, 3, 3)) / np.sqrt(9 * channels)).astype(dt)
-            b = rng.standard_normal(80).astype(np.float32)
-            want = reference_conv2d(x.astype(np.float64), w.astype(np.float64), bias=b, padding=1)
-            to = (lambda a: np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))) if layout == "NHWC" else np.asarray
-            got = convtune.conv2d(to(x), w, bias=b, padding=1, layout=layout, variant=variant,
-                                  precision=None if half else "high")
-            check_mode_bound(got, to(want), half, "high", f"{variant} C={channels} {layout} half={half}")

@@ -61,13 +61,10 @@ pub(super) const SPLITS: [u32; 3] = [1, 2, 4];
 /// whose grids leave multiprocessors idle (32,512,7,7 -> 512: 52 tiles of 128x128), and the
 /// 4x4-grid tiles (64x64 outputs per subgroup), which run such layers faster per product
 /// once the grid fills the GPU: on an H200, batch 128 of 32,512,7,7 in float16 at 155
-/// TFLOP/s on 128x256 and 256x128 against 140 on 128x128 (`BENCHMARKS.md`, "Split-K on
-/// window tiles").
+/// TFLOP/s on 128x256 and 256x128 against 140 on 128x128, and split four ways batch 32 in
+/// 0.061 ms against 0.064 for the 128x128 tile split two ways (`BENCHMARKS.md`, "Split-K
+/// on 4x4 grids").
 pub(super) const SPLIT_TILES: [(u32, u32, u32, u32); 4] = [(128, 64, 2, 2), (128, 128, 2, 4), (256, 128, 4, 2), (128, 256, 2, 4)];
-/// The window tiles split-K is offered for (over channel blocks): the 4x4 grids, which at
-/// batch 64 ran 32,256,14,14 in float16 at 195 TFLOP/s against 157 for the 256x64 tile that
-/// wins at batch 32, where their grid (64 workgroups) leaves half the GPU idle.
-pub(super) const SPLIT_WINDOW_TILES: [(u32, u32, u32, u32); 3] = [(256, 128, 4, 2), (128, 256, 2, 4), (512, 64, 8, 1)];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
 pub(super) const PAD: u32 = 8;
 /// Subgroup width the kernel's tile partition assumes.
