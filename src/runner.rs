@@ -851,6 +851,13 @@ fn fill_padding_only<T: Elem>(
     }
 }
 
+/// A device call's weights in GPU memory: uploaded for it, or a tensor's (with the call's
+/// bias uploaded).
+enum PlacedWeights<'a> {
+    Uploaded(Weights),
+    Tensor(&'a DeviceArray, Option<PooledBuffer>),
+}
+
 /// A conv2d on a GPU-resident input; the output stays on the GPU.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_device<T: Elem>(
@@ -878,19 +885,14 @@ pub fn conv2d_device<T: Elem>(
     let kernel = engine.pipeline(variant, shape)?;
     let wmax = AtomicU32::new(0);
     // Host weights are uploaded (their max folded on the way); a weight tensor is bound as it
-    // is, with the max it took on upload, and only the bias is uploaded.
-    let uploaded = match w {
-        WeightSource::Host(w) => Some(upload_weights(engine, shape, w, bias, false, kernel.scaled.then_some(&wmax))?),
-        WeightSource::Device(_) => None,
+    // is, with the max it took on upload and its kept copies, and only the bias is uploaded.
+    let placed = match w {
+        WeightSource::Host(h) => PlacedWeights::Uploaded(upload_weights(engine, shape, h, bias, false, kernel.scaled.then_some(&wmax))?),
+        WeightSource::Device(t) => PlacedWeights::Tensor(t, bias.map(|b| upload_slice(engine, INPUT, b, None)).transpose()?),
     };
-    let tensor_bias = match w_tensor {
-        Some(_) => bias.map(|b| upload_slice(engine, INPUT, b, None)).transpose()?,
-        None => None,
-    };
-    let (w_buf, b_buf, w_max) = match (w_tensor, &uploaded) {
-        (Some(t), _) => (&t.buf, tensor_bias.as_ref(), t.known_max()),
-        (None, Some(u)) => (&*u.w, u.bias.as_deref(), Some(wmax.load(Ordering::Relaxed))),
-        (None, None) => return Err(Error::Gpu("a call's weights were neither uploaded nor on the device".into())),
+    let (w_buf, b_buf, w_max, resident) = match &placed {
+        PlacedWeights::Tensor(t, b) => (&t.buf, b.as_ref(), t.known_max(), Some(&t.resident)),
+        PlacedWeights::Uploaded(u) => (&*u.w, u.bias.as_deref(), Some(wmax.load(Ordering::Relaxed)), None),
     };
     let z_host = match z {
         Some(Residual::Host(z)) => Some(upload_slice(engine, INPUT, z, None)?),
@@ -903,7 +905,7 @@ pub fn conv2d_device<T: Elem>(
     let y = engine.pool.take(OUTPUT, ys)?;
     // A tensor uploaded from the host knows its max; a conv's output does not (its max pass runs).
     let maxima = folded(x.known_max().filter(|_| kernel.scaled), w_max);
-    let bound = bindings(engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima, w_tensor.map(|t| &t.resident))?;
+    let bound = bindings(engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima, resident)?;
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
     // Returns with the kernel queued and waits for the previous Tensor call's instead: the
     // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of

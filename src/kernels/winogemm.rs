@@ -564,23 +564,20 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         Some(sc) if !nhwc && !sc.phase_major && sc.phases.1 > 1 && shape.kg() % sc.phases.1 == 0 => sc.phases.1,
         _ => 1,
     };
-    let phase_decode = format!(
-        "    let t = (i / {sw}) % CT;\n    let n = ((i / ({sw} * CT)) % (KG / {sw})) * {sw} + i % {sw};\n    let g = i / (CT * KG);"
-    );
     let (msn, mst, lanes, decode) = if nhwc {
         (
             1,
             np,
             "    let ty = lid % TY;\n    let tx = lid / TY;",
-            "    let n = i % KG;\n    let t = (i / KG) % CT;\n    let g = i / (KG * CT);",
+            "    let n = i % KG;\n    let t = (i / KG) % CT;\n    let g = i / (KG * CT);".to_string(),
         )
     } else {
-        (
-            tp,
-            1,
-            "    let tx = lid % TX;\n    let ty = lid / TX;",
-            if sw > 1 { phase_decode.as_str() } else { "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);" },
-        )
+        let decode = if sw > 1 {
+            format!("    let t = (i / {sw}) % CT;\n    let n = ((i / ({sw} * CT)) % (KG / {sw})) * {sw} + i % {sw};\n    let g = i / (CT * KG);")
+        } else {
+            "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);".to_string()
+        };
+        (tp, 1, "    let tx = lid % TX;\n    let ty = lid / TX;", decode)
     };
 
     let f_jobs = groups * cp * np;
@@ -637,7 +634,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("BLOCKS", blocks.to_string()),
         ("THREADS", threads.to_string()),
         ("LANES", lanes.to_string()),
-        ("O_DECODE", decode.to_string()),
+        ("O_DECODE", decode),
         ("FILTER_TRANSFORM", filter),
         ("INPUT_TRANSFORM", input),
         ("A_SETUP", a_setup),
