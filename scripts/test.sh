@@ -10,6 +10,7 @@ CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo test --release
 echo "== examples: each checks its result against a float64 reference"
 CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo run --release -q --example own_device
 CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo run --release -q --example host_slices
+CONVTUNE_CACHE_DIR="$(mktemp -d)" cargo run --release -q --example resident_chain
 echo "== benchmarks: build, and run each once as a smoke test"
 cargo bench --no-run
 CONVTUNE_CACHE_DIR="$(mktemp -d)" CONVTUNE_TUNE_BUDGET=1 \
