@@ -152,6 +152,14 @@ def test_type_errors(args, kwargs, fragment):
     _raises(TypeError, fragment, convtune.conv2d, *args, **kwargs)
 
 
+def test_bools_are_refused_after_the_equal_ints_were_seen():
+    # Normalised shapes are kept per call signature; True == 1 must not find 1's entry.
+    convtune.conv2d(X, W, stride=1, padding=(1, 1), groups=1)
+    for kw in (dict(stride=True), dict(padding=(1, True)), dict(groups=True), dict(padding=True)):
+        _raises(TypeError, "got bool", convtune.conv2d, X, W, **{"stride": 1, "padding": (1, 1), **kw})
+    _raises(TypeError, "stride must be an int", convtune.conv2d, X, W, stride=1.0)
+
+
 BAD_DTYPES = [
     np.bool_,
     np.complex64,

@@ -42,6 +42,7 @@ tensor cores where the adapter has cooperative matrices. Results are float32 eit
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import time
@@ -312,6 +313,29 @@ def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, 
     """The normalised shape tuple; an ``output_padding`` pair makes it a transposed
     convolution's (``None``: a plain one); ``pixel_shuffle`` (1: none) as ``_shuffle``
     returns it."""
+    args = (x_shape, w_shape, stride, padding, dilation, groups, bias_len, layout, dtype, output_padding, pixel_shuffle)
+    shape = _shapes_seen(args) if all(map(_plain, args)) else _normalised_shape(*args)
+    return shape[:7] + (epilogue,) + shape[7:]
+
+
+def _plain(v: Any) -> bool:
+    """Whether ``v`` may key the cache of normalised shapes: ints (not bools, which compare
+    equal to them but are refused), strs, None, or tuples of ints; anything else is
+    normalised afresh."""
+    t = type(v)
+    return t is int or t is str or v is None or (t is tuple and all(type(e) is int for e in v))
+
+
+@functools.lru_cache(maxsize=512)
+def _shapes_seen(args: tuple) -> tuple:
+    # A network calls conv2d with a few shapes over and over: normalising them took a third
+    # of a Tensor call's Python time.
+    return _normalised_shape(*args)
+
+
+def _normalised_shape(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
+                      bias_len: Optional[int], layout: str, dtype: str,
+                      output_padding: Optional[Tuple[int, int]], pixel_shuffle: int) -> tuple:
     return (
         _shape4(x_shape, "x_shape"),
         _shape4(w_shape, "w_shape"),
@@ -320,7 +344,6 @@ def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, 
         _pair(dilation, "dilation"),
         _int(groups, "groups"),
         bias_len,
-        epilogue,
         _layout(layout),
         dtype,
         output_padding,

@@ -11,6 +11,7 @@ touches any data.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -50,8 +51,16 @@ def check(
 
 def check_conv2d(spec, x_on_device: bool, copies: Iterable[Tuple[str, Optional[np.ndarray]]]) -> None:
     """Validates a conv2d problem (ValueError for an impossible one) and checks its memory."""
-    host, device = _convtune.conv2d_footprint(spec, x_on_device)
+    host, device = _footprint(spec, x_on_device)
     check("conv2d", host, device, copies, spec[9])
+
+
+@functools.lru_cache(maxsize=512)
+def _footprint(spec, x_on_device: bool) -> Tuple[tuple, tuple]:
+    # What a problem needs depends on the problem alone (an impossible one raises, and is not
+    # kept): a network's repeated calls ask once per shape.
+    host, device = _convtune.conv2d_footprint(spec, x_on_device)
+    return tuple(host), tuple(device)
 
 
 def check_upload(arr: np.ndarray, dtype: str = "float32") -> None:
