@@ -121,6 +121,47 @@ def test_mixed_shapes_from_8_threads():
     assert all(not np.array_equal(shared[0], s) for s in shared[1:])
 
 
+def test_one_weight_tensor_from_8_threads():
+    # Every thread runs a transposed convolution (lowered: a weight pass whose output the
+    # tensor keeps) and a channels-last pixel shuffle (permuted weight rows, kept too) on the
+    # same two weight Tensors, starting together: threads that miss the kept copy at once
+    # each make one, and every result must be right.
+    rng = np.random.default_rng(99)
+    wT = (rng.standard_normal((6, 4, 4, 4)) / 4).astype(np.float32)
+    wS = (rng.standard_normal((16, 6, 3, 3)) / 6).astype(np.float32)
+    wTt, wSt = convtune.to_device(wT), convtune.to_device(wS)
+    barrier = threading.Barrier(N_THREADS)
+    results, errors = {}, {}
+
+    def work(t):
+        try:
+            out = []
+            barrier.wait(timeout=60)
+            for i in range(3):
+                x = np.random.default_rng([7, t, i]).standard_normal((1 + t % 2, 6, 5, 4)).astype(np.float32)
+                yT = convtune.conv_transpose2d(convtune.to_device(x), wTt, stride=2, padding=1)
+                xh = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+                yS = convtune.conv2d(convtune.to_device(xh, "NHWC"), wSt, padding=1, pixel_shuffle=2)
+                out.append((x, yT.numpy(), yS.numpy()))
+            results[t] = out
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors[t] = e
+
+    threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(N_THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=JOIN_TIMEOUT_S)
+    assert not any(th.is_alive() for th in threads), "threads still running (deadlock?)"
+    assert not errors, {t: f"{type(e).__name__}: {e}" for t, e in errors.items()}
+    from convtune.reference import conv_transpose2d_reference, pixel_shuffle_reference
+    for t in range(N_THREADS):
+        for x, yT, yS in results[t]:
+            check_close(yT, conv_transpose2d_reference(x, wT, stride=2, padding=1), context=f"thread {t} transposed")
+            want = pixel_shuffle_reference(reference_conv2d(x, wS, padding=1), 2).transpose(0, 2, 3, 1)
+            check_close(yS, want, context=f"thread {t} shuffled")
+
+
 # --------------------------------------------------------------------------------------------
 # The GIL is released while the GPU works
 # --------------------------------------------------------------------------------------------
