@@ -13,6 +13,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import convtune  # noqa: E402
 import upsample_vs_torch as bench  # noqa: E402
 
 
@@ -26,8 +27,11 @@ def test_smoke_run_writes_its_table_and_json(tmp_path, monkeypatch, capsys):
     decoders, upsamplers = result["decoders"], result["upsamplers"]
     assert [r["shape"] for r in decoders] == bench.SMOKE_DECODERS
     assert [r["shape"] for r in upsamplers] == bench.SMOKE_UPSAMPLERS
+    # A decoder runs on its own family or in its lowered form on another (the runoff between
+    # budget 0's must-time candidates decides which on a CPU adapter's noisy timings).
+    space = set(convtune.variant_space())
     for r in decoders:
-        assert r["winner"].startswith("tconv_") and r["gpu_ms"] > 0 and r["conv_gpu_ms"] > 0
+        assert r["winner"] in space and r["gpu_ms"] > 0 and r["conv_gpu_ms"] > 0
         assert r["vs_conv"] == pytest.approx(r["gpu_ms"] / r["conv_gpu_ms"])
         assert r["err"] <= 1e-5 and r["shape"] in printed
     for r in upsamplers:
