@@ -188,9 +188,6 @@ pub(crate) struct Bindings<'a> {
     /// The weight pass's bind group (w in, the kernel's weights out; none where those
     /// weights were kept from an earlier call) and those weights.
     wprep: Option<(Option<wgpu::BindGroup>, Arc<PooledBuffer>)>,
-    /// The prologue's w workgroups may be left out once w's copy holds what they write
-    /// (they do not also find max |w| for the kernel).
-    w_copy_optional: bool,
     /// w's copy in the workspace was kept from an earlier call.
     w_copy_kept: bool,
     /// The weight passes have been recorded by an earlier `encode` of these bindings (later
@@ -283,10 +280,7 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         }
         _ => false,
     };
-    // A layout-1 prologue on float32 data finds max |w| while copying w, unless the max is
-    // preset or a pass before it finds it: then it must run whole every time.
-    let w_copy_optional = !(kernel.scaled && !kernel.prescale && !preset);
-    let resident = resident.filter(|_| w_copy_optional);
+    let resident = resident.filter(|_| w_copy_optional(kernel, preset));
     let mut made = Vec::new();
     // Slots keep their bindings: a kernel may need the second workspace and not the first.
     let mut w_copy_kept = false;
@@ -347,11 +341,17 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         preset,
         workspace,
         wprep,
-        w_copy_optional,
         w_copy_kept,
         weights_recorded: std::cell::Cell::new(false),
         resident: resident.map(|r| (r, made)),
     })
+}
+
+/// Whether the prologue's w workgroups may be left out once w's copy holds what they write:
+/// not where they also find max |w| for the kernel (a layout-1 prologue on float32 data whose
+/// max is neither preset nor found by a pass before it).
+fn w_copy_optional(kernel: &Compiled, preset: bool) -> bool {
+    !(kernel.scaled && !kernel.prescale && !preset)
 }
 
 /// A bind group of the engine's layout, bindings 0-7 in order.
@@ -426,7 +426,7 @@ pub(crate) fn encode(
         // The prologue's w workgroups come last: left out, the grid ends before them (a grid
         // folded past the per-dimension limit may still reach a few, which rewrite the same
         // values).
-        let w_in_place = b.w_copy_optional && (b.w_copy_kept || weights_done || chunk > 0);
+        let w_in_place = w_copy_optional(kernel, b.preset) && (b.w_copy_kept || weights_done || chunk > 0);
         let prologue = kernel.prologue.as_ref().map(|(p, g)| (p, if w_in_place { g - kernel.w_blocks.min(*g) } else { *g }));
         // A chunk's prologue, kernel and finishing pass are dispatches of one compute pass:
         // wgpu still orders them (a barrier between dispatches), and each pass boundary cost
