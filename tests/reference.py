@@ -162,6 +162,16 @@ def run_or_skip_over_limits(variant: str, call):
         raise
 
 
+def split_k_case(knobs: dict, i: int) -> Tuple[bool, str, str]:
+    """(float16 data?, layout, precision) the ``i``-th sampled tensor-core split-K variant of
+    ``knobs`` is checked in: float16 for layout 2 and every other single-precision sample,
+    NCHW for the other float32 ones (layout 1 copies NCHW float32 x channels-last; y keeps
+    the problem's layout), "highest" for the split-precision tiles."""
+    half = knobs["layout"] == 2 or (knobs["split"] == 1 and i % 2 == 0)
+    layout = "NCHW" if i % 2 == 1 and not half else "NHWC"
+    return half, layout, "highest" if knobs["split"] == 3 else "high"
+
+
 def check_mode_bound(got, want, half: bool, precision: str, context: str) -> None:
     """All finite, and max |got - want| / max |want| within the mode's bound: four float16
     rounding steps for float16 data, else "highest"'s 1e-5 or "high"'s 4e-3."""

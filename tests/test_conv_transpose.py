@@ -16,7 +16,7 @@ import pytest
 import convtune
 from convtune.reference import apply_epilogue, conv_transpose2d_reference, pixel_shuffle_reference
 from reference import (check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
-                       run_or_skip_tensor_core)
+                       run_or_skip_tensor_core, split_k_case)
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_260_126))
@@ -230,12 +230,8 @@ SPLIT_SAMPLE = [v for v in convtune.variant_space()
 def test_lowered_form_split_k_on_tensor_cores(variant):
     # Small images and deep channels, the decoders split-K is for: the finishing pass moves
     # each summed output to its phase (cropped where it falls outside y).
-    knobs = convtune.variant_knobs(variant)
     i = SPLIT_SAMPLE.index(variant)
-    half = knobs["layout"] == 2 or (knobs["split"] == 1 and i % 2 == 0)
-    # (Layout 1 copies NCHW float32 x channels-last; y keeps the problem's layout.)
-    layout = "NCHW" if i % 2 == 1 and not half else "NHWC"
-    precision = "highest" if knobs["split"] == 3 else "high"
+    half, layout, precision = split_k_case(convtune.variant_knobs(variant), i)
     if i % 2:
         xs, ws, kw = (2, 128, 5, 6), (128, 16, 3, 3), dict(stride=2, padding=1, output_padding=1)
     else:

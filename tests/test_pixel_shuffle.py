@@ -18,7 +18,7 @@ import pytest
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
 from reference import (check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
-                       run_or_skip_tensor_core)
+                       run_or_skip_tensor_core, split_k_case)
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 BASE_SEED = int(os.environ.get("CONVTUNE_TEST_SEED", 20_261_126))
@@ -271,12 +271,8 @@ SPLIT_SAMPLE = [v for v in convtune.variant_space()
 def test_tensor_core_split_k_variants_store_shuffled(variant):
     # The finishing pass adds the parts, applies the epilogue and moves each output to its
     # shuffled place: shuffles by 2 and 3, both layouts, float16 and float32 data.
-    knobs = convtune.variant_knobs(variant)
     i = SPLIT_SAMPLE.index(variant)
-    half = knobs["layout"] == 2 or (knobs["split"] == 1 and i % 2 == 0)
-    # (Layout 1 copies NCHW float32 x channels-last; y keeps the problem's layout.)
-    layout = "NCHW" if i % 2 == 1 and not half else "NHWC"
-    precision = "highest" if knobs["split"] == 3 else "high"
+    half, layout, precision = split_k_case(convtune.variant_knobs(variant), i)
     r = 3 if i % 3 == 1 else 2
     check_shuffled(variant, 90 + i, (2, 64, 9, 10), 16 * r * r, r, 24, layout, half, precision,
                    run_or_skip_over_limits)
