@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import check_close, reference_conv2d
+from reference import check_close, check_mode_bound, reference_conv2d, run_or_skip_over_limits
 
 SPLIT = [v for v in convtune.variant_space()
          if v.startswith("gemm_") and convtune.variant_knobs(v)["splits"] > 1]
@@ -74,8 +74,10 @@ COOP_SPLIT = [v for v in convtune.variant_space()
 
 def test_tensor_core_split_variants_are_in_the_space():
     assert COOP_SPLIT and {convtune.variant_knobs(v)["splits"] for v in COOP_SPLIT} == {2, 4}
-    assert all(v.endswith(tuple(f"_l{lay}_k{convtune.variant_knobs(v)['splits']}" for lay in (1, 2)))
+    assert all(v.endswith(tuple(f"_l{lay}_k{convtune.variant_knobs(v)['splits']}" for lay in (1, 2, 3)))
                for v in COOP_SPLIT)
+    # Window tiles (layout 3) split over channel blocks.
+    assert {convtune.variant_knobs(v)["layout"] for v in COOP_SPLIT} == {1, 2, 3}
     # The finishing pass is part of every split module's WGSL.
     assert "fn finish" in convtune.wgsl(COOP_SPLIT[0], (2, 64, 7, 7), (64, 64, 3, 3), padding=1)
 
@@ -89,3 +91,25 @@ def test_tensor_core_split_k_is_deterministic_and_propagates_nan(split, bound):
     ok = np.isfinite(want)
     err = np.abs(first[ok] - want[ok]).max() / np.abs(want[ok]).max()
     assert err <= bound, (variant, err)
+
+
+WINDOW_SPLIT = [v for v in COOP_SPLIT if convtune.variant_knobs(v)["layout"] >= 3]
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", WINDOW_SPLIT)
+def test_window_tiles_split_over_channel_blocks(variant):
+    # Each part takes a run of channel blocks, two at least: as many blocks as that needs,
+    # one more (a short last part), and twice as many; a tail of output channels, images
+    # whose size is not a tile's. Window split tiles take float16 channels-last data only.
+    knobs = convtune.variant_knobs(variant)
+    least = 2 * knobs["splits"] * knobs["bk"]
+    rng = np.random.default_rng(abs(hash(variant)) % 2**32)
+    for channels in (least, least + knobs["bk"], 2 * least):
+        x = rng.standard_normal((2, 9, 21, channels)).astype(np.float16)
+        w = (rng.standard_normal((80, channels, 3, 3)) / np.sqrt(9 * channels)).astype(np.float16)
+        b = rng.standard_normal(80).astype(np.float32)
+        want = reference_conv2d(x.astype(np.float64).transpose(0, 3, 1, 2), w.astype(np.float64), bias=b, padding=1)
+        got = run_or_skip_over_limits(variant, lambda: convtune.conv2d(
+            x, w, bias=b, padding=1, layout="NHWC", variant=variant))
+        check_mode_bound(got, want.transpose(0, 2, 3, 1), True, "high", f"{variant} C={channels}")

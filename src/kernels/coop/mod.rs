@@ -77,12 +77,20 @@ impl Coop {
         if self.tm() * self.tn() == 16 && shape.dtype != DType::F16 {
             return false;
         }
-        let view = View::of(shape);
-        let kl = Padded::of(shape).krp;
+        let padded = Padded::of(shape);
+        // Window tiles split their channel blocks: two at least per part.
+        let long_enough = if self.windowed() {
+            padded.cp >= 2 * (self.splits * self.bk) as u64
+        } else {
+            padded.krp >= 2 * (self.splits * self.bk) as u64
+        };
         // Half the multiprocessors idle at least: on the H100 split-K won at 52 tiles
         // (32,512,7,7, 0.146 -> 0.091 ms) and lost at 98 (32,256,14,14, 0.079 -> 0.087).
-        view.grid(self.bm, self.bn).2 * 2 <= LONG_GRID
-            && kl >= 2 * (self.splits * self.bk) as u64
+        // The split window tile runs two workgroups per multiprocessor, so half its slots
+        // idle up to one workgroup per multiprocessor.
+        let resident = if self.windowed() { 2 } else { 1 };
+        grid(self, shape).2 * 2 <= LONG_GRID * resident
+            && long_enough
             && implicit::partial_bytes(shape, self.splits) <= SPLIT_WORKSPACE
             && split_possible(self, shape)
     }
@@ -168,17 +176,19 @@ impl KernelVariant for Coop {
             && (self.bm * self.bk / self.a_chunk()) % t == 0
             // Layouts 2 and 3 are the single pass on float16 data, which has no lo part.
             && (self.layout < 2 || self.split == 1)
-            // The window tile: unsplit, 16- or 32-term steps (the patch must fit).
-            && (!self.windowed() || (self.splits == 1 && self.bk <= 32))
+            // The window tile: 16- or 32-term steps (the patch must fit).
+            && (!self.windowed() || self.bk <= 32)
             // Whole B slots, or (layout 2's 8-term chunks on a narrow tile) fewer chunks
             // than invocations, which the first ones gather.
             && ((self.bn * self.bk / self.b_chunk()) % t == 0 || (self.layout >= 2 && self.bn * self.bk / 8 < t))
             // The large-k-step variants only where the tile stays small enough to pay off.
             && (self.bk <= 32 || self.bm * self.bn <= 128 * 128)
-            // Split-K on channels-last tiles that win deep layers, with 16- and 64-term steps.
+            // Split-K on channels-last tiles that win deep layers, with 16- and 64-term steps,
+            // and on the 4x4-grid window tiles (over channel blocks).
             && SPLITS.contains(&self.splits)
             && (self.splits == 1
-                || (self.channels_last() && self.bk != 32 && SPLIT_TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))))
+                || (self.channels_last() && !self.windowed() && self.bk != 32 && SPLIT_TILES.contains(&tile))
+                || (self.windowed() && SPLIT_WINDOW_TILES.contains(&tile)))
     }
 
     fn invocations(&self) -> u32 {
@@ -398,7 +408,12 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             }
         }
     }
-    acc.push_str("    var k_next: i32 = k_begin;\n");
+    // A split window tile's first step is its first channel block's.
+    let first_k = match window {
+        Some(_) if v.splits > 1 => "(t_begin / SPB) * BK",
+        _ => "k_begin",
+    };
+    writeln!(acc, "    var k_next: i32 = {first_k};").unwrap();
 
     let lanes = ["x", "y", "z", "w"];
     // Weight rows of a multiple of four values are bound as vec4s; layout 1 reads its
@@ -513,7 +528,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let (prologue_vars, prologue_blocks, w_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk(), packed, w_in_place);
     vars.extend(prologue_vars);
     let kl = if v.channels_last() { padded.krp } else { view.red };
-    let ks = implicit::split_share(kl, v.splits, v.bk);
+    // Window tiles split their steps over channel blocks (`window_setup`): k_end stays KL.
+    let ks = if window.is_some() { kl } else { implicit::split_share(kl, v.splits, v.bk) };
     let x_copy = if in_place { 0 } else { padded.x_len(shape) };
     // The partials' first element of binding 5: after the x copy (f32 values, or float32
     // data's packed float16 copy, 8 values per element).

@@ -86,6 +86,14 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
         s.push_str("    const SPB: i32 = R * S / TAPS;              // steps per channel block\n");
         s.push_str("    const NSTEPS: i32 = CP / BK * SPB;\n");
     }
+    if v.splits > 1 {
+        // Split-K: each part takes a run of channel blocks, all of each block's steps.
+        if taps == 1 {
+            s.push_str("    const SPB: i32 = R * S;                     // steps per channel block\n");
+        }
+        s.push_str("    const BPS: i32 = (CP / BK + i32(SPLITS) - 1) / i32(SPLITS);  // channel blocks per part\n");
+        s.push_str("    let t_begin = sp * BPS * SPB;\n    let t_end = min(t_begin + BPS * SPB, NSTEPS);\n");
+    }
     writeln!(s, "    let img = i32(m_block) / (TILES_H * TILES_W);").unwrap();
     writeln!(s, "    let oh0 = (i32(m_block) / TILES_W) % TILES_H * {};", w.th).unwrap();
     writeln!(s, "    let ow0 = i32(m_block) % TILES_W * TW;").unwrap();
@@ -173,7 +181,7 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
     if taps > 1 {
         return window_row_steps(v, w, stage_b, fetch_b, x, taps);
     }
-    let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
+    let mut s = step_loop(v);
     s.push_str("        let rs = t % (R * S);\n");
     s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
     s.push_str("        workgroupBarrier();\n");
@@ -196,7 +204,7 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
 /// weights of all of them, then multiplies the patch at each tap's offset (a third of layout
 /// 3's barriers on a 3x3 kernel).
 fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, taps: u32) -> String {
-    let mut s = String::from("    for (var t: i32 = 0; t < NSTEPS; t = t + 1) {\n");
+    let mut s = step_loop(v);
     s.push_str("        let st = t % SPB;\n");
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        if (st == 0) {\n");
@@ -217,6 +225,12 @@ fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &Patc
     }
     s.push_str("    }\n");
     s
+}
+
+/// The head of the step loop: every step, or a split part's (`window_setup`).
+fn step_loop(v: &Coop) -> String {
+    let (from, to) = if v.splits > 1 { ("t_begin", "t_end") } else { ("0", "NSTEPS") };
+    format!("    for (var t: i32 = {from}; t < {to}; t = t + 1) {{\n")
 }
 
 /// Layout 3: the staged patch's pixels for the largest window, over the tile widths it
