@@ -11,6 +11,7 @@ pub mod implicit;
 pub mod phases;
 pub mod tconv;
 pub mod wino;
+pub mod winocoop;
 pub mod winogemm;
 
 use crate::codegen::Kernel;
@@ -145,7 +146,7 @@ fn numbers(s: &str) -> Vec<u32> {
 /// (`{{DIRECT_SUM}}` in their templates) and the weight passes of lowered forms.
 pub const DIRECT_SUM: &str = include_str!("../../shaders/direct_sum.wgsl");
 /// Templates besides the families' own, for the tuning cache's hash.
-const SHARED_TEMPLATES: [&str; 3] = [DIRECT_SUM, phases::TEMPLATE, phases::SHUFFLE_TEMPLATE];
+const SHARED_TEMPLATES: [&str; 4] = [DIRECT_SUM, phases::TEMPLATE, phases::SHUFFLE_TEMPLATE, winogemm::TRANSFORMS_TEMPLATE];
 
 /// Declares `Variant`, one arm per family, and the functions that walk all families.
 macro_rules! families {
@@ -202,6 +203,7 @@ families! {
     Wino(wino::Wino),
     Tconv(tconv::Tconv),
     Wgemm(winogemm::WinoGemm),
+    Wcoop(winocoop::WinoCoop),
 }
 
 impl Variant {

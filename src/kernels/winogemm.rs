@@ -77,6 +77,9 @@ pub struct WinoGemm {
     pub tn: u32,
 }
 
+/// The constants and `finish` both Winograd families' kernels share (`{{WINOGRAD}}`).
+pub const TRANSFORMS_TEMPLATE: &str = include_str!("../../shaders/winograd.wgsl");
+
 /// (m, bm, bn, bk, tm, tn): per m a 64x64 and a 32x32 GEMM tile of 4x4 registers and 8-deep
 /// steps (the gemm family's fastest shape on the H100, and a smaller one for short grids),
 /// plus a 128x64 tile for F(2x2), whose GEMMs have the most rows, and a 16-deep one for
@@ -112,27 +115,36 @@ const PASSES: f64 = 3.0 * 16384.0;
 /// How a problem's tiles are split so that each workspace binding stays within a bound: U
 /// whole, V and M for `tp` tiles (a multiple of BM) at a time, `chunks` times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Chunking {
+pub(super) struct Chunking {
     /// Tiles per chunk, padded to whole GEMM tiles: the GEMMs' TP.
-    tp: u64,
-    chunks: u32,
+    pub tp: u64,
+    pub chunks: u32,
 }
 
-impl WinoGemm {
-    fn p(&self) -> u32 {
+/// What both Winograd families' passes depend on: F(m x m) output tiles, the GEMM's
+/// workgroup tile (`bm` tiles x `bn` output channels, `bk` input channels per step) and the
+/// bytes of one transformed value in the workspace (f32 on FMA units, f16 on tensor cores;
+/// M is f32 in both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Tiling {
+    pub m: u32,
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub value_bytes: u64,
+}
+
+impl Tiling {
+    pub fn p(&self) -> u32 {
         self.m + 2
     }
 
-    fn p2(&self) -> u32 {
+    pub fn p2(&self) -> u32 {
         self.p() * self.p()
     }
 
-    fn threads(&self) -> u32 {
-        (self.bm / self.tm) * (self.bn / self.tn)
-    }
-
     /// (tiles per output row, tiles per image, tiles in all images).
-    fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
+    pub fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
         let m = self.m as u64;
         let tw = (shape.ow() as u64).div_ceil(m);
         let thw = (shape.oh() as u64).div_ceil(m) * tw;
@@ -140,23 +152,23 @@ impl WinoGemm {
     }
 
     /// The GEMMs' padded sizes: (tiles TP, input channels CP, output channels NP).
-    fn padded(&self, shape: &ConvShape) -> (u64, u64, u64) {
+    pub fn padded(&self, shape: &ConvShape) -> (u64, u64, u64) {
         let (_, _, tiles) = self.tiles(shape);
         (ceil_to(tiles, self.bm as u64), ceil_to(shape.cg() as u64, self.bk as u64), ceil_to(shape.kg() as u64, self.bn as u64))
     }
 
     /// Bytes of the two workspaces for `tp` tiles at a time: U and V, then M.
-    fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
+    pub fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
         let (_, cp, np) = self.padded(shape);
         let planes = shape.groups as u64 * self.p2() as u64;
-        [planes * cp * (np + tp) * 4, planes * np * tp * 4]
+        [planes * cp * (np + tp) * self.value_bytes, planes * np * tp * 4]
     }
 
     /// The chunks that keep each workspace within `cap` bytes: all tiles at once where they
     /// fit, else the fewest chunks of whole GEMM tiles (BM tiles) that do, their tiles spread
     /// evenly (the last chunk's padding is less than BM tiles per chunk). `None` where U and
     /// one GEMM tile of V do not fit (or more than `MAX_CHUNKS` chunks would be needed).
-    fn chunking(&self, shape: &ConvShape, cap: u64) -> Option<Chunking> {
+    pub fn chunking(&self, shape: &ConvShape, cap: u64) -> Option<Chunking> {
         let (tp_all, _, _) = self.padded(shape);
         let (_, _, tiles) = self.tiles(shape);
         let bm = self.bm as u64;
@@ -178,16 +190,68 @@ impl WinoGemm {
         (chunks <= MAX_CHUNKS as u64).then_some(Chunking { tp, chunks: chunks as u32 })
     }
 
+    /// Workgroups of one chunk's GEMMs: its tiles x output channels x groups x planes.
+    pub fn gemm_workgroups(&self, shape: &ConvShape, tp: u64) -> u64 {
+        let (_, _, np) = self.padded(shape);
+        (tp / self.bm as u64) * (np / self.bn as u64) * shape.groups as u64 * self.p2() as u64
+    }
+
+    /// The workspaces' round trips, the transforms' adds, the outputs' set-up and the
+    /// passes' launches (three per chunk, at the default workspace bound): what the
+    /// GEMMs' cost leaves out.
+    pub fn overhead(&self, shape: &ConvShape, chunking: Chunking) -> f64 {
+        let (_, cp, np) = self.padded(shape);
+        let (_, _, tiles) = self.tiles(shape);
+        let tp = chunking.tp * chunking.chunks as u64;
+        let (groups, p2, p) = (shape.groups as u64, self.p2() as f64, self.p() as f64);
+        let v = p2 * (groups * cp * tp) as f64;
+        let m = p2 * (groups * np * tp) as f64;
+        let outputs = (tiles * (self.m * self.m) as u64 * shape.k as u64) as f64;
+        let u = p2 * (groups * cp * np) as f64;
+        // V's round trip scales with its bytes; M's is f32 in both families.
+        ROUND_TRIP * (v * self.value_bytes as f64 / 4.0 + m) + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES * chunking.chunks as f64
+    }
+}
+
+/// Whether the shape is a 3x3, stride 1, dilation 1 convolution, the only one F(mxm, 3x3)
+/// computes.
+pub(super) fn applies(shape: &ConvShape) -> bool {
+    (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && shape.dilation == (1, 1)
+}
+
+impl WinoGemm {
+    pub(super) fn tiling(&self) -> Tiling {
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4 }
+    }
+
+    fn p2(&self) -> u32 {
+        self.tiling().p2()
+    }
+
+    fn threads(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
+        self.tiling().tiles(shape)
+    }
+
+    fn padded(&self, shape: &ConvShape) -> (u64, u64, u64) {
+        self.tiling().padded(shape)
+    }
+
+    fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
+        self.tiling().workspace(shape, tp)
+    }
+
+    fn chunking(&self, shape: &ConvShape, cap: u64) -> Option<Chunking> {
+        self.tiling().chunking(shape, cap)
+    }
+
     /// Registers per invocation, as gemm counts them.
     fn registers(&self) -> f64 {
         let staged = (self.bm + self.bn) * self.bk / self.threads();
         (self.tm * self.tn + self.tm + self.tn + 2 * staged) as f64 + BASE_REGISTERS
-    }
-
-    /// Whether the shape is a 3x3, stride 1, dilation 1 convolution, the only one
-    /// F(mxm, 3x3) computes.
-    fn applies(shape: &ConvShape) -> bool {
-        (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && shape.dilation == (1, 1)
     }
 }
 
@@ -256,7 +320,7 @@ impl KernelVariant for WinoGemm {
     /// 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit the default
     /// workspace bound (larger problems run in chunks of tiles).
     fn computes(&self, shape: &ConvShape) -> bool {
-        Self::applies(shape) && self.chunking(shape, MAX_WORKSPACE).is_some()
+        applies(shape) && self.chunking(shape, MAX_WORKSPACE).is_some()
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -273,28 +337,22 @@ impl KernelVariant for WinoGemm {
     /// per chunk, at the default workspace bound).
     fn cost(&self, shape: &ConvShape) -> f64 {
         let (_, cp, np) = self.padded(shape);
-        let (_, _, tiles) = self.tiles(shape);
-        let Some(Chunking { tp: chunk_tp, chunks }) = self.chunking(shape, MAX_WORKSPACE) else {
+        let Some(chunking) = self.chunking(shape, MAX_WORKSPACE) else {
             return f64::INFINITY;
         };
-        let tp = chunk_tp * chunks as u64;
-        let (groups, p2, p) = (shape.groups as u64, self.p2() as f64, self.p() as f64);
-        let fmas = p2 * (tp * np * cp * groups) as f64;
+        let tp = chunking.tp * chunking.chunks as u64;
+        let fmas = self.p2() as f64 * (tp * np * cp * shape.groups as u64) as f64;
         let (tm, tn) = (self.tm as f64, self.tn as f64);
         let per_fma = 1.0
             + SHARED_LOAD * (tm + tn) / (tm * tn)
             + GLOBAL_LOAD * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
             + GEMM_BARRIER * 2.0 / (self.bk as f64 * tm * tn);
-        let workgroups = (chunk_tp / self.bm as u64) * (np / self.bn as u64) * groups * self.p2() as u64;
+        let workgroups = self.tiling().gemm_workgroups(shape, chunking.tp);
         let gemm = fmas * per_fma
             / parallel_efficiency(workgroups * self.threads() as u64)
             / register_occupancy(self.registers()).sqrt()
             / multiprocessor_fill(workgroups);
-        let v = p2 * (groups * cp * tp) as f64;
-        let m = p2 * (groups * np * tp) as f64;
-        let outputs = (tiles * (self.m * self.m) as u64 * shape.k as u64) as f64;
-        let u = p2 * (groups * cp * np) as f64;
-        gemm + ROUND_TRIP * (v + m) + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES * chunks as f64
+        gemm + self.tiling().overhead(shape, chunking)
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -318,7 +376,7 @@ fn points(m: u32) -> &'static [f64] {
 
 /// B^T (p x p), G (p x 3) and A^T (m x p) of F(mxm, 3x3), by Toom-Cook at `points(m)`.
 #[derive(Debug)]
-struct Transforms {
+pub(super) struct Transforms {
     bt: Vec<Vec<f64>>,
     g: Vec<Vec<f64>>,
     at: Vec<Vec<f64>>,
@@ -383,134 +441,49 @@ fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
     inv
 }
 
-fn refusal(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Error {
-    let m = v.m;
-    let why = if WinoGemm::applies(shape) {
+/// Why a Winograd variant named `name` cannot run on `shape`.
+pub(super) fn refusal(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Error {
+    let m = t.m;
+    let why = if applies(shape) {
         format!(
             "its transformed filters and the transformed inputs of {} tiles need more than {cap} bytes of \
              workspace (the largest binding it may take here)",
-            v.bm
+            t.bm
         )
     } else {
         format!("Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and dilation 1")
     };
-    Error::invalid(format!("variant {} cannot run on this shape ({}): {why}", v.name(), shape.label()))
+    Error::invalid(format!("variant {name} cannot run on this shape ({}): {why}", shape.label()))
 }
 
-fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
-    let chunking = if WinoGemm::applies(shape) { v.chunking(shape, cap) } else { None };
-    let Some(Chunking { tp, chunks }) = chunking else {
-        return Err(refusal(v, shape, cap));
+/// What both Winograd families' kernels share: the placeholders of `shaders/winograd.wgsl`
+/// (rendered into `{{WINOGRAD}}`: the constants, `finish` with the inverse transform) and
+/// the ones the families' own passes read alike, the chunks, and the dispatches.
+pub(super) struct Passes {
+    pub vars: Vec<(&'static str, String)>,
+    pub chunking: Chunking,
+    pub tr: Transforms,
+    /// Workgroups of one chunk's GEMMs and of `finish`.
+    pub gemm: u64,
+    pub finish: u64,
+    /// Whether M is [tile][n] (NHWC y: `finish` goes along channels) rather than [n][tile].
+    pub nhwc: bool,
+}
+
+pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Result<Passes> {
+    let chunking = if applies(shape) { t.chunking(shape, cap) } else { None };
+    let Some(chunking @ Chunking { tp, chunks }) = chunking else {
+        return Err(refusal(name, t, shape, cap));
     };
-    let (m, p, p2) = (v.m as usize, v.p() as usize, v.p2());
-    let tr = transforms(v.m);
-    let threads = v.threads();
-    let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);
-    let (tiles_w, tiles_hw, tiles) = v.tiles(shape);
-    let (_, cp, np) = v.padded(shape);
+    let (m, p, p2) = (t.m as usize, t.p() as usize, t.p2());
+    let tr = transforms(t.m);
+    let (tiles_w, tiles_hw, tiles) = t.tiles(shape);
+    let (_, cp, np) = t.padded(shape);
     // Tiles finish decodes per chunk: all of them in one chunk, else the chunk's (padded).
     let ct = if chunks == 1 { tiles } else { tp };
     let groups = shape.groups as u64;
-    let (m_blocks, n_blocks) = (tp / v.bm as u64, np / v.bn as u64);
-    let blocks = m_blocks * n_blocks * groups * p2 as u64;
+    let (m_blocks, n_blocks) = (tp / t.bm as u64, np / t.bn as u64);
     let nhwc = shape.layout == Layout::Nhwc;
-
-    // The filter transform: U = (G g) G^T, one plane xi = p*a + b after another.
-    let mut filter = String::new();
-    for r in 0..3 {
-        for c in 0..3 {
-            writeln!(filter, "        let g{r}{c} = select(0.0, f32(w[src + {}]), ok);", 3 * r + c).unwrap();
-        }
-    }
-    for (a, row) in tr.g.iter().enumerate() {
-        for c in 0..3 {
-            writeln!(filter, "        let h{a}{c} = {};", or_zero(lincomb(row, |r| format!("g{r}{c}")))).unwrap();
-        }
-    }
-    for a in 0..p {
-        for (b, col) in tr.g.iter().enumerate() {
-            let xi = p * a + b;
-            let sum = or_zero(lincomb(col, |c| format!("h{a}{c}")));
-            writeln!(filter, "        ws[dst + {}] = {sum};", xi as u64 * cp * np).unwrap();
-        }
-    }
-
-    // The input transform: d, then e = B^T d (rows), then V = e B (columns).
-    let mut input = String::new();
-    for a in 0..p {
-        writeln!(input, "    let r{a} = tok && ih + {a} >= 0 && ih + {a} < H;").unwrap();
-    }
-    for b in 0..p {
-        writeln!(input, "    let c{b} = iw + {b} >= 0 && iw + {b} < W;").unwrap();
-    }
-    for a in 0..p {
-        for b in 0..p {
-            writeln!(
-                input,
-                "    let d{a}{b} = select(0.0, f32(x[select(0, xb + {a} * XSH + {b} * XSW, r{a} && c{b})]), r{a} && c{b});"
-            )
-            .unwrap();
-        }
-    }
-    for (a, row) in tr.bt.iter().enumerate() {
-        for b in 0..p {
-            writeln!(input, "    let e{a}_{b} = {};", or_zero(lincomb(row, |r| format!("d{r}{b}")))).unwrap();
-        }
-    }
-    for a in 0..p {
-        for (b, col) in tr.bt.iter().enumerate() {
-            let xi = p * a + b;
-            let sum = or_zero(lincomb(col, |c| format!("e{a}_{c}")));
-            writeln!(input, "    ws[dst + {}] = {sum};", xi as u64 * cp * tp).unwrap();
-        }
-    }
-
-    // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced).
-    let a_slots = v.bm * v.bk / threads;
-    let b_slots = v.bn * v.bk / threads;
-    let mut a_setup = String::new();
-    for i in 0..a_slots {
-        writeln!(a_setup, "    let am{i} = (lid + {}) % BM;", i * threads).unwrap();
-        writeln!(a_setup, "    let ak{i} = (lid + {}) / BM;", i * threads).unwrap();
-        writeln!(a_setup, "    var pa{i}: f32;").unwrap();
-    }
-    let mut b_setup = String::new();
-    for i in 0..b_slots {
-        writeln!(b_setup, "    let bn{i} = (lid + {}) % BN;", i * threads).unwrap();
-        writeln!(b_setup, "    let bk{i} = (lid + {}) / BN;", i * threads).unwrap();
-        writeln!(b_setup, "    var pb{i}: f32;").unwrap();
-    }
-    let mut acc = String::new();
-    write_accumulators(&mut acc, v.tm, v.tn);
-    let mut fetch = String::new();
-    for i in 0..a_slots {
-        writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * TP + am{i}];").unwrap();
-    }
-    for i in 0..b_slots {
-        writeln!(fetch, "    pb{i} = ws[b_src + (k_next + bk{i}) * NP + bn{i}];").unwrap();
-    }
-    let mut stage_store = String::new();
-    for i in 0..a_slots {
-        writeln!(stage_store, "    a_tile[stage * A_STAGE + ak{i} * A_ROW + am{i} / 4][am{i} % 4] = pa{i};").unwrap();
-    }
-    for i in 0..b_slots {
-        writeln!(stage_store, "    b_tile[stage * B_STAGE + bk{i} * (BN / 4) + bn{i} / 4][bn{i} % 4] = pb{i};").unwrap();
-    }
-    let a_row = v.bm / 4;
-    let mut inner = String::new();
-    write_inner(&mut inner, v.bk, (v.tm, v.tn), (tx, ty), a_row, v.bn);
-    let mut store = String::new();
-    for i in 0..v.tm {
-        writeln!(store, "    let st{i} = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
-    }
-    for j in 0..v.tn {
-        writeln!(store, "    {{").unwrap();
-        writeln!(store, "        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
-        for i in 0..v.tm {
-            writeln!(store, "        mw[sn + st{i}] = acc{i}_{j};").unwrap();
-        }
-        writeln!(store, "    }}").unwrap();
-    }
 
     // The inverse transform: M's values, s = A^T M (rows), then (A^T M) A (columns).
     let mut output = String::new();
@@ -564,27 +537,18 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         Some(sc) if !nhwc && !sc.phase_major && sc.phases.1 > 1 && shape.kg() % sc.phases.1 == 0 => sc.phases.1,
         _ => 1,
     };
-    let (msn, mst, lanes, decode) = if nhwc {
-        (
-            1,
-            np,
-            "    let ty = lid % TY;\n    let tx = lid / TY;",
-            "    let n = i % KG;\n    let t = (i / KG) % CT;\n    let g = i / (KG * CT);".to_string(),
-        )
+    let (msn, mst, decode) = if nhwc {
+        (1, np, "    let n = i % KG;\n    let t = (i / KG) % CT;\n    let g = i / (KG * CT);".to_string())
     } else {
         let decode = if sw > 1 {
             format!("    let t = (i / {sw}) % CT;\n    let n = ((i / ({sw} * CT)) % (KG / {sw})) * {sw} + i % {sw};\n    let g = i / (CT * KG);")
         } else {
             "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);".to_string()
         };
-        (tp, 1, "    let tx = lid % TX;\n    let ty = lid / TX;", decode)
+        (tp, 1, decode)
     };
 
-    let f_jobs = groups * cp * np;
-    let f_blocks = f_jobs.div_ceil(256);
-    let v_jobs = groups * cp * tp;
     let o_jobs = groups * shape.kg() as u64 * ct;
-    let workspace = v.workspace(shape, tp);
     // One chunk: the passes' tiles are the problem's. Several: the runner writes the chunk's
     // index into binding 4's word CHUNK_WORD before each run of the passes.
     let chunk = if chunks == 1 {
@@ -597,10 +561,11 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             w = crate::codegen::CHUNK_WORD
         )
     };
-    let mut vars = shape_vars(shape, &v.name());
+    let gemm = t.gemm_workgroups(shape, tp);
+    let mut vars = shape_vars(shape, name);
     vars.push(("DIRECT_SUM", super::DIRECT_SUM.trim_end().to_string()));
     vars.extend([
-        ("MT", v.m.to_string()),
+        ("MT", t.m.to_string()),
         ("P", p.to_string()),
         ("P2", p2.to_string()),
         ("TILES_W", tiles_w.to_string()),
@@ -615,13 +580,150 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("VOFF", (groups * p2 as u64 * cp * np).to_string()),
         ("MSN", msn.to_string()),
         ("MST", mst.to_string()),
+        ("O_JOBS", o_jobs.to_string()),
+        ("O_DECODE", decode),
+        ("OUTPUT_TRANSFORM", output),
+        ("BM", t.bm.to_string()),
+        ("BN", t.bn.to_string()),
+        ("BK", t.bk.to_string()),
+        ("M_BLOCKS", m_blocks.to_string()),
+        ("N_BLOCKS", n_blocks.to_string()),
+        ("BLOCKS", gemm.to_string()),
+    ]);
+    let shared = render(TRANSFORMS_TEMPLATE, &vars)?;
+    vars.push(("WINOGRAD", shared));
+    Ok(Passes { vars, chunking, tr, gemm, finish: o_jobs.div_ceil(256), nhwc })
+}
+
+/// The filter transform of one filter: `u{lane}_{xi}` = (G g G^T)[xi] for each plane xi,
+/// g's nine values read from `w[src{lane} + ..]` where `ok{lane}` (zero elsewhere).
+pub(super) fn filter_transform(tr: &Transforms, lane: &str) -> String {
+    let p = tr.g.len();
+    let mut s = String::new();
+    for r in 0..3 {
+        for c in 0..3 {
+            writeln!(s, "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]), ok{lane});", 3 * r + c).unwrap();
+        }
+    }
+    for (a, row) in tr.g.iter().enumerate() {
+        for c in 0..3 {
+            writeln!(s, "        let h{lane}{a}{c} = {};", or_zero(lincomb(row, |r| format!("g{lane}{r}{c}")))).unwrap();
+        }
+    }
+    for a in 0..p {
+        for (b, col) in tr.g.iter().enumerate() {
+            let sum = or_zero(lincomb(col, |c| format!("h{lane}{a}{c}")));
+            writeln!(s, "        let u{lane}_{} = {sum};", p * a + b).unwrap();
+        }
+    }
+    s
+}
+
+/// The input transform of one patch: `v{lane}_{xi}` = (B^T d B)[xi], d the p x p patch at
+/// rows `ih{lane}`.. and columns `iw{lane}`.. of x from `xb{lane}` on (zero outside the
+/// image or where `tok{lane}` is false).
+pub(super) fn input_transform(tr: &Transforms, lane: &str) -> String {
+    let p = tr.bt.len();
+    let mut s = String::new();
+    for a in 0..p {
+        writeln!(s, "    let r{lane}{a} = tok{lane} && ih{lane} + {a} >= 0 && ih{lane} + {a} < H;").unwrap();
+    }
+    for b in 0..p {
+        writeln!(s, "    let c{lane}{b} = iw{lane} + {b} >= 0 && iw{lane} + {b} < W;").unwrap();
+    }
+    for a in 0..p {
+        for b in 0..p {
+            let ok = format!("r{lane}{a} && c{lane}{b}");
+            writeln!(s, "    let d{lane}{a}{b} = select(0.0, f32(x[select(0, xb{lane} + {a} * XSH + {b} * XSW, {ok})]), {ok});").unwrap();
+        }
+    }
+    for (a, row) in tr.bt.iter().enumerate() {
+        for b in 0..p {
+            writeln!(s, "    let e{lane}{a}_{b} = {};", or_zero(lincomb(row, |r| format!("d{lane}{r}{b}")))).unwrap();
+        }
+    }
+    for a in 0..p {
+        for (b, col) in tr.bt.iter().enumerate() {
+            let sum = or_zero(lincomb(col, |c| format!("e{lane}{a}_{c}")));
+            writeln!(s, "    let v{lane}_{} = {sum};", p * a + b).unwrap();
+        }
+    }
+    s
+}
+
+fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
+    let t = v.tiling();
+    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap)?;
+    let p2 = t.p2() as u64;
+    let threads = v.threads();
+    let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);
+    let (_, cp, np) = t.padded(shape);
+    let groups = shape.groups as u64;
+
+    // The transforms, each plane's value stored at its own place in `ws`.
+    let mut filter = filter_transform(&tr, "");
+    let mut input = input_transform(&tr, "");
+    for xi in 0..p2 {
+        writeln!(filter, "        ws[dst + {}] = u_{xi};", xi * cp * np).unwrap();
+        writeln!(input, "    ws[dst + {}] = v_{xi};", xi * cp * tp).unwrap();
+    }
+
+    // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced).
+    let a_slots = v.bm * v.bk / threads;
+    let b_slots = v.bn * v.bk / threads;
+    let mut a_setup = String::new();
+    for i in 0..a_slots {
+        writeln!(a_setup, "    let am{i} = (lid + {}) % BM;", i * threads).unwrap();
+        writeln!(a_setup, "    let ak{i} = (lid + {}) / BM;", i * threads).unwrap();
+        writeln!(a_setup, "    var pa{i}: f32;").unwrap();
+    }
+    let mut b_setup = String::new();
+    for i in 0..b_slots {
+        writeln!(b_setup, "    let bn{i} = (lid + {}) % BN;", i * threads).unwrap();
+        writeln!(b_setup, "    let bk{i} = (lid + {}) / BN;", i * threads).unwrap();
+        writeln!(b_setup, "    var pb{i}: f32;").unwrap();
+    }
+    let mut acc = String::new();
+    write_accumulators(&mut acc, v.tm, v.tn);
+    let mut fetch = String::new();
+    for i in 0..a_slots {
+        writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * TP + am{i}];").unwrap();
+    }
+    for i in 0..b_slots {
+        writeln!(fetch, "    pb{i} = ws[b_src + (k_next + bk{i}) * NP + bn{i}];").unwrap();
+    }
+    let mut stage_store = String::new();
+    for i in 0..a_slots {
+        writeln!(stage_store, "    a_tile[stage * A_STAGE + ak{i} * A_ROW + am{i} / 4][am{i} % 4] = pa{i};").unwrap();
+    }
+    for i in 0..b_slots {
+        writeln!(stage_store, "    b_tile[stage * B_STAGE + bk{i} * (BN / 4) + bn{i} / 4][bn{i} % 4] = pb{i};").unwrap();
+    }
+    let a_row = v.bm / 4;
+    let mut inner = String::new();
+    write_inner(&mut inner, v.bk, (v.tm, v.tn), (tx, ty), a_row, v.bn);
+    let mut store = String::new();
+    for i in 0..v.tm {
+        writeln!(store, "    let st{i} = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
+    }
+    for j in 0..v.tn {
+        writeln!(store, "    {{").unwrap();
+        writeln!(store, "        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
+        for i in 0..v.tm {
+            writeln!(store, "        mw[sn + st{i}] = acc{i}_{j};").unwrap();
+        }
+        writeln!(store, "    }}").unwrap();
+    }
+    // The GEMM's invocations go along M's fastest axis.
+    let lanes = if nhwc { "    let ty = lid % TY;\n    let tx = lid / TY;" } else { "    let tx = lid % TX;\n    let ty = lid / TX;" };
+
+    let f_jobs = groups * cp * np;
+    let f_blocks = f_jobs.div_ceil(256);
+    let v_jobs = groups * cp * tp;
+    vars.extend([
         ("F_JOBS", f_jobs.to_string()),
         ("F_BLOCKS", f_blocks.to_string()),
         ("V_JOBS", v_jobs.to_string()),
-        ("O_JOBS", o_jobs.to_string()),
-        ("BM", v.bm.to_string()),
-        ("BN", v.bn.to_string()),
-        ("BK", v.bk.to_string()),
         ("TM", v.tm.to_string()),
         ("TN", v.tn.to_string()),
         ("TX", tx.to_string()),
@@ -629,12 +731,8 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("A_ROW", a_row.to_string()),
         ("A_TILE", (2 * v.bk * a_row).to_string()),
         ("B_TILE", (2 * v.bk * v.bn / 4).to_string()),
-        ("M_BLOCKS", m_blocks.to_string()),
-        ("N_BLOCKS", n_blocks.to_string()),
-        ("BLOCKS", blocks.to_string()),
         ("THREADS", threads.to_string()),
         ("LANES", lanes.to_string()),
-        ("O_DECODE", decode),
         ("FILTER_TRANSFORM", filter),
         ("INPUT_TRANSFORM", input),
         ("A_SETUP", a_setup),
@@ -644,12 +742,11 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("STAGE_STORE", stage_store),
         ("INNER", inner),
         ("STORE", store),
-        ("OUTPUT_TRANSFORM", output),
     ]);
-    let mut kernel = Kernel::plain(render(WinoGemm::TEMPLATE, &vars)?, blocks);
+    let mut kernel = Kernel::plain(render(WinoGemm::TEMPLATE, &vars)?, gemm);
     kernel.prologue = Some(f_blocks + v_jobs.div_ceil(256));
-    kernel.workspace = workspace;
-    kernel.finish = Some(o_jobs.div_ceil(256));
+    kernel.workspace = t.workspace(shape, tp);
+    kernel.finish = Some(finish);
     kernel.chunks = chunks;
     Ok(kernel)
 }
@@ -835,7 +932,7 @@ mod tests {
         let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
         let s = ConvShape::new_transposed([2, 4, 23, 20], [4, 3, 6, 6], (2, 2), (1, 2), (1, 0), (1, 1), 1, Some(3)).unwrap();
         let low = s.lowered().unwrap();
-        assert!(WinoGemm::applies(&low) && low.scatter.is_some_and(|sc| sc.crops()), "{}", low.label());
+        assert!(applies(&low) && low.scatter.is_some_and(|sc| sc.crops()), "{}", low.label());
         let x = random_data(s.x_len() as usize, 4);
         let w = random_data(s.w_len() as usize, 5);
         let b = random_data(3, 6);

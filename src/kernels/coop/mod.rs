@@ -24,6 +24,7 @@ mod window;
 
 use gather::{a_setup_channels_last, a_setup_in_place, fetch_channels_last, fetch_in_place, gather, Lean};
 use prologue::prologue_vars;
+pub(super) use steps::unpack_at;
 use steps::{b_register, inner_product, stage_b_packed, stage_step, steps};
 use store::{finish_store, phase_quads, store_step};
 pub use variant::{Coop, SUBGROUP};
@@ -50,6 +51,15 @@ const LAYOUT0_W_GATHER: f64 = 0.5;
 /// is short (32,256,14,14, where residency does not matter).
 const COOP_BARRIER: f64 = 5.0;
 
+
+/// One k-step's products of a plain GEMM on tiles staged as this family's layout 0 stages
+/// them (A column-major, `a_hi[k][m]` in rows of LDA f16; B as `b_hi[n][k]` in rows of LDB),
+/// one f16 product per term, into accumulators `acc{i}_{j}` of the subgroup whose tile
+/// starts at row `wm` and column `wn`: the tensor-core core other families' GEMMs run on
+/// (the Winograd family `wcoop`).
+pub(super) fn gemm_step(bm: u32, bn: u32, bk: u32, sgm: u32, sgn: u32) -> String {
+    inner_product(&Coop { bm, bn, bk, sgm, sgn, split: 1, layout: 0, splits: 1 }, None)
+}
 
 impl Coop {
     /// Staged A rows: k (layout 0) or pixels (layouts 1, 2).

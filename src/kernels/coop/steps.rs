@@ -77,7 +77,7 @@ pub(super) fn stage_packed(s: &mut String, tile: &str, reg: &str, at: &str) {
 
 /// The stores of 8 packed float16 values (`reg`, four u32s) as two vec4s of a staged tile
 /// from vec4 `at` on.
-pub(super) fn unpack_at(s: &mut String, ind: &str, tile: &str, reg: &str) {
+pub(in crate::kernels) fn unpack_at(s: &mut String, ind: &str, tile: &str, reg: &str) {
     writeln!(s, "{ind}{tile}_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
     writeln!(s, "{ind}{tile}_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
 }

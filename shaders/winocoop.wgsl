@@ -1,0 +1,163 @@
+// convtune: non-fused Winograd F(mxm, 3x3) convolution on cooperative matrices (tensor
+// cores), m = {{MT}}: the passes of the wgemm family (shaders/winogemm.wgsl, which explains
+// the method) with the transformed values in f16 and the batched GEMMs on 16x16x16
+// f16 x f16 -> f32 products, as the coop family multiplies.
+//
+// `prologue`: its first F_BLOCKS workgroups transform the filters, U = G g G^T, two input
+//   channels (c, c + 1) of one (g, n) per invocation; the others transform the input
+//   patches, V = B^T d B, two tiles (t, t + 1) of one (g, c) per invocation. Each pair is
+//   stored as one u32 of two f16 (U as [g][xi][n][c], V as [g][xi][c][tile]: the GEMM reads
+//   8 of either per 16-byte load), padded with zeros to CP channels, NP output channels and
+//   TP tiles. float16 data only: a value past f16's range becomes Inf, which `finish`
+//   catches (the direct sum again).
+// `main`: the {{P2}} x {{GROUPS}} batched GEMMs M = V U, {{BM}} tiles x {{BN}} channels per
+//   workgroup, {{SUBGROUPS}} subgroups of {{TM}} x {{TN}} f32 accumulators, {{BK}}-deep steps
+//   staged in workgroup memory (V column-major as a_hi[c][tile], U as b_hi[n][c]) with the
+//   next step's loads issued before this step's products; the accumulators are stored
+//   straight into M (f32; [n][tile] for NCHW y, [tile][n] for NHWC), which is padded to
+//   whole tiles.
+// `finish` (shaders/winograd.wgsl): the inverse transform and the fused epilogue.
+//
+// Chunks ({{CHUNKS}}): as wgemm's.
+//
+// Variant: {{VARIANT}}
+// Shape:   {{SHAPE}}
+
+enable f16;
+enable wgpu_cooperative_matrix;
+
+alias DT = {{DT}};
+@group(0) @binding(0) var<storage, read> x: array<DT>;
+@group(0) @binding(1) var<storage, read> w: array<DT>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<DT>;
+// U (GROUPS x P2 x NP x CP) then the chunk's V (GROUPS x P2 x CP x TP), f16 packed two per
+// u32, four u32s per element: the GEMM's loads are 16 bytes.
+@group(0) @binding(5) var<storage, read_write> ws: array<vec4<u32>>;
+// M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.
+@group(0) @binding(6) var<storage, read_write> mw: array<f32>;
+
+{{EPILOGUE}}
+{{WINOGRAD}}
+// Stores f16 values lo and hi (lo first) as u32 q of the workspace.
+fn put_pair(q: i32, lo: f32, hi: f32) {
+    ws[q / 4][q % 4] = pack2x16float(vec2<f32>(lo, hi));
+}
+
+// ---------------------------------------------------------------------------------------
+// The transforms of the filters and the input patches.
+
+const F_JOBS: i32 = {{F_JOBS}};        // GROUPS * NP * CP / 2 filter pairs
+const F_BLOCKS: u32 = {{F_BLOCKS}}u;   // ceil(F_JOBS / 256)
+const V_JOBS: i32 = {{V_JOBS}};        // GROUPS * CP * TP / 2 patch pairs
+
+@compute @workgroup_size(256, 1, 1)
+fn prologue(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let block = wid.y * nwg.x + wid.x;
+    if (block < F_BLOCKS) {
+        let i = i32(block * 256u + lidx);
+        // U stays in `ws` from the first chunk on.
+        if (i >= F_JOBS || chunk_base() > 0) {
+            return;
+        }
+        // Consecutive invocations take consecutive channel pairs (coalesced stores).
+        let c0 = 2 * (i % (CP / 2));
+        let c1 = c0 + 1;
+        let n = (i / (CP / 2)) % NP;
+        let g = i / (NP * CP / 2);
+        let ok0 = n < KG && c0 < CG;
+        let ok1 = n < KG && c1 < CG;
+        let src0 = select(0, ((g * KG + n) * CG + c0) * 9, ok0);
+        let src1 = select(0, ((g * KG + n) * CG + c1) * 9, ok1);
+        let dst = ((g * P2 * NP + n) * CP + c0) / 2;   // u32s; plane xi is NP * CP / 2 on
+        // h = G g (p x 3), then U = h G^T (p x p), G as in src/kernels/winogemm.rs.
+{{FILTER_TRANSFORM}}
+        return;
+    }
+    let i = i32((block - F_BLOCKS) * 256u + lidx);
+    if (i >= V_JOBS) {
+        return;
+    }
+    // Consecutive invocations take consecutive tile pairs of one channel (coalesced stores).
+    let t0 = 2 * (i % (TP / 2));
+    let c = (i / (TP / 2)) % CP;
+    let g = i / (TP / 2 * CP);
+    let cc = g * CG + min(c, CG - 1);
+{{PATCHES}}
+    let dst = (VOFF + (g * P2 * CP + c) * TP + t0) / 2;   // u32s; plane xi is CP * TP / 2 on
+    // d, the pxp patch (zero outside the image), then e = B^T d and V = e B, per tile.
+{{INPUT_TRANSFORM}}
+}
+
+// ---------------------------------------------------------------------------------------
+// The batched GEMMs.
+
+alias MatA = coop_mat16x16<f16, A>;
+alias MatB = coop_mat16x16<f16, B>;
+alias MatC = coop_mat16x16<f32, C>;
+
+const BM: i32 = {{BM}};
+const BN: i32 = {{BN}};
+const BK: i32 = {{BK}};
+const LDA: u32 = {{LDA}}u;         // staged V: f16 elements per channel row (BM + 8)
+const LDB: u32 = {{LDB}}u;         // staged U: f16 elements per output-channel row (BK + 8)
+const M_BLOCKS: u32 = {{M_BLOCKS}}u;   // TP / BM
+const N_BLOCKS: u32 = {{N_BLOCKS}}u;   // NP / BN
+const BLOCKS: u32 = {{BLOCKS}}u;       // M_BLOCKS * N_BLOCKS * GROUPS * P2
+
+// One step: V as [c][tile] (column-major A), U as [n][c] (column-major B), rows padded by 8
+// f16 to spread the 16x16 loads over banks.
+var<workgroup> a_hi: array<vec4<f16>, {{A_TILE}}>;
+var<workgroup> b_hi: array<vec4<f16>, {{B_TILE}}>;
+
+@compute @workgroup_size({{THREADS}}, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    // The grid is folded into 2D to stay under the per-dimension workgroup limit; the test
+    // is uniform across the workgroup, so barriers and matrix operations stay in uniform flow.
+    let block = wid.y * nwg.x + wid.x;
+    if (block >= BLOCKS) {
+        return;
+    }
+    let m0 = i32(block % M_BLOCKS) * BM;
+    let rest = block / M_BLOCKS;
+    let n0 = i32(rest % N_BLOCKS) * BN;
+    let gx = i32(rest / N_BLOCKS);     // g * P2 + xi
+    let lid = i32(lidx);
+    let sg = lidx / 32u;
+    let wm = (sg % {{SGM}}u) * {{WM}}u;   // this subgroup's first tile row in the workgroup's
+    let wn = (sg / {{SGM}}u) * {{WN}}u;   // and first output channel
+    // This GEMM's V ([c][tile]) and U ([n][c]), in 16-byte elements of `ws`.
+    let a_src = (VOFF + gx * CP * TP + m0) / 8;
+    let b_src = (gx * NP + n0) * CP / 8;
+
+    // Per load slot: which 8 values of a step this invocation copies.
+{{SETUP}}
+{{ACC_DECL}}
+
+    var k_next: i32 = 0;
+{{FETCH}}
+    for (var k0: i32 = 0; k0 < CP; k0 = k0 + BK) {
+        // Everyone is done reading the staged tiles of the previous step.
+        workgroupBarrier();
+{{STAGE}}
+        workgroupBarrier();
+        // The next step's loads, in flight during this step's products.
+        k_next = k0 + BK;
+        if (k_next < CP) {
+{{FETCH}}
+        }
+{{INNER}}
+    }
+
+    // Straight into M: whole tiles, no bounds.
+    let m_dst = u32(gx * MSX);
+{{STORE}}
+}

@@ -1,0 +1,325 @@
+//! The non-fused Winograd family on tensor cores, F(mxm, 3x3) with m = 2 or 4: wgemm's three
+//! passes (`winogemm`: the transforms, their points and accuracy, the chunks, `finish`) with
+//! U and V stored as f16, two per u32, and the batched GEMMs M = V U on cooperative
+//! matrices, the coop family's products (`coop::gemm_step`) on tiles staged from 16-byte
+//! loads. F(4x4) does a quarter of the direct method's multiplications; what it pays is the
+//! round trip of V (f16) and M (f32) through memory, so it pays off on deep layers (C and K
+//! of 256 and more) more than on wide ones.
+//!
+//! float16 data only: f16 transformed values keep float16 data's range (a value past it
+//! becomes Inf, which `finish` catches and sums again the direct way), while float32 data
+//! would need the coop family's scaling. F(6x6)'s transforms, whose entries reach 32, round
+//! too much in f16.
+
+use super::cost::{multiprocessor_fill, parallel_efficiency};
+use super::winogemm::{applies, filter_transform, input_transform, passes, Passes, Tiling};
+use super::{coop, Family, KernelVariant};
+use crate::codegen::{render, Kernel, MAX_WORKSPACE};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::params::ConvShape;
+use crate::precision::Precision;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WinoCoop {
+    /// Output tile side: 2 or 4.
+    pub m: u32,
+    /// GEMM workgroup tile: `bm` Winograd tiles x `bn` output channels, `bk` input channels
+    /// per step.
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    /// Subgroups along the tiles and the channels (each a grid of 16x16 accumulators).
+    pub sgm: u32,
+    pub sgn: u32,
+}
+
+/// (bm, bn, sgm, sgn), 32-deep steps: the coop family's 2x2 to 4x4 accumulator grids on 4
+/// or 8 subgroups, and the 128x256 tile of the fastest WGSL GEMM measured on an H200 (275
+/// TFLOP/s at 8192^3, `../shared/device/COOPMAT.md`'s design).
+const TILES: [(u32, u32, u32, u32); 6] = [(64, 64, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (128, 128, 2, 2), (128, 128, 2, 4), (128, 256, 2, 4)];
+const MS: [u32; 2] = [2, 4];
+const BK: u32 = 32;
+/// f16 elements of padding per staged row: 16 bytes, as the coop family's.
+const PAD: u32 = 8;
+
+/// A tensor-core multiply-add relative to a scalar FMA, per multiply-add (the coop family's
+/// figure), and the 16-byte staging per staged value.
+const MMA: f64 = 0.08;
+const STAGE: f64 = 1.0;
+
+impl WinoCoop {
+    fn tiling(&self) -> Tiling {
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 }
+    }
+
+    fn threads(&self) -> u32 {
+        coop::SUBGROUP * self.sgm * self.sgn
+    }
+
+    fn tm(&self) -> u32 {
+        self.bm / (16 * self.sgm)
+    }
+
+    fn tn(&self) -> u32 {
+        self.bn / (16 * self.sgn)
+    }
+}
+
+impl Family for WinoCoop {
+    const NAME: &'static str = "wcoop";
+    const TEMPLATE: &'static str = include_str!("../../shaders/winocoop.wgsl");
+
+    fn space() -> Vec<Self> {
+        MS.iter()
+            .flat_map(|&m| TILES.iter().map(move |&(bm, bn, sgm, sgn)| WinoCoop { m, bm, bn, bk: BK, sgm, sgn }))
+            .filter(|v| v.well_formed())
+            .collect()
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [m, bm, bn, bk, sgm, sgn] => Some(WinoCoop { m, bm, bn, bk, sgm, sgn }),
+            _ => None,
+        }
+    }
+}
+
+impl KernelVariant for WinoCoop {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        format!("wcoop_m{}_b{}x{}x{}_s{}x{}", self.m, self.bm, self.bn, self.bk, self.sgm, self.sgn)
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![("m", self.m), ("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("sgm", self.sgm), ("sgn", self.sgn)]
+    }
+
+    fn well_formed(&self) -> bool {
+        let t = self.threads();
+        MS.contains(&self.m)
+            && self.bk == BK
+            && TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
+            // Whole 16-byte load slots per invocation on both sides.
+            && (self.bm * self.bk / 8) % t == 0
+            && (self.bn * self.bk / 8) % t == 0
+    }
+
+    fn invocations(&self) -> u32 {
+        self.threads()
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        2 * (self.bk * (self.bm + PAD) + self.bn * (self.bk + PAD))
+    }
+
+    fn needs_tensor_cores(&self) -> bool {
+        true
+    }
+
+    /// f16 products on float16 data: the float16 bound, which `"high"` shares.
+    fn serves(&self, precision: Precision) -> bool {
+        precision == Precision::High
+    }
+
+    /// float16 data, 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit
+    /// the default workspace bound (larger problems run in chunks of tiles).
+    fn computes(&self, shape: &ConvShape) -> bool {
+        shape.dtype == DType::F16 && applies(shape) && self.tiling().chunking(shape, MAX_WORKSPACE).is_some()
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        let (_, _, tiles) = self.tiling().tiles(shape);
+        self.computes(shape)
+            && self.bm as u64 <= tiles.next_power_of_two().max(64)
+            && self.bn <= shape.kg().next_power_of_two().max(64)
+            && self.bk <= shape.cg().next_power_of_two().max(BK)
+    }
+
+    /// The GEMMs as the coop family counts its products (padding included, over how well
+    /// each chunk's dispatch fills the GPU), plus wgemm's account of the workspaces'
+    /// round trips, the transforms, the outputs and the passes.
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let t = self.tiling();
+        let Some(chunking) = t.chunking(shape, MAX_WORKSPACE) else {
+            return f64::INFINITY;
+        };
+        let (_, cp, np) = t.padded(shape);
+        let tp = chunking.tp * chunking.chunks as u64;
+        let fmas = t.p2() as f64 * (tp * np * cp * shape.groups as u64) as f64;
+        let per_fma = MMA + STAGE * (1.0 / self.bm as f64 + 1.0 / self.bn as f64);
+        let workgroups = t.gemm_workgroups(shape, chunking.tp);
+        let gemm = fmas * per_fma / parallel_efficiency(workgroups * self.threads() as u64) / multiprocessor_fill(workgroups);
+        gemm + t.overhead(shape, chunking)
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape, MAX_WORKSPACE)
+    }
+
+    fn generate_within(&self, shape: &ConvShape, max_workspace: u64) -> Result<Kernel> {
+        generate(self, shape, max_workspace.min(MAX_WORKSPACE))
+    }
+}
+
+fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
+    let t = v.tiling();
+    if shape.dtype != DType::F16 {
+        return Err(crate::error::Error::invalid(format!(
+            "variant {} cannot run on this shape ({}): it takes float16 data only",
+            v.name(),
+            shape.label()
+        )));
+    }
+    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap)?;
+    let tp = chunking.tp;
+    let p2 = t.p2() as u64;
+    let (_, cp, np) = t.padded(shape);
+    let groups = shape.groups as u64;
+    let threads = v.threads();
+
+    // The transforms of two filters (channels c0, c1) and two patches (tiles t0, t0 + 1),
+    // each plane's pair stored as one u32.
+    let mut filter = filter_transform(&tr, "0") + &filter_transform(&tr, "1");
+    let mut input = input_transform(&tr, "0") + &input_transform(&tr, "1");
+    for xi in 0..p2 {
+        writeln!(filter, "        put_pair(dst + {}, u0_{xi}, u1_{xi});", xi * np * cp / 2).unwrap();
+        writeln!(input, "    put_pair(dst + {}, v0_{xi}, v1_{xi});", xi * cp * tp / 2).unwrap();
+    }
+    let mut patches = String::new();
+    for lane in 0..2 {
+        writeln!(patches, "    let tg{lane} = chunk_base() + t0 + {lane};").unwrap();
+        writeln!(patches, "    let tok{lane} = tg{lane} < TILES && c < CG;").unwrap();
+        writeln!(patches, "    let o{lane} = tile_origin(min(tg{lane}, TILES - 1));").unwrap();
+        writeln!(patches, "    let ih{lane} = o{lane}.y - PH;\n    let iw{lane} = o{lane}.z - PW;").unwrap();
+        writeln!(patches, "    let xb{lane} = o{lane}.x * XSN + cc * XSC + ih{lane} * XSH + iw{lane} * XSW;").unwrap();
+    }
+
+    // The GEMM: 16-byte slots of each step, V along tiles and U along channels.
+    let a_slots = v.bm * v.bk / 8 / threads;
+    let b_slots = v.bn * v.bk / 8 / threads;
+    let (mut setup, mut fetch, mut stage) = (String::new(), String::new(), String::new());
+    for i in 0..a_slots {
+        writeln!(setup, "    let ak{i} = (lid + {}) / (BM / 8);", i * threads).unwrap();
+        writeln!(setup, "    let am{i} = (lid + {}) % (BM / 8) * 8;", i * threads).unwrap();
+        writeln!(setup, "    var pa{i}: vec4<u32>;").unwrap();
+        writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8];").unwrap();
+        writeln!(stage, "        {{\n            let at = (u32(ak{i}) * LDA + u32(am{i})) / 4u;").unwrap();
+        coop::unpack_at(&mut stage, "            ", "a", &format!("pa{i}"));
+        stage.push_str("        }\n");
+    }
+    for i in 0..b_slots {
+        writeln!(setup, "    let bn{i} = (lid + {}) / (BK / 8);", i * threads).unwrap();
+        writeln!(setup, "    let bk{i} = (lid + {}) % (BK / 8) * 8;", i * threads).unwrap();
+        writeln!(setup, "    var pb{i}: vec4<u32>;").unwrap();
+        writeln!(fetch, "    pb{i} = ws[b_src + (bn{i} * CP + k_next + bk{i}) / 8];").unwrap();
+        writeln!(stage, "        {{\n            let at = (u32(bn{i}) * LDB + u32(bk{i})) / 4u;").unwrap();
+        coop::unpack_at(&mut stage, "            ", "b", &format!("pb{i}"));
+        stage.push_str("        }\n");
+    }
+    let (tm, tn) = (v.tm(), v.tn());
+    let mut acc = String::new();
+    let mut store = String::new();
+    for i in 0..tm {
+        for j in 0..tn {
+            writeln!(acc, "    var acc{i}_{j}: MatC;").unwrap();
+            let (row, col) = (format!("u32(m0) + wm + {}u", 16 * i), format!("u32(n0) + wn + {}u", 16 * j));
+            let put = if nhwc {
+                format!("coopStoreT(acc{i}_{j}, &mw[m_dst + ({row}) * u32(NP) + {col}], u32(NP));")
+            } else {
+                format!("coopStore(acc{i}_{j}, &mw[m_dst + ({col}) * u32(TP) + {row}], u32(TP));")
+            };
+            writeln!(store, "    {put}").unwrap();
+        }
+    }
+    // Within one bound, the indices above stay in i32 (checked where the chunks are chosen).
+    let f_jobs = groups * np * cp / 2;
+    let f_blocks = f_jobs.div_ceil(256);
+    let v_jobs = groups * cp * tp / 2;
+    vars.extend([
+        ("F_JOBS", f_jobs.to_string()),
+        ("F_BLOCKS", f_blocks.to_string()),
+        ("V_JOBS", v_jobs.to_string()),
+        ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
+        ("SGM", v.sgm.to_string()),
+        ("WM", (16 * tm).to_string()),
+        ("WN", (16 * tn).to_string()),
+        ("TM", tm.to_string()),
+        ("TN", tn.to_string()),
+        ("LDA", (v.bm + PAD).to_string()),
+        ("LDB", (v.bk + PAD).to_string()),
+        ("A_TILE", (v.bk * (v.bm + PAD) / 4).to_string()),
+        ("B_TILE", (v.bn * (v.bk + PAD) / 4).to_string()),
+        ("THREADS", threads.to_string()),
+        ("FILTER_TRANSFORM", filter),
+        ("PATCHES", patches),
+        ("INPUT_TRANSFORM", input),
+        ("SETUP", setup),
+        ("ACC_DECL", acc),
+        ("FETCH", fetch),
+        ("STAGE", stage),
+        ("INNER", coop::gemm_step(v.bm, v.bn, v.bk, v.sgm, v.sgn)),
+        ("STORE", store),
+    ]);
+    let mut kernel = Kernel::plain(render(WinoCoop::TEMPLATE, &vars)?, gemm);
+    kernel.prologue = Some(f_blocks + v_jobs.div_ceil(256));
+    kernel.workspace = t.workspace(shape, tp);
+    kernel.finish = Some(finish);
+    kernel.chunks = chunking.chunks;
+    Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::{Layout, Padding};
+
+    fn shape(x: [usize; 4], w: [usize; 4], layout: Layout) -> ConvShape {
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap().with_layout(layout).with_dtype(DType::F16)
+    }
+
+    /// Every variant's WGSL validates with naga (lavapipe cannot run it) in both layouts, in
+    /// one chunk and in several; float32 data and other kernels are refused.
+    #[test]
+    fn every_variant_validates_and_refuses_what_it_cannot_compute() {
+        let small = shape([2, 40, 13, 11], [24, 40, 3, 3], Layout::Nchw);
+        let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], Layout::Nhwc);
+        for v in WinoCoop::space() {
+            assert!(v.needs_tensor_cores() && v.serves(Precision::High) && !v.serves(Precision::Highest));
+            for s in [small, small.with_layout(Layout::Nhwc), edsr] {
+                assert!(v.computes(&s), "{} {}", v.name(), s.label());
+                let k = v.generate(&s).unwrap();
+                assert!(k.workspace.iter().all(|&b| b <= MAX_WORKSPACE));
+                if let Err(e) = crate::codegen::validate(&k.source) {
+                    panic!("{} on {}: {e}", v.name(), s.label());
+                }
+            }
+            assert!(v.generate(&edsr).unwrap().chunks > 1);
+            let f32_data = small.with_dtype(DType::F32);
+            assert!(!v.computes(&f32_data) && v.generate(&f32_data).unwrap_err().to_string().contains("float16"));
+            let five = ConvShape::new([2, 40, 13, 11], [24, 40, 5, 5], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_dtype(DType::F16);
+            assert!(!v.computes(&five) && v.generate(&five).is_err());
+            let name = v.name();
+            assert_eq!(name.parse::<super::super::Variant>().unwrap().to_string(), name);
+        }
+    }
+
+    /// U and V take half of wgemm's bytes per value; M is f32 in both.
+    #[test]
+    fn workspaces_hold_f16_transforms_and_f32_products() {
+        let s = shape([3, 37, 11, 7], [41, 37, 3, 3], Layout::Nchw);
+        let v = WinoCoop { m: 4, bm: 64, bn: 64, bk: 32, sgm: 2, sgn: 2 };
+        // OH 11, OW 7: 3 x 2 tiles per image, 18 in all -> TP 64; CP 64, NP 64.
+        assert_eq!(v.tiling().padded(&s), (64, 64, 64));
+        let k = v.generate(&s).unwrap();
+        assert_eq!(k.workspace, [36 * 64 * (64 + 64) * 2, 36 * 64 * 64 * 4]);
+        assert_eq!(k.workgroups, 36);
+        assert_eq!(k.prologue, Some((64 * 64 / 2u64).div_ceil(256) + (64 * 64 / 2u64).div_ceil(256)));
+    }
+}

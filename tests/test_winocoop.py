@@ -1,0 +1,159 @@
+"""The non-fused Winograd family on tensor cores (wcoop: F(2x2), F(4x4), float16 data): every
+variant on 3x3 stride-1 shapes (several images, odd output sizes, padding 0 to 2, groups, C and
+K off the tile sizes), with the fused epilogue, in both layouts, pixel shuffle, in chunks, and
+with Inf, NaN and values past float16's range, against the float64 reference with poisoned
+outputs (conftest). Lavapipe has no cooperative matrices: there only the listing, the WGSL and
+the refusals run; the rest runs on a GPU with tensor cores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune.reference import apply_epilogue, conv2d_reference, pixel_shuffle_reference
+from reference import nhwc, run_or_skip_over_limits
+from tuning_support import tuning_env  # noqa: F401  (a fixture)
+
+WCOOP = [v for v in convtune.variant_space() if v.startswith("wcoop_")]
+TC = convtune.adapter_info()["features"]["tensor_cores"]
+needs_tc = pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+PER_M = {convtune.variant_knobs(v)["m"]: v for v in WCOOP}
+# The float16 bound: four float16 rounding steps of max |y|.
+BOUND = 4 * 2.0**-11
+
+
+def _half(rng, xs, ws):
+    x = rng.standard_normal(xs).astype(np.float16)
+    w = (rng.standard_normal(ws) / np.sqrt(9 * ws[1])).astype(np.float16)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    return x, w, b
+
+
+def _err(got, want):
+    return np.abs(np.asarray(got).astype(np.float64) - want).max() / np.abs(want).max()
+
+
+def _run(variant, *args, **kw):
+    return run_or_skip_over_limits(variant, lambda: convtune.conv2d(*args, variant=variant, **kw))
+
+
+def test_family_is_listed_and_named_by_its_knobs():
+    assert len(WCOOP) >= 8 and set(PER_M) == {2, 4}
+    for name in WCOOP:
+        k = convtune.variant_knobs(name)
+        assert k["family"] == "wcoop"
+        assert name == f"wcoop_m{k['m']}_b{k['bm']}x{k['bn']}x{k['bk']}_s{k['sgm']}x{k['sgn']}"
+        src = convtune.wgsl(name, (2, 16, 9, 10), (8, 16, 3, 3), padding=1, dtype="float16")
+        assert "coopMultiplyAdd" in src and "fn finish" in src and name in src
+
+
+@pytest.mark.parametrize("kw, ws, dtype, why", [
+    (dict(padding=1), (4, 8, 3, 3), "float32", "float16 data only"),
+    (dict(stride=2, padding=1), (4, 8, 3, 3), "float16", "stride 1 and dilation 1"),
+    (dict(padding=1), (4, 8, 5, 5), "float16", "3x3 filters"),
+])
+def test_what_it_cannot_compute_is_refused(kw, ws, dtype, why):
+    x = np.ones((1, 8, 9, 9), dtype)
+    w = np.ones(ws, dtype)
+    with pytest.raises(ValueError, match=why):
+        convtune.wgsl(WCOOP[0], x.shape, w.shape, dtype=dtype, **kw)
+    if TC:
+        with pytest.raises(ValueError, match="cannot run on this shape"):
+            convtune.conv2d(x, w, variant=WCOOP[0], **kw)
+
+
+# x (NCHW), w, keywords: odd output sizes, padding 0 to 2, groups, C and K off every tile.
+CASES = [
+    ((3, 37, 11, 7), (41, 37, 3, 3), dict(padding=0)),
+    ((2, 48, 9, 13), (20, 24, 3, 3), dict(padding=(2, 1), groups=2)),
+    ((1, 64, 17, 16), (72, 64, 3, 3), dict(padding=1)),
+]
+
+
+@needs_tc
+@pytest.mark.parametrize("variant", WCOOP)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_every_variant_matches_the_reference(variant, layout):
+    rng = np.random.default_rng(abs(hash((variant, layout))) % 2**32)
+    t = nhwc if layout == "NHWC" else np.asarray
+    for xs, ws, kw in CASES:
+        x, w, b = _half(rng, xs, ws)
+        want = conv2d_reference(x, w, bias=b, **kw)
+        got = _run(variant, t(x), w, bias=b, layout=layout, **kw)
+        assert got.dtype == np.float16 and np.all(np.isfinite(got))
+        assert _err(got, t(want)) <= BOUND, (variant, layout, xs, ws, kw, _err(got, t(want)))
+
+
+@needs_tc
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_the_epilogue_and_pixel_shuffle_go_through_finish(m, layout):
+    variant = PER_M[m]
+    rng = np.random.default_rng(50 + m)
+    t = nhwc if layout == "NHWC" else np.asarray
+    x, w, b = _half(rng, (2, 32, 10, 9), (48, 32, 3, 3))
+    conv = conv2d_reference(x, w, padding=1)
+    z = rng.standard_normal(conv.shape).astype(np.float16)
+    want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation="silu")
+    got = _run(variant, t(x), w, bias=b, z=t(z), alpha1=0.5, alpha2=-2.0, activation="silu",
+               padding=1, layout=layout)
+    assert _err(got, t(want)) <= BOUND, (variant, layout)
+    want = pixel_shuffle_reference(conv2d_reference(x, w, bias=b, padding=1), 2)
+    got = _run(variant, t(x), w, bias=b, padding=1, pixel_shuffle=2, layout=layout)
+    assert _err(got, t(want)) <= BOUND, (variant, layout, "shuffle")
+
+
+@needs_tc
+@pytest.mark.parametrize("m", [2, 4])
+def test_chunked_runs_match_the_reference(m, monkeypatch):
+    """A workspace bound of a few GEMM tiles' worth: the passes run in chunks, the last one
+    partial."""
+    variant = PER_M[m]
+    k = convtune.variant_knobs(variant)
+    rng = np.random.default_rng(60 + m)
+    xs, ws = (3, 32, 29, 27), (40, 32, 3, 3)
+    x, w, b = _half(rng, xs, ws)
+    want = conv2d_reference(x, w, bias=b, padding=1)
+    planes, cp, np_ = (m + 2) ** 2, 32, -(-40 // k["bn"]) * k["bn"]
+    cap = max(2 * planes * cp * (np_ + k["bm"]), 4 * planes * np_ * k["bm"])
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
+    got = _run(variant, nhwc(x), w, bias=b, padding=1, layout="NHWC")
+    assert _err(got, nhwc(want)) <= BOUND, variant
+
+
+@needs_tc
+@pytest.mark.parametrize("m", [2, 4])
+def test_inf_nan_and_overflowing_transforms_come_out_as_in_the_direct_method(m):
+    """Inf and NaN inputs, and inputs near float16's largest value whose transforms overflow
+    f16: finish sums those outputs again the direct way."""
+    variant = PER_M[m]
+    rng = np.random.default_rng(70 + m)
+    x, w, _ = _half(rng, (2, 32, 9, 10), (16, 32, 3, 3))
+    x[0, 1, 3, 4] = np.inf
+    x[1, 2, 0, 0] = -np.inf
+    x[1, 4, 8, 9] = np.nan
+    x[0, 7, 5:8, 5:8] = 30000.0
+    w = w * np.float16(0.01)
+    with np.errstate(all="ignore"):
+        want = conv2d_reference(x, w, padding=1)
+    got = _run(variant, x, w, padding=1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    fin = np.isfinite(want)
+    assert _err(np.where(fin, got, 0), np.where(fin, want, 0)) <= BOUND, variant
+
+
+@needs_tc
+def test_tuning_picks_a_validated_winner_among_them(tuning_env, monkeypatch):
+    """Only this family's candidates (CONVTUNE_FAMILIES): the tuner times and validates them."""
+    monkeypatch.setenv("CONVTUNE_FAMILIES", "wcoop")
+    rng = np.random.default_rng(80)
+    x, w, b = _half(rng, (4, 9, 11, 64), (64, 64, 3, 3))
+    report = convtune.tune((4, 9, 11, 64), (64, 64, 3, 3), padding=1, layout="NHWC", dtype="float16",
+                           budget=0.5, force=True)
+    assert report.winner.startswith("wcoop_")
+    got = convtune.conv2d(x, w, bias=b, padding=1, layout="NHWC")
+    want = conv2d_reference(x.transpose(0, 3, 1, 2), w, bias=b, padding=1)
+    assert _err(got, nhwc(want)) <= BOUND
