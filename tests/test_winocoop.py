@@ -1,4 +1,4 @@
-"""The non-fused Winograd family on tensor cores (wcoop: F(2x2), F(4x4), float16 data): every
+"""The non-fused Winograd family on tensor cores (wcoop: F(2x2), float16 data): every
 variant on 3x3 stride-1 shapes (several images, odd output sizes, padding 0 to 2, groups, C and
 K off the tile sizes), with the fused epilogue, in both layouts, pixel shuffle, in chunks, and
 with Inf, NaN and values past float16's range, against the float64 reference with poisoned
@@ -39,7 +39,7 @@ def _run(variant, *args, **kw):
 
 
 def test_family_is_listed_and_named_by_its_knobs():
-    assert len(WCOOP) >= 8 and set(PER_M) == {2, 4}
+    assert len(WCOOP) >= 4 and set(PER_M) == {2}
     for name in WCOOP:
         k = convtune.variant_knobs(name)
         assert k["family"] == "wcoop"
@@ -86,7 +86,7 @@ def test_every_variant_matches_the_reference(variant, layout):
 
 
 @needs_tc
-@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("m", [2])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_the_epilogue_and_pixel_shuffle_go_through_finish(m, layout):
     variant = PER_M[m]
@@ -105,7 +105,7 @@ def test_the_epilogue_and_pixel_shuffle_go_through_finish(m, layout):
 
 
 @needs_tc
-@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("m", [2])
 def test_chunked_runs_match_the_reference(m, monkeypatch):
     """A workspace bound of a few GEMM tiles' worth: the passes run in chunks, the last one
     partial."""
@@ -123,7 +123,7 @@ def test_chunked_runs_match_the_reference(m, monkeypatch):
 
 
 @needs_tc
-@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("m", [2])
 def test_inf_nan_and_overflowing_transforms_come_out_as_in_the_direct_method(m):
     """Inf and NaN inputs, and inputs near float16's largest value whose transforms overflow
     f16: finish sums those outputs again the direct way."""

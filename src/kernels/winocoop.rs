@@ -1,15 +1,18 @@
-//! The non-fused Winograd family on tensor cores, F(mxm, 3x3) with m = 2 or 4: wgemm's three
+//! The non-fused Winograd family on tensor cores, F(2x2, 3x3): wgemm's three
 //! passes (`winogemm`: the transforms, their points and accuracy, the chunks, `finish`) with
 //! U and V stored as f16, two per u32, and the batched GEMMs M = V U on cooperative
 //! matrices, the coop family's products (`coop::gemm_step`) on tiles staged from 16-byte
-//! loads. F(4x4) does a quarter of the direct method's multiplications; what it pays is the
-//! round trip of V (f16) and M (f32) through memory, so it pays off on deep layers (C and K
-//! of 256 and more) more than on wide ones.
+//! loads. F(2x2) does 4/9 of the direct method's multiplications; what it pays is the round
+//! trip of V (f16) and M (f32) through memory, so it pays off on deep layers of few pixels
+//! only. On an H200 (float16 NHWC, timed by name): 32,512,7,7 -> 512 in 0.055 ms against the
+//! coop family's 0.059-0.064, 8,512,14,14 level (0.055 against 0.054), 32,256,14,14 and wider
+//! layers slower (EDSR 4x).
 //!
 //! float16 data only: f16 transformed values keep float16 data's range (a value past it
 //! becomes Inf, which `finish` catches and sums again the direct way), while float32 data
-//! would need the coop family's scaling. F(6x6)'s transforms, whose entries reach 32, round
-//! too much in f16.
+//! would need the coop family's scaling. F(4x4) rounds too much in f16: U and V rounded to
+//! f16 gave 2.4e-3 of max |y| on 3,37,11,7 -> 41 (the float16 bound is 2.0e-3); F(6x6)'s
+//! transforms round more still.
 
 use super::cost::{multiprocessor_fill, parallel_efficiency};
 use super::winogemm::{applies, filter_transform, input_transform, passes, Passes, Tiling};
@@ -39,7 +42,7 @@ pub struct WinoCoop {
 /// or 8 subgroups, and the 128x256 tile of the fastest WGSL GEMM measured on an H200 (275
 /// TFLOP/s at 8192^3, `../shared/device/COOPMAT.md`'s design).
 const TILES: [(u32, u32, u32, u32); 6] = [(64, 64, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (128, 128, 2, 2), (128, 128, 2, 4), (128, 256, 2, 4)];
-const MS: [u32; 2] = [2, 4];
+const MS: [u32; 1] = [2];
 const BK: u32 = 32;
 /// f16 elements of padding per staged row: 16 bytes, as the coop family's.
 const PAD: u32 = 8;
