@@ -8,9 +8,9 @@ Usage: python benches/batch_scaling.py [--batches 16,32,64,128]
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import convtune
+from timing import median_ms_or_why
 
 # (C, H, W) of a 3x3 stride-1 layer with K = C, and the tiles to time on it.
 LAYERS = {
@@ -34,12 +34,10 @@ def main() -> None:
                 row = []
                 for n in batches:
                     xs = (n, h, w, c) if mode == "float16" else (n, c, h, w)
-                    try:
-                        _, t = convtune.time_variant(xs, (c, c, 3, 3), 1, 1, variant=v, reps=30, warmup=5, **kw)
-                    except ValueError as e:
-                        row.append(f"N{n} - ({str(e)[:40]})")
+                    ms, why = median_ms_or_why(xs, (c, c, 3, 3), 1, 1, variant=v, reps=30, warmup=5, **kw)
+                    if ms is None:
+                        row.append(f"N{n} - ({why[:40]})")
                         continue
-                    ms = statistics.median(t) * 1e3
                     row.append(f"N{n} {ms:.4f} ms ({2 * n * c * h * w * c * 9 / ms / 1e9:.0f} TFLOP/s)")
                 print(f"{c},{h},{w} -> {c} 3x3 {mode} {v}: " + " | ".join(row), flush=True)
 

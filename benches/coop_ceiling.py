@@ -21,12 +21,12 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 
 import convtune
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_ms_or_why  # noqa: E402
 from vs_cudnn import cuda_ms  # noqa: E402
 
 # (name, x (N, C, H, W), w (K, C, R, S), stride, padding, dilation)
@@ -76,14 +76,11 @@ def designs(dtype, match=""):
 
 
 def time_ms(x, w, stride, pad, dil, dtype, variant, reps):
-    """Median GPU ms of `variant` on NHWC data; x given as (N, C, H, W)."""
+    """Median GPU ms of `variant` on NHWC data (x given as (N, C, H, W)), or None and why a
+    design cannot run this shape (tile, memory): skipped."""
     n, c, h, wd = x
-    try:
-        _, t = convtune.time_variant((n, h, wd, c), w, stride, pad, dil, variant=variant, reps=reps, warmup=2,
-                                     layout="NHWC", dtype=dtype, precision="high")
-    except Exception as e:  # a design that cannot run this shape (tile, memory): skipped
-        return None, str(e).splitlines()[0][:100]
-    return statistics.median(t) * 1e3, None
+    return median_ms_or_why((n, h, wd, c), w, stride, pad, dil, variant=variant, reps=reps, warmup=2,
+                            layout="NHWC", dtype=dtype, precision="high")
 
 
 def cudnn_fp16_ms(conv):

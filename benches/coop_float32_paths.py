@@ -12,9 +12,9 @@ output cost.
 
 from __future__ import annotations
 
-import statistics
 
 import convtune
+from timing import median_ms_or_why
 
 LAYERS = [("EDSR", (1, 64, 720, 1280), (64, 64, 3, 3)), ("2,320,64,64", (2, 320, 64, 64), (320, 320, 3, 3)),
           ("32,256,14,14", (32, 256, 14, 14), (256, 256, 3, 3))]
@@ -30,13 +30,11 @@ def main():
             xs = (n, h, w, c) if layout == "NHWC" else (n, c, h, w)
             row = []
             for v in TILES:
-                try:
-                    _, t = convtune.time_variant(xs, ws, 1, 1, variant=v, layout=layout, dtype=dtype,
-                                                 precision="high", reps=7, warmup=2)
-                except Exception:  # a tile this layout or adapter does not take
+                ms, _ = median_ms_or_why(xs, ws, 1, 1, variant=v, layout=layout, dtype=dtype,
+                                         precision="high", reps=7, warmup=2)
+                if ms is None:  # a tile this layout or adapter does not take
                     row.append(f"{v[5:]} -")
                     continue
-                ms = statistics.median(t) * 1e3
                 row.append(f"{v[5:]} {ms:.4f} ({flops / ms / 1e9:.0f})")
             print(f"{label} {layout} {dtype}: " + " | ".join(row), flush=True)
 

@@ -8,17 +8,12 @@ Usage: python benches/tuning_stability.py [--repeats N] [--budget S]
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import convtune
+from timing import median_ms
 from convtune.__main__ import PUBLIC_SUITE
 
 MODES = {"high": dict(precision="high"), "float16": dict(layout="NHWC", dtype="float16")}
-
-
-def by_name(xs, ws, stride, padding, variant, kw) -> float:
-    _, t = convtune.time_variant(xs, ws, stride, padding, variant=variant, reps=50, warmup=5, **kw)
-    return statistics.median(t) * 1e3
 
 
 def main() -> None:
@@ -42,7 +37,7 @@ def main() -> None:
                 print(f"{label} run {rep}: {r.winner} {r.tuned_ms:.4f} ms | finalists (first / runoff ms): "
                       + ", ".join(f"{n} {m:.4f}/{ro:.4f}" for ro, m, n in finalists), flush=True)
             for v in sorted(set(winners)):
-                print(f"    {v} by name: {by_name(xs, ws, c.stride, c.padding, v, kw):.4f} ms", flush=True)
+                print(f"    {v} by name: {median_ms(xs, ws, c.stride, c.padding, variant=v, reps=50, **kw):.4f} ms", flush=True)
 
 
 if __name__ == "__main__":
