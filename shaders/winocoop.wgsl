@@ -8,8 +8,11 @@
 //   patches, V = B^T d B, two tiles (t, t + 1) of one (g, c) per invocation. Each pair is
 //   stored as one u32 of two f16 (U as [g][xi][n][c], V as [g][xi][c][tile]: the GEMM reads
 //   8 of either per 16-byte load), padded with zeros to CP channels, NP output channels and
-//   TP tiles. float16 data only: a value past f16's range becomes Inf, which `finish`
-//   catches (the direct sum again).
+//   TP tiles. float32 data is scaled first, as the coop family scales it: x and w times
+//   powers of two that put their largest finite values just under 2^12 (then |V| and |U|
+//   stay under 2^14: F(2x2)'s B^T sums 4 values with signs, G^T weighs 9 by at most 9/4),
+//   and `finish` scales back; float16 data is not scaled. A value past f16's range becomes
+//   Inf, which `finish` catches (the direct sum again).
 // `main`: the {{P2}} x {{GROUPS}} batched GEMMs M = V U, {{BM}} tiles x {{BN}} channels per
 //   workgroup, {{SUBGROUPS}} subgroups of {{TM}} x {{TN}} f32 accumulators, {{BK}}-deep steps
 //   staged in workgroup memory (V column-major as a_hi[c][tile], U as b_hi[n][c]) with the
@@ -39,6 +42,13 @@ alias DT = {{DT}};
 
 {{EPILOGUE}}
 {{WINOGRAD}}
+// 2^e for the element that is largest in magnitude (`bits`): values times 2^(12 - e) stay
+// below 2^12.
+fn scale_exp(bits: u32) -> i32 {
+    let m = bitcast<f32>(bits);
+    return clamp(12 - select(0, frexp(m).exp, m > 0.0), -126, 126);
+}
+
 // Stores f16 values lo and hi (lo first) as u32 q of the workspace.
 fn put_pair(q: i32, lo: f32, hi: f32) {
     ws[q / 4][q % 4] = pack2x16float(vec2<f32>(lo, hi));
@@ -58,6 +68,7 @@ fn prologue(
     @builtin(local_invocation_index) lidx: u32,
 ) {
     let block = wid.y * nwg.x + wid.x;
+{{SCALES}}
     if (block < F_BLOCKS) {
         let i = i32(block * 256u + lidx);
         // U stays in `ws` from the first chunk on.

@@ -598,10 +598,12 @@ def test_wgsl_for_every_variant():
             with pytest.raises(ValueError, match="cannot run on this shape"):
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         elif name.startswith("wcoop_"):
-            # Winograd on tensor cores: float16 data, 3x3 filters at stride 1 and dilation 1.
+            # Winograd on tensor cores: 3x3 filters at stride 1 and dilation 1; float32 data
+            # scaled from its maxima.
             src = convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2, dtype="float16")
-            with pytest.raises(ValueError, match="float16 data only"):
-                convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2)
+            assert "scale_exp(run[0])" in convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2)
+            with pytest.raises(ValueError, match="cannot run on this shape"):
+                convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         elif name.startswith("coop_") and convtune.variant_knobs(name)["layout"] == 2:
             # Layout 2 reads float16 NHWC x in place, 8 channels of a group at a time.
             src = convtune.wgsl(name, (2, 23, 19, 16), (6, 8, 3, 2), bias=True, layout="NHWC",

@@ -1,8 +1,8 @@
-"""The non-fused Winograd family on tensor cores (wcoop: F(2x2), float16 data): every
-variant on 3x3 stride-1 shapes (several images, odd output sizes, padding 0 to 2, groups, C and
-K off the tile sizes), with the fused epilogue, in both layouts, pixel shuffle, in chunks, and
-with Inf, NaN and values past float16's range, against the float64 reference with poisoned
-outputs (conftest). Lavapipe has no cooperative matrices: there only the listing, the WGSL and
+"""The non-fused Winograd family on tensor cores (wcoop: F(2x2); float16 data, and float32
+data in "high", scaled): every variant on 3x3 stride-1 shapes (several images, odd output
+sizes, padding 0 to 2, groups, C and K off the tile sizes), with the fused epilogue, in both
+layouts, pixel shuffle, in chunks, and with Inf, NaN, values past float16's range and float32
+values of any range, against the float64 reference with poisoned outputs (conftest). Lavapipe has no cooperative matrices: there only the listing, the WGSL and
 the refusals run; the rest runs on a GPU with tensor cores."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def test_family_is_listed_and_named_by_its_knobs():
 
 
 @pytest.mark.parametrize("kw, ws, dtype, why", [
-    (dict(padding=1), (4, 8, 3, 3), "float32", "float16 data only"),
     (dict(stride=2, padding=1), (4, 8, 3, 3), "float16", "stride 1 and dilation 1"),
+    (dict(dilation=2, padding=2), (4, 8, 3, 3), "float32", "stride 1 and dilation 1"),
     (dict(padding=1), (4, 8, 5, 5), "float16", "3x3 filters"),
 ])
 def test_what_it_cannot_compute_is_refused(kw, ws, dtype, why):
@@ -61,6 +61,18 @@ def test_what_it_cannot_compute_is_refused(kw, ws, dtype, why):
     if TC:
         with pytest.raises(ValueError, match="cannot run on this shape"):
             convtune.conv2d(x, w, variant=WCOOP[0], **kw)
+
+
+@needs_tc
+def test_it_serves_high_and_float16_but_not_highest(tuning_env, monkeypatch):
+    """Only this family's candidates: "high" and float16 data tune to one of them, "highest"
+    has none (one f16 product per term)."""
+    monkeypatch.setenv("CONVTUNE_FAMILIES", "wcoop")
+    spec = ((1, 16, 9, 9), (8, 16, 3, 3))
+    assert convtune.tune(*spec, padding=1, precision="high", budget=0.1, force=True).winner.startswith("wcoop_")
+    assert convtune.tune(*spec, padding=1, dtype="float16", budget=0.1, force=True).winner.startswith("wcoop_")
+    with pytest.raises(ValueError, match="leaves no kernel variant"):
+        convtune.tune(*spec, padding=1, precision="highest", budget=0.1, force=True)
 
 
 # x (NCHW), w, keywords: odd output sizes, padding 0 to 2, groups, C and K off every tile.
@@ -83,6 +95,41 @@ def test_every_variant_matches_the_reference(variant, layout):
         got = _run(variant, t(x), w, bias=b, layout=layout, **kw)
         assert got.dtype == np.float16 and np.all(np.isfinite(got))
         assert _err(got, t(want)) <= BOUND, (variant, layout, xs, ws, kw, _err(got, t(want)))
+
+
+@needs_tc
+@pytest.mark.parametrize("variant", WCOOP)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_float32_data_is_scaled_within_high(variant, layout):
+    """float32 data in "high": x and w scaled from their maxima before the transforms, the
+    outputs scaled back; the bound is "high"'s (4e-3 of max |y|)."""
+    rng = np.random.default_rng(abs(hash(("f32", variant, layout))) % 2**32)
+    t = nhwc if layout == "NHWC" else np.asarray
+    for xs, ws, kw in CASES:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        want = conv2d_reference(x, w, bias=b, **kw)
+        got = _run(variant, t(x), w, bias=b, layout=layout, precision="high", **kw)
+        assert got.dtype == np.float32 and np.all(np.isfinite(got))
+        assert _err(got, t(want)) <= 4e-3, (variant, layout, xs, ws, kw, _err(got, t(want)))
+
+
+@needs_tc
+@pytest.mark.parametrize("xs, wsc", [(1e-30, 1.0), (1e30, 1e-30), (1e-20, 1e-15), (1e18, 1e15), (1e-3, 1e5)])
+def test_float32_data_of_any_range_meets_high(xs, wsc):
+    """Tiny and huge float32 inputs, and 12-decade spreads between x and w: nothing flushed
+    to zero where the result is not tiny, nothing overflowing f16."""
+    variant = PER_M[2]
+    rng = np.random.default_rng(90)
+    x = (rng.standard_normal((2, 32, 10, 10)) * xs).astype(np.float32)
+    w = (rng.standard_normal((16, 32, 3, 3)) * wsc).astype(np.float32)
+    got = _run(variant, x, w, padding=1, precision="high")
+    want = conv2d_reference(x, w, padding=1)
+    assert np.all(np.isfinite(got))
+    big = np.abs(want) > 1e-2 * np.abs(want).max()
+    assert np.all(got[big] != 0)
+    assert _err(got, want) <= 4e-3, (xs, wsc, _err(got, want))
 
 
 @needs_tc

@@ -8,9 +8,10 @@
 //! coop family's 0.059-0.064, 8,512,14,14 level (0.055 against 0.054), 32,256,14,14 and wider
 //! layers slower (EDSR 4x).
 //!
-//! float16 data only: f16 transformed values keep float16 data's range (a value past it
-//! becomes Inf, which `finish` catches and sums again the direct way), while float32 data
-//! would need the coop family's scaling. F(4x4) rounds too much in f16: U and V rounded to
+//! float16 data and (`"high"`) float32 data: f16 transformed values keep float16 data's
+//! range (a value past it becomes Inf, which `finish` catches and sums again the direct way);
+//! float32 data is scaled by powers of two from its maxima first, as the coop family scales
+//! it, and scaled back in `finish`. F(4x4) rounds too much in f16: U and V rounded to
 //! f16 gave 2.4e-3 of max |y| on 3,37,11,7 -> 41 (the float16 bound is 2.0e-3); F(6x6)'s
 //! transforms round more still.
 
@@ -124,15 +125,15 @@ impl KernelVariant for WinoCoop {
         true
     }
 
-    /// f16 products on float16 data: the float16 bound, which `"high"` shares.
+    /// One f16 product per term: `"high"` (and float16 data, which it serves).
     fn serves(&self, precision: Precision) -> bool {
         precision == Precision::High
     }
 
-    /// float16 data, 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit
-    /// the default workspace bound (larger problems run in chunks of tiles).
+    /// 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit the default
+    /// workspace bound (larger problems run in chunks of tiles).
     fn computes(&self, shape: &ConvShape) -> bool {
-        shape.dtype == DType::F16 && applies(shape) && self.tiling().chunking(shape, MAX_WORKSPACE).is_some()
+        applies(shape) && self.tiling().chunking(shape, MAX_WORKSPACE).is_some()
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -171,14 +172,8 @@ impl KernelVariant for WinoCoop {
 
 fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling();
-    if shape.dtype != DType::F16 {
-        return Err(crate::error::Error::invalid(format!(
-            "variant {} cannot run on this shape ({}): it takes float16 data only",
-            v.name(),
-            shape.label()
-        )));
-    }
-    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap)?;
+    let scaled = shape.dtype == DType::F32;
+    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, scaled)?;
     let tp = chunking.tp;
     let p2 = t.p2() as u64;
     let (_, cp, np) = t.padded(shape);
@@ -187,8 +182,10 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
 
     // The transforms of two filters (channels c0, c1) and two patches (tiles t0, t0 + 1),
     // each plane's pair stored as one u32.
-    let mut filter = filter_transform(&tr, "0") + &filter_transform(&tr, "1");
-    let mut input = input_transform(&tr, "0") + &input_transform(&tr, "1");
+    let (sx, sw) = if scaled { (Some("sx"), Some("sw")) } else { (None, None) };
+    let mut filter = filter_transform(&tr, "0", sw) + &filter_transform(&tr, "1", sw);
+    let mut input = input_transform(&tr, "0", sx) + &input_transform(&tr, "1", sx);
+    let scales = if scaled { "    let sx = ldexp(1.0, scale_exp(run[0]));\n    let sw = ldexp(1.0, scale_exp(run[1]));" } else { "" };
     for xi in 0..p2 {
         writeln!(filter, "        put_pair(dst + {}, u0_{xi}, u1_{xi});", xi * np * cp / 2).unwrap();
         writeln!(input, "    put_pair(dst + {}, v0_{xi}, v1_{xi});", xi * cp * tp / 2).unwrap();
@@ -258,6 +255,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("A_TILE", (v.bk * (v.bm + PAD) / 4).to_string()),
         ("B_TILE", (v.bn * (v.bk + PAD) / 4).to_string()),
         ("THREADS", threads.to_string()),
+        ("SCALES", scales.to_string()),
         ("FILTER_TRANSFORM", filter),
         ("PATCHES", patches),
         ("INPUT_TRANSFORM", input),
@@ -273,6 +271,9 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     kernel.workspace = t.workspace(shape, tp);
     kernel.finish = Some(finish);
     kernel.chunks = chunking.chunks;
+    // The max pass runs before the prologue, which scales as it transforms.
+    kernel.scaled = scaled;
+    kernel.prescale = scaled;
     Ok(kernel)
 }
 
@@ -286,7 +287,8 @@ mod tests {
     }
 
     /// Every variant's WGSL validates with naga (lavapipe cannot run it) in both layouts, in
-    /// one chunk and in several; float32 data and other kernels are refused.
+    /// one chunk and in several, on float16 data and scaled float32 data; other kernels are
+    /// refused.
     #[test]
     fn every_variant_validates_and_refuses_what_it_cannot_compute() {
         let small = shape([2, 40, 13, 11], [24, 40, 3, 3], Layout::Nchw);
@@ -302,8 +304,14 @@ mod tests {
                 }
             }
             assert!(v.generate(&edsr).unwrap().chunks > 1);
-            let f32_data = small.with_dtype(DType::F32);
-            assert!(!v.computes(&f32_data) && v.generate(&f32_data).unwrap_err().to_string().contains("float16"));
+            for s in [small.with_dtype(DType::F32), edsr.with_dtype(DType::F32)] {
+                let k = v.generate(&s).unwrap();
+                assert!(k.scaled && k.prescale && k.source.contains("scale_exp(run[0])"), "{}", v.name());
+                if let Err(e) = crate::codegen::validate(&k.source) {
+                    panic!("{} on {}: {e}", v.name(), s.label());
+                }
+            }
+            assert!(!v.generate(&small).unwrap().scaled);
             let five = ConvShape::new([2, 40, 13, 11], [24, 40, 5, 5], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
                 .unwrap()
                 .with_dtype(DType::F16);

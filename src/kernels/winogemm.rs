@@ -470,7 +470,11 @@ pub(super) struct Passes {
     pub nhwc: bool,
 }
 
-pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Result<Passes> {
+/// `scaled`: the transforms take x and w scaled by powers of two (`scale_exp` of the maxima
+/// in binding 4's words 0 and 1, which a pass before writes), and `finish` scales M's
+/// outputs back, the smaller factor first (an intermediate overflows only if the result
+/// does).
+pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool) -> Result<Passes> {
     let chunking = if applies(shape) { t.chunking(shape, cap) } else { None };
     let Some(chunking @ Chunking { tp, chunks }) = chunking else {
         return Err(refusal(name, t, shape, cap));
@@ -492,6 +496,10 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Res
     if shape.scatter.is_some() {
         writeln!(output, "    let cq = ychan(k);\n    let po = ypix((o.x * OH + o.y) * OW + o.z);").unwrap();
     }
+    if scaled {
+        writeln!(output, "    let ux = ldexp(1.0, -scale_exp(run[0]));\n    let uw = ldexp(1.0, -scale_exp(run[1]));").unwrap();
+    }
+    let unscale = if scaled { " * min(ux, uw) * max(ux, uw)" } else { "" };
     for a in 0..p {
         for b in 0..p {
             writeln!(output, "    let m{a}{b} = mw[src + {}];", (p * a + b) as u64 * np * tp).unwrap();
@@ -519,7 +527,7 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Res
                 }
                 None => store_stmt(shape, &format!("yb + {} * YSP", a * shape.ow() as usize + b), "v", "k"),
             };
-            let body = format!("let v = {sum}; bad = bad || nonfinite(v); {put}");
+            let body = format!("let v = ({sum}){unscale}; bad = bad || nonfinite(v); {put}");
             if guards.is_empty() {
                 writeln!(output, "    {{ {body} }}").unwrap();
             } else {
@@ -550,16 +558,18 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Res
 
     let o_jobs = groups * shape.kg() as u64 * ct;
     // One chunk: the passes' tiles are the problem's. Several: the runner writes the chunk's
-    // index into binding 4's word CHUNK_WORD before each run of the passes.
-    let chunk = if chunks == 1 {
-        "fn chunk_base() -> i32 {\n    return 0;\n}\n".to_string()
+    // index into binding 4's word CHUNK_WORD before each run of the passes. A scaled kernel
+    // reads the maxima from words 0 and 1.
+    let words = if chunks > 1 || scaled {
+        "// The run's words: max |x| and max |w| (a scaled kernel's), the chunk these passes compute.\n\
+         @group(0) @binding(4) var<storage, read_write> run: array<u32, 4>;\n"
     } else {
-        format!(
-            "// The run's words: word {w} is the chunk these passes compute (the runner's).\n\
-             @group(0) @binding(4) var<storage, read_write> run: array<u32, 4>;\n\
-             fn chunk_base() -> i32 {{\n    return i32(run[{w}]) * TP;\n}}\n",
-            w = crate::codegen::CHUNK_WORD
-        )
+        ""
+    };
+    let chunk = if chunks == 1 {
+        format!("{words}fn chunk_base() -> i32 {{\n    return 0;\n}}\n")
+    } else {
+        format!("{words}fn chunk_base() -> i32 {{\n    return i32(run[{}]) * TP;\n}}\n", crate::codegen::CHUNK_WORD)
     };
     let gemm = t.gemm_workgroups(shape, tp);
     let mut vars = shape_vars(shape, name);
@@ -596,13 +606,15 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Res
 }
 
 /// The filter transform of one filter: `u{lane}_{xi}` = (G g G^T)[xi] for each plane xi,
-/// g's nine values read from `w[src{lane} + ..]` where `ok{lane}` (zero elsewhere).
-pub(super) fn filter_transform(tr: &Transforms, lane: &str) -> String {
+/// g's nine values read from `w[src{lane} + ..]` where `ok{lane}` (zero elsewhere), times
+/// `scale` where given.
+pub(super) fn filter_transform(tr: &Transforms, lane: &str, scale: Option<&str>) -> String {
+    let times = scale.map_or(String::new(), |s| format!(" * {s}"));
     let p = tr.g.len();
     let mut s = String::new();
     for r in 0..3 {
         for c in 0..3 {
-            writeln!(s, "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]), ok{lane});", 3 * r + c).unwrap();
+            writeln!(s, "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]){times}, ok{lane});", 3 * r + c).unwrap();
         }
     }
     for (a, row) in tr.g.iter().enumerate() {
@@ -621,8 +633,9 @@ pub(super) fn filter_transform(tr: &Transforms, lane: &str) -> String {
 
 /// The input transform of one patch: `v{lane}_{xi}` = (B^T d B)[xi], d the p x p patch at
 /// rows `ih{lane}`.. and columns `iw{lane}`.. of x from `xb{lane}` on (zero outside the
-/// image or where `tok{lane}` is false).
-pub(super) fn input_transform(tr: &Transforms, lane: &str) -> String {
+/// image or where `tok{lane}` is false), times `scale` where given.
+pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>) -> String {
+    let times = scale.map_or(String::new(), |s| format!(" * {s}"));
     let p = tr.bt.len();
     let mut s = String::new();
     for a in 0..p {
@@ -634,7 +647,7 @@ pub(super) fn input_transform(tr: &Transforms, lane: &str) -> String {
     for a in 0..p {
         for b in 0..p {
             let ok = format!("r{lane}{a} && c{lane}{b}");
-            writeln!(s, "    let d{lane}{a}{b} = select(0.0, f32(x[select(0, xb{lane} + {a} * XSH + {b} * XSW, {ok})]), {ok});").unwrap();
+            writeln!(s, "    let d{lane}{a}{b} = select(0.0, f32(x[select(0, xb{lane} + {a} * XSH + {b} * XSW, {ok})]){times}, {ok});").unwrap();
         }
     }
     for (a, row) in tr.bt.iter().enumerate() {
@@ -653,7 +666,7 @@ pub(super) fn input_transform(tr: &Transforms, lane: &str) -> String {
 
 fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling();
-    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap)?;
+    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, false)?;
     let p2 = t.p2() as u64;
     let threads = v.threads();
     let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);
@@ -661,8 +674,8 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let groups = shape.groups as u64;
 
     // The transforms, each plane's value stored at its own place in `ws`.
-    let mut filter = filter_transform(&tr, "");
-    let mut input = input_transform(&tr, "");
+    let mut filter = filter_transform(&tr, "", None);
+    let mut input = input_transform(&tr, "", None);
     for xi in 0..p2 {
         writeln!(filter, "        ws[dst + {}] = u_{xi};", xi * cp * np).unwrap();
         writeln!(input, "    ws[dst + {}] = v_{xi};", xi * cp * tp).unwrap();
