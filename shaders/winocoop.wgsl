@@ -5,17 +5,19 @@
 //
 // `prologue`: its first F_BLOCKS workgroups transform the filters, U = G g G^T, two input
 //   channels (c, c + 1) of one (g, n) per invocation; the others transform the input
-//   patches, V = B^T d B, two tiles (t, t + 1) of one (g, c) per invocation. Each pair is
-//   stored as one u32 of two f16 (U as [g][xi][n][c], V as [g][xi][c][tile]: the GEMM reads
-//   8 of either per 16-byte load), padded with zeros to CP channels, NP output channels and
-//   TP tiles. float32 data is scaled first, as the coop family scales it: x and w times
+//   patches, V = B^T d B, two per invocation: for NCHW x two tiles (t, t + 1) of one (g, c),
+//   V stored as [g][xi][c][tile]; for NHWC x two channels (c, c + 1) of one (g, tile), V
+//   stored as [g][xi][tile][c] (neighbouring invocations read neighbouring values of x and
+//   write neighbouring values of V in both). Each pair is stored as one u32 of two f16 (U as
+//   [g][xi][n][c]: the GEMM reads 8 values per 16-byte load), padded with zeros to CP
+//   channels, NP output channels and TP tiles. float32 data is scaled first, as the coop family scales it: x and w times
 //   powers of two that put their largest finite values just under 2^12 (then |V| and |U|
 //   stay under 2^14: F(2x2)'s B^T sums 4 values with signs, G^T weighs 9 by at most 9/4),
 //   and `finish` scales back; float16 data is not scaled. A value past f16's range becomes
 //   Inf, which `finish` catches (the direct sum again).
 // `main`: the {{P2}} x {{GROUPS}} batched GEMMs M = V U, {{BM}} tiles x {{BN}} channels per
 //   workgroup, {{SUBGROUPS}} subgroups of {{TM}} x {{TN}} f32 accumulators, {{BK}}-deep steps
-//   staged in workgroup memory (V column-major as a_hi[c][tile], U as b_hi[n][c]) with the
+//   staged in workgroup memory (V as stored: a_hi[c][tile] or a_hi[tile][c]; U as b_hi[n][c]) with the
 //   next step's loads issued before this step's products; the accumulators are stored
 //   straight into M (f32; [n][tile] for NCHW y, [tile][n] for NHWC), which is padded to
 //   whole tiles.
@@ -34,8 +36,8 @@ alias DT = {{DT}};
 @group(0) @binding(1) var<storage, read> w: array<DT>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<DT>;
-// U (GROUPS x P2 x NP x CP) then the chunk's V (GROUPS x P2 x CP x TP), f16 packed two per
-// u32, four u32s per element: the GEMM's loads are 16 bytes.
+// U (GROUPS x P2 x NP x CP) then the chunk's V (GROUPS x P2 x CP x TP, or x TP x CP), f16
+// packed two per u32, four u32s per element: the GEMM's loads are 16 bytes.
 @group(0) @binding(5) var<storage, read_write> ws: array<vec4<u32>>;
 // M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.
 @group(0) @binding(6) var<storage, read_write> mw: array<f32>;
@@ -93,14 +95,8 @@ fn prologue(
     if (i >= V_JOBS) {
         return;
     }
-    // Consecutive invocations take consecutive tile pairs of one channel (coalesced stores).
-    let t0 = 2 * (i % (TP / 2));
-    let c = (i / (TP / 2)) % CP;
-    let g = i / (TP / 2 * CP);
-    let cc = g * CG + min(c, CG - 1);
 {{PATCHES}}
-    let dst = (VOFF + (g * P2 * CP + c) * TP + t0) / 2;   // u32s; plane xi is CP * TP / 2 on
-    // d, the pxp patch (zero outside the image), then e = B^T d and V = e B, per tile.
+    // d, the pxp patch (zero outside the image), then e = B^T d and V = e B, per patch.
 {{INPUT_TRANSFORM}}
 }
 
@@ -114,14 +110,14 @@ alias MatC = coop_mat16x16<f32, C>;
 const BM: i32 = {{BM}};
 const BN: i32 = {{BN}};
 const BK: i32 = {{BK}};
-const LDA: u32 = {{LDA}}u;         // staged V: f16 elements per channel row (BM + 8)
+const LDA: u32 = {{LDA}}u;         // staged V: f16 elements per row (BM + 8, or BK + 8 for [tile][c])
 const LDB: u32 = {{LDB}}u;         // staged U: f16 elements per output-channel row (BK + 8)
 const M_BLOCKS: u32 = {{M_BLOCKS}}u;   // TP / BM
 const N_BLOCKS: u32 = {{N_BLOCKS}}u;   // NP / BN
 const BLOCKS: u32 = {{BLOCKS}}u;       // M_BLOCKS * N_BLOCKS * GROUPS * P2
 
-// One step: V as [c][tile] (column-major A), U as [n][c] (column-major B), rows padded by 8
-// f16 to spread the 16x16 loads over banks.
+// One step: V as [c][tile] (column-major A) or [tile][c] (row-major A), U as [n][c]
+// (column-major B), rows padded by 8 f16 to spread the 16x16 loads over banks.
 var<workgroup> a_hi: array<vec4<f16>, {{A_TILE}}>;
 var<workgroup> b_hi: array<vec4<f16>, {{B_TILE}}>;
 
@@ -145,8 +141,8 @@ fn main(
     let sg = lidx / 32u;
     let wm = (sg % {{SGM}}u) * {{WM}}u;   // this subgroup's first tile row in the workgroup's
     let wn = (sg / {{SGM}}u) * {{WN}}u;   // and first output channel
-    // This GEMM's V ([c][tile]) and U ([n][c]), in 16-byte elements of `ws`.
-    let a_src = (VOFF + gx * CP * TP + m0) / 8;
+    // This GEMM's V and U ([n][c]), in 16-byte elements of `ws`.
+    let a_src = {{A_SRC}};
     let b_src = (gx * NP + n0) * CP / 8;
 
     // Per load slot: which 8 values of a step this invocation copies.

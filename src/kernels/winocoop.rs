@@ -190,25 +190,25 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         writeln!(filter, "        put_pair(dst + {}, u0_{xi}, u1_{xi});", xi * np * cp / 2).unwrap();
         writeln!(input, "    put_pair(dst + {}, v0_{xi}, v1_{xi});", xi * cp * tp / 2).unwrap();
     }
-    let mut patches = String::new();
-    for lane in 0..2 {
-        writeln!(patches, "    let tg{lane} = chunk_base() + t0 + {lane};").unwrap();
-        writeln!(patches, "    let tok{lane} = tg{lane} < TILES && c < CG;").unwrap();
-        writeln!(patches, "    let o{lane} = tile_origin(min(tg{lane}, TILES - 1));").unwrap();
-        writeln!(patches, "    let ih{lane} = o{lane}.y - PH;\n    let iw{lane} = o{lane}.z - PW;").unwrap();
-        writeln!(patches, "    let xb{lane} = o{lane}.x * XSN + cc * XSC + ih{lane} * XSH + iw{lane} * XSW;").unwrap();
-    }
+    let patches = patch_pairs(nhwc);
 
-    // The GEMM: 16-byte slots of each step, V along tiles and U along channels.
+    // The GEMM: 16-byte slots of each step, V along tiles ([c][tile]) or channels ([tile][c])
+    // and U along channels.
     let a_slots = v.bm * v.bk / 8 / threads;
     let b_slots = v.bn * v.bk / 8 / threads;
     let (mut setup, mut fetch, mut stage) = (String::new(), String::new(), String::new());
     for i in 0..a_slots {
-        writeln!(setup, "    let ak{i} = (lid + {}) / (BM / 8);", i * threads).unwrap();
-        writeln!(setup, "    let am{i} = (lid + {}) % (BM / 8) * 8;", i * threads).unwrap();
+        let q = format!("(lid + {})", i * threads);
+        if nhwc {
+            writeln!(setup, "    let am{i} = {q} / (BK / 8);\n    let ak{i} = {q} % (BK / 8) * 8;").unwrap();
+            writeln!(fetch, "    pa{i} = ws[a_src + (am{i} * CP + k_next + ak{i}) / 8];").unwrap();
+            writeln!(stage, "        {{\n            let at = (u32(am{i}) * LDA + u32(ak{i})) / 4u;").unwrap();
+        } else {
+            writeln!(setup, "    let ak{i} = {q} / (BM / 8);\n    let am{i} = {q} % (BM / 8) * 8;").unwrap();
+            writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8];").unwrap();
+            writeln!(stage, "        {{\n            let at = (u32(ak{i}) * LDA + u32(am{i})) / 4u;").unwrap();
+        }
         writeln!(setup, "    var pa{i}: vec4<u32>;").unwrap();
-        writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8];").unwrap();
-        writeln!(stage, "        {{\n            let at = (u32(ak{i}) * LDA + u32(am{i})) / 4u;").unwrap();
         coop::unpack_at(&mut stage, "            ", "a", &format!("pa{i}"));
         stage.push_str("        }\n");
     }
@@ -236,7 +236,12 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             writeln!(store, "    {put}").unwrap();
         }
     }
-    // Within one bound, the indices above stay in i32 (checked where the chunks are chosen).
+    // V staged as stored: BK rows of BM tiles, or BM rows of BK channels.
+    let (a_rows, lda, a_src) = if nhwc {
+        (v.bm, v.bk + PAD, "(VOFF + (gx * TP + m0) * CP) / 8")
+    } else {
+        (v.bk, v.bm + PAD, "(VOFF + gx * CP * TP + m0) / 8")
+    };
     let f_jobs = groups * np * cp / 2;
     let f_blocks = f_jobs.div_ceil(256);
     let v_jobs = groups * cp * tp / 2;
@@ -250,9 +255,10 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("WN", (16 * tn).to_string()),
         ("TM", tm.to_string()),
         ("TN", tn.to_string()),
-        ("LDA", (v.bm + PAD).to_string()),
+        ("LDA", lda.to_string()),
         ("LDB", (v.bk + PAD).to_string()),
-        ("A_TILE", (v.bk * (v.bm + PAD) / 4).to_string()),
+        ("A_TILE", (a_rows * lda / 4).to_string()),
+        ("A_SRC", a_src.to_string()),
         ("B_TILE", (v.bn * (v.bk + PAD) / 4).to_string()),
         ("THREADS", threads.to_string()),
         ("SCALES", scales.to_string()),
@@ -263,7 +269,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("ACC_DECL", acc),
         ("FETCH", fetch),
         ("STAGE", stage),
-        ("INNER", coop::gemm_step(v.bm, v.bn, v.bk, v.sgm, v.sgn)),
+        ("INNER", coop::gemm_step(v.bm, v.bn, v.bk, v.sgm, v.sgn, nhwc)),
         ("STORE", store),
     ]);
     let mut kernel = Kernel::plain(render(WinoCoop::TEMPLATE, &vars)?, gemm);
@@ -275,6 +281,32 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     kernel.scaled = scaled;
     kernel.prescale = scaled;
     Ok(kernel)
+}
+
+/// The prologue's patch pair: its job decoded (`i`: tiles t0, t0 + 1 of one channel for
+/// NCHW x, channels c0, c0 + 1 of one tile for NHWC x, neighbouring invocations taking
+/// neighbouring pairs), each patch's origin in x and validity (lane 0 and 1, as
+/// `input_transform` reads them), and `dst`, the pair's u32 in plane 0 of V.
+fn patch_pairs(nhwc: bool) -> String {
+    let mut s = String::new();
+    let (tile, chan) = if nhwc {
+        s.push_str("    let c0 = 2 * (i % (CP / 2));\n    let t = (i / (CP / 2)) % TP;\n    let g = i / (CP / 2 * TP);\n");
+        s.push_str("    let dst = (VOFF + (g * P2 * TP + t) * CP + c0) / 2;   // u32s; plane xi is TP * CP / 2 on\n");
+        (["t", "t"], ["c0", "c0 + 1"])
+    } else {
+        s.push_str("    let t0 = 2 * (i % (TP / 2));\n    let c = (i / (TP / 2)) % CP;\n    let g = i / (TP / 2 * CP);\n");
+        s.push_str("    let dst = (VOFF + (g * P2 * CP + c) * TP + t0) / 2;   // u32s; plane xi is CP * TP / 2 on\n");
+        (["t0", "t0 + 1"], ["c", "c"])
+    };
+    for lane in 0..2 {
+        let (t, c) = (tile[lane], chan[lane]);
+        writeln!(s, "    let tg{lane} = chunk_base() + {t};").unwrap();
+        writeln!(s, "    let tok{lane} = tg{lane} < TILES && {c} < CG;").unwrap();
+        writeln!(s, "    let o{lane} = tile_origin(min(tg{lane}, TILES - 1));").unwrap();
+        writeln!(s, "    let ih{lane} = o{lane}.y - PH;\n    let iw{lane} = o{lane}.z - PW;").unwrap();
+        writeln!(s, "    let xb{lane} = o{lane}.x * XSN + (g * CG + min({c}, CG - 1)) * XSC + ih{lane} * XSH + iw{lane} * XSW;").unwrap();
+    }
+    s
 }
 
 #[cfg(test)]

@@ -52,13 +52,14 @@ const LAYOUT0_W_GATHER: f64 = 0.5;
 const COOP_BARRIER: f64 = 5.0;
 
 
-/// One k-step's products of a plain GEMM on tiles staged as this family's layout 0 stages
-/// them (A column-major, `a_hi[k][m]` in rows of LDA f16; B as `b_hi[n][k]` in rows of LDB),
-/// one f16 product per term, into accumulators `acc{i}_{j}` of the subgroup whose tile
-/// starts at row `wm` and column `wn`: the tensor-core core other families' GEMMs run on
-/// (the Winograd family `wcoop`).
-pub(super) fn gemm_step(bm: u32, bn: u32, bk: u32, sgm: u32, sgn: u32) -> String {
-    inner_product(&Coop { bm, bn, bk, sgm, sgn, split: 1, layout: 0, splits: 1 }, None)
+/// One k-step's products of a plain GEMM on tiles staged as this family stages them (A
+/// column-major, `a_hi[k][m]`, as layout 0 does, or row-major, `a_hi[m][k]`, as layout 1
+/// does, in rows of LDA f16; B as `b_hi[n][k]` in rows of LDB), one f16 product per term,
+/// into accumulators `acc{i}_{j}` of the subgroup whose tile starts at row `wm` and column
+/// `wn`: the tensor-core core other families' GEMMs run on (the Winograd family `wcoop`).
+pub(super) fn gemm_step(bm: u32, bn: u32, bk: u32, sgm: u32, sgn: u32, a_row_major: bool) -> String {
+    let layout = u32::from(a_row_major);
+    inner_product(&Coop { bm, bn, bk, sgm, sgn, split: 1, layout, splits: 1 }, None)
 }
 
 impl Coop {
