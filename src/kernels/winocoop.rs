@@ -192,7 +192,10 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         writeln!(filter, "        put_pair(dst + {}, u0_{xi}, u1_{xi});", xi * np * cp / 2).unwrap();
         writeln!(input, "    put_pair(dst + {}, v0_{xi}, v1_{xi});", xi * cp * tp / 2).unwrap();
     }
-    let patches = patch_pairs(nhwc);
+    // V's order: tile-major for channels-last x (the input transform reads x and writes V
+    // along channels), channel-major for NCHW x (both along tiles).
+    let tile_major = nhwc;
+    let patches = patch_pairs(tile_major);
 
     // The GEMM: 16-byte slots of each step, V along tiles ([c][tile]) or channels ([tile][c])
     // and U along channels.
@@ -201,7 +204,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let (mut setup, mut fetch, mut stage) = (String::new(), String::new(), String::new());
     for i in 0..a_slots {
         let q = format!("(lid + {})", i * threads);
-        if nhwc {
+        if tile_major {
             writeln!(setup, "    let am{i} = {q} / (BK / 8);\n    let ak{i} = {q} % (BK / 8) * 8;").unwrap();
             writeln!(fetch, "    pa{i} = ws[a_src + (am{i} * CP + k_next + ak{i}) / 8];").unwrap();
             writeln!(stage, "        {{\n            let at = (u32(am{i}) * LDA + u32(ak{i})) / 4u;").unwrap();
@@ -239,7 +242,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         }
     }
     // V staged as stored: BK rows of BM tiles, or BM rows of BK channels.
-    let (a_rows, lda, a_src) = if nhwc {
+    let (a_rows, lda, a_src) = if tile_major {
         (v.bm, v.bk + PAD, "(VOFF + (gx * TP + m0) * CP) / 8")
     } else {
         (v.bk, v.bm + PAD, "(VOFF + gx * CP * TP + m0) / 8")
@@ -271,7 +274,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("ACC_DECL", acc),
         ("FETCH", fetch),
         ("STAGE", stage),
-        ("INNER", coop::gemm_step(v.bm, v.bn, v.bk, v.sgm, v.sgn, nhwc)),
+        ("INNER", coop::gemm_step(v.bm, v.bn, v.bk, v.sgm, v.sgn, tile_major)),
         ("STORE", store),
     ]);
     let mut kernel = Kernel::plain(render(WinoCoop::TEMPLATE, &vars)?, gemm);
@@ -285,13 +288,13 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     Ok(kernel)
 }
 
-/// The prologue's patch pair: its job decoded (`i`: tiles t0, t0 + 1 of one channel for
-/// NCHW x, channels c0, c0 + 1 of one tile for NHWC x, neighbouring invocations taking
-/// neighbouring pairs), each patch's origin in x and validity (lane 0 and 1, as
-/// `input_transform` reads them), and `dst`, the pair's u32 in plane 0 of V.
-fn patch_pairs(nhwc: bool) -> String {
+/// The prologue's patch pair: its job decoded (`i`: channels c0, c0 + 1 of one tile for a
+/// tile-major V, tiles t0, t0 + 1 of one channel for a channel-major one, neighbouring
+/// invocations taking neighbouring pairs), each patch's origin in x and validity (lane 0 and
+/// 1, as `input_transform` reads them), and `dst`, the pair's u32 in plane 0 of V.
+fn patch_pairs(tile_major: bool) -> String {
     let mut s = String::new();
-    let (tile, chan) = if nhwc {
+    let (tile, chan) = if tile_major {
         s.push_str("    let c0 = 2 * (i % (CP / 2));\n    let t = (i / (CP / 2)) % TP;\n    let g = i / (CP / 2 * TP);\n");
         s.push_str("    let dst = (VOFF + (g * P2 * TP + t) * CP + c0) / 2;   // u32s; plane xi is TP * CP / 2 on\n");
         (["t", "t"], ["c0", "c0 + 1"])
