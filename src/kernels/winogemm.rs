@@ -505,11 +505,7 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
             writeln!(output, "    let m{a}{b} = mw[src + {}];", (p * a + b) as u64 * np * tp).unwrap();
         }
     }
-    for (a, row) in tr.at.iter().enumerate() {
-        for b in 0..p {
-            writeln!(output, "    let s{a}_{b} = {};", or_zero(lincomb(row, |r| format!("m{r}{b}")))).unwrap();
-        }
-    }
+    left_product(&mut output, "    ", &tr.at, p, |r, b| format!("m{r}{b}"), |a, b| format!("s{a}_{b}"));
     for a in 0..m {
         for (b, col) in tr.at.iter().enumerate() {
             let sum = or_zero(lincomb(col, |c| format!("s{a}_{c}")));
@@ -617,17 +613,9 @@ pub(super) fn filter_transform(tr: &Transforms, lane: &str, scale: Option<&str>)
             writeln!(s, "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]){times}, ok{lane});", 3 * r + c).unwrap();
         }
     }
-    for (a, row) in tr.g.iter().enumerate() {
-        for c in 0..3 {
-            writeln!(s, "        let h{lane}{a}{c} = {};", or_zero(lincomb(row, |r| format!("g{lane}{r}{c}")))).unwrap();
-        }
-    }
-    for a in 0..p {
-        for (b, col) in tr.g.iter().enumerate() {
-            let sum = or_zero(lincomb(col, |c| format!("h{lane}{a}{c}")));
-            writeln!(s, "        let u{lane}_{} = {sum};", p * a + b).unwrap();
-        }
-    }
+    let h = |a: usize, c: usize| format!("h{lane}{a}{c}");
+    left_product(&mut s, "        ", &tr.g, 3, |r, c| format!("g{lane}{r}{c}"), h);
+    right_product(&mut s, "        ", &tr.g, p, h, |a, b| format!("u{lane}_{}", p * a + b));
     s
 }
 
@@ -650,18 +638,30 @@ pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>) 
             writeln!(s, "    let d{lane}{a}{b} = select(0.0, f32(x[select(0, xb{lane} + {a} * XSH + {b} * XSW, {ok})]){times}, {ok});").unwrap();
         }
     }
-    for (a, row) in tr.bt.iter().enumerate() {
-        for b in 0..p {
-            writeln!(s, "    let e{lane}{a}_{b} = {};", or_zero(lincomb(row, |r| format!("d{lane}{r}{b}")))).unwrap();
-        }
-    }
-    for a in 0..p {
-        for (b, col) in tr.bt.iter().enumerate() {
-            let sum = or_zero(lincomb(col, |c| format!("e{lane}{a}_{c}")));
-            writeln!(s, "    let v{lane}_{} = {sum};", p * a + b).unwrap();
-        }
-    }
+    let e = |a: usize, b: usize| format!("e{lane}{a}_{b}");
+    left_product(&mut s, "    ", &tr.bt, p, |r, b| format!("d{lane}{r}{b}"), e);
+    right_product(&mut s, "    ", &tr.bt, p, e, |a, b| format!("v{lane}_{}", p * a + b));
     s
+}
+
+/// `let {out(a, c)} = (L X)[a][c]` for every row a of `l` and column c < `cols` of X, X's
+/// entries named by `x(r, c)`: the left side of a transform L X L^T.
+fn left_product(s: &mut String, ind: &str, l: &[Vec<f64>], cols: usize, x: impl Fn(usize, usize) -> String, out: impl Fn(usize, usize) -> String) {
+    for (a, row) in l.iter().enumerate() {
+        for c in 0..cols {
+            writeln!(s, "{ind}let {} = {};", out(a, c), or_zero(lincomb(row, |r| x(r, c)))).unwrap();
+        }
+    }
+}
+
+/// `let {out(a, b)} = (Y L^T)[a][b]` for rows a < `rows` of Y and every row b of `l`, Y's
+/// entries named by `y(a, c)`: the right side of a transform L X L^T.
+fn right_product(s: &mut String, ind: &str, l: &[Vec<f64>], rows: usize, y: impl Fn(usize, usize) -> String, out: impl Fn(usize, usize) -> String) {
+    for a in 0..rows {
+        for (b, col) in l.iter().enumerate() {
+            writeln!(s, "{ind}let {} = {};", out(a, b), or_zero(lincomb(col, |c| y(a, c)))).unwrap();
+        }
+    }
 }
 
 fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
