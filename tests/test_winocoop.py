@@ -12,15 +12,13 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference, pixel_shuffle_reference
-from reference import nhwc, run_or_skip_over_limits
+from reference import check_mode_bound, nhwc, run_or_skip_over_limits
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 WCOOP = [v for v in convtune.variant_space() if v.startswith("wcoop_")]
 TC = convtune.adapter_info()["features"]["tensor_cores"]
 needs_tc = pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
 PER_M = {convtune.variant_knobs(v)["m"]: v for v in WCOOP}
-# The float16 bound: four float16 rounding steps of max |y|.
-BOUND = 4 * 2.0**-11
 
 
 def _half(rng, xs, ws):
@@ -28,10 +26,6 @@ def _half(rng, xs, ws):
     w = (rng.standard_normal(ws) / np.sqrt(9 * ws[1])).astype(np.float16)
     b = rng.standard_normal(ws[0]).astype(np.float32)
     return x, w, b
-
-
-def _err(got, want):
-    return np.abs(np.asarray(got).astype(np.float64) - want).max() / np.abs(want).max()
 
 
 def _run(variant, *args, **kw):
@@ -94,7 +88,7 @@ def test_every_variant_matches_the_reference(variant, layout):
         want = conv2d_reference(x, w, bias=b, **kw)
         got = _run(variant, t(x), w, bias=b, layout=layout, **kw)
         assert got.dtype == np.float16 and np.all(np.isfinite(got))
-        assert _err(got, t(want)) <= BOUND, (variant, layout, xs, ws, kw, _err(got, t(want)))
+        check_mode_bound(got, t(want), True, "high", f"{variant} {layout} {xs} {ws} {kw}")
 
 
 @needs_tc
@@ -112,7 +106,7 @@ def test_float32_data_is_scaled_within_high(variant, layout):
         want = conv2d_reference(x, w, bias=b, **kw)
         got = _run(variant, t(x), w, bias=b, layout=layout, precision="high", **kw)
         assert got.dtype == np.float32 and np.all(np.isfinite(got))
-        assert _err(got, t(want)) <= 4e-3, (variant, layout, xs, ws, kw, _err(got, t(want)))
+        check_mode_bound(got, t(want), False, "high", f"{variant} {layout} {xs} {ws} {kw}")
 
 
 @needs_tc
@@ -129,7 +123,7 @@ def test_float32_data_of_any_range_meets_high(xs, wsc):
     assert np.all(np.isfinite(got))
     big = np.abs(want) > 1e-2 * np.abs(want).max()
     assert np.all(got[big] != 0)
-    assert _err(got, want) <= 4e-3, (xs, wsc, _err(got, want))
+    check_mode_bound(got, want, False, "high", f"{xs} {wsc}")
 
 
 @needs_tc
@@ -145,10 +139,10 @@ def test_the_epilogue_and_pixel_shuffle_go_through_finish(m, layout):
     want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation="silu")
     got = _run(variant, t(x), w, bias=b, z=t(z), alpha1=0.5, alpha2=-2.0, activation="silu",
                padding=1, layout=layout)
-    assert _err(got, t(want)) <= BOUND, (variant, layout)
+    check_mode_bound(got, t(want), True, "high", f"{variant} {layout}")
     want = pixel_shuffle_reference(conv2d_reference(x, w, bias=b, padding=1), 2)
     got = _run(variant, t(x), w, bias=b, padding=1, pixel_shuffle=2, layout=layout)
-    assert _err(got, t(want)) <= BOUND, (variant, layout, "shuffle")
+    check_mode_bound(got, t(want), True, "high", f"{variant} {layout} shuffle")
 
 
 @needs_tc
@@ -166,7 +160,7 @@ def test_chunked_runs_match_the_reference(m, monkeypatch):
     cap = max(2 * planes * cp * (np_ + k["bm"]), 4 * planes * np_ * k["bm"])
     monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
     got = _run(variant, nhwc(x), w, bias=b, padding=1, layout="NHWC")
-    assert _err(got, nhwc(want)) <= BOUND, variant
+    check_mode_bound(got, nhwc(want), True, "high", variant)
 
 
 @needs_tc
@@ -189,7 +183,7 @@ def test_inf_nan_and_overflowing_transforms_come_out_as_in_the_direct_method(m):
     np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
     fin = np.isfinite(want)
-    assert _err(np.where(fin, got, 0), np.where(fin, want, 0)) <= BOUND, variant
+    check_mode_bound(np.where(fin, got, 0), np.where(fin, want, 0), True, "high", variant)
 
 
 @needs_tc
@@ -203,4 +197,4 @@ def test_tuning_picks_a_validated_winner_among_them(tuning_env, monkeypatch):
     assert report.winner.startswith("wcoop_")
     got = convtune.conv2d(x, w, bias=b, padding=1, layout="NHWC")
     want = conv2d_reference(x.transpose(0, 3, 1, 2), w, bias=b, padding=1)
-    assert _err(got, nhwc(want)) <= BOUND
+    check_mode_bound(got, nhwc(want), True, "high", report.winner)
