@@ -15,6 +15,10 @@
 //   stay under 2^14: F(2x2)'s B^T sums 4 values with signs, G^T weighs 9 by at most 9/4),
 //   and `finish` scales back; float16 data is not scaled. A value past f16's range becomes
 //   Inf, which `finish` catches (the direct sum again).
+// Split {{SPLIT}}: 1 = one f16 product per term ("high", float16 data); 3 = the split pair
+// (U and V also stored as lo = f16((v - hi) * 2^11) after the hi parts, hi*hi + (hi*lo +
+// lo*hi) / 2^11 with the correction terms in their own accumulators and their own M after
+// the products', which `finish` adds: "highest", as the coop family's split).
 // `main`: the {{P2}} x {{GROUPS}} batched GEMMs M = V U, {{BM}} tiles x {{BN}} channels per
 //   workgroup, {{SUBGROUPS}} subgroups of {{TM}} x {{TN}} f32 accumulators, {{BK}}-deep steps
 //   staged in workgroup memory (V as stored: a_hi[c][tile] or a_hi[tile][c]; U as b_hi[n][c]) with the
@@ -54,6 +58,26 @@ fn scale_exp(bits: u32) -> i32 {
 // Stores f16 values lo and hi (lo first) as u32 q of the workspace.
 fn put_pair(q: i32, lo: f32, hi: f32) {
     ws[q / 4][q % 4] = pack2x16float(vec2<f32>(lo, hi));
+}
+
+// The split pair (split 3): v's top 11 significant bits, by masking (so v - hi is exact);
+// Inf and NaN whole, with a zero lo part.
+fn hi_part(v: f32) -> f32 {
+    let bits = bitcast<u32>(v);
+    return select(v, bitcast<f32>(bits & 0xFFFFE000u), (bits & 0x7F800000u) != 0x7F800000u);
+}
+
+fn lo_part(v: f32, hi: f32) -> f32 {
+    return select(0.0, (v - hi) * 2048.0, (bitcast<u32>(v) & 0x7F800000u) != 0x7F800000u);
+}
+
+// Stores a's and b's split pairs: the hi parts as u32 q, the lo parts (2^11 times the rest)
+// `lo` u32s on.
+fn put_split(q: i32, lo: i32, a: f32, b: f32) {
+    let ha = hi_part(a);
+    let hb = hi_part(b);
+    put_pair(q, ha, hb);
+    put_pair(q + lo, lo_part(a, ha), lo_part(b, hb));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -120,6 +144,7 @@ const BLOCKS: u32 = {{BLOCKS}}u;       // M_BLOCKS * N_BLOCKS * GROUPS * P2
 // (column-major B), rows padded by 8 f16 to spread the 16x16 loads over banks.
 var<workgroup> a_hi: array<vec4<f16>, {{A_TILE}}>;
 var<workgroup> b_hi: array<vec4<f16>, {{B_TILE}}>;
+{{LO_TILES}}
 
 @compute @workgroup_size({{THREADS}}, 1, 1)
 fn main(

@@ -1,5 +1,5 @@
-"""The non-fused Winograd family on tensor cores (wcoop: F(2x2); float16 data, and float32
-data in "high", scaled): every variant on 3x3 stride-1 shapes (several images, odd output
+"""The non-fused Winograd family on tensor cores (wcoop: F(2x2); float16 data, float32 data
+in "high", scaled, and in "highest" on the split pair): every variant on 3x3 stride-1 shapes (several images, odd output
 sizes, padding 0 to 2, groups, C and K off the tile sizes), with the fused epilogue, in both
 layouts, pixel shuffle, in chunks, and with Inf, NaN, values past float16's range and float32
 values of any range, against the float64 reference with poisoned outputs (conftest). Lavapipe has no cooperative matrices: there only the listing, the WGSL and
@@ -18,7 +18,9 @@ from tuning_support import tuning_env  # noqa: F401  (a fixture)
 WCOOP = [v for v in convtune.variant_space() if v.startswith("wcoop_")]
 TC = convtune.adapter_info()["features"]["tensor_cores"]
 needs_tc = pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
-PER_M = {convtune.variant_knobs(v)["m"]: v for v in WCOOP}
+SINGLE = [v for v in WCOOP if convtune.variant_knobs(v)["split"] == 1]
+SPLIT = [v for v in WCOOP if convtune.variant_knobs(v)["split"] == 3]
+PER_M = {convtune.variant_knobs(v)["m"]: v for v in SINGLE}
 
 
 def _half(rng, xs, ws):
@@ -33,11 +35,11 @@ def _run(variant, *args, **kw):
 
 
 def test_family_is_listed_and_named_by_its_knobs():
-    assert len(WCOOP) >= 4 and set(PER_M) == {2}
+    assert len(SINGLE) >= 4 and len(SPLIT) == len(SINGLE) and set(PER_M) == {2}
     for name in WCOOP:
         k = convtune.variant_knobs(name)
         assert k["family"] == "wcoop"
-        assert name == f"wcoop_m{k['m']}_b{k['bm']}x{k['bn']}x{k['bk']}_s{k['sgm']}x{k['sgn']}"
+        assert name == f"wcoop_m{k['m']}_b{k['bm']}x{k['bn']}x{k['bk']}_s{k['sgm']}x{k['sgn']}_p{k['split']}"
         src = convtune.wgsl(name, (2, 16, 9, 10), (8, 16, 3, 3), padding=1, dtype="float16")
         assert "coopMultiplyAdd" in src and "fn finish" in src and name in src
 
@@ -59,14 +61,14 @@ def test_what_it_cannot_compute_is_refused(kw, ws, dtype, why):
 
 @needs_tc
 def test_it_serves_high_and_float16_but_not_highest(tuning_env, monkeypatch):
-    """Only this family's candidates: "high" and float16 data tune to one of them, "highest"
-    has none (one f16 product per term)."""
+    """Only this family's candidates: "high" and float16 data tune to a single-pass one,
+    "highest" to a split-pair one."""
     monkeypatch.setenv("CONVTUNE_FAMILIES", "wcoop")
     spec = ((1, 16, 9, 9), (8, 16, 3, 3))
-    assert convtune.tune(*spec, padding=1, precision="high", budget=0.1, force=True).winner.startswith("wcoop_")
-    assert convtune.tune(*spec, padding=1, dtype="float16", budget=0.1, force=True).winner.startswith("wcoop_")
-    with pytest.raises(ValueError, match="leaves no kernel variant"):
-        convtune.tune(*spec, padding=1, precision="highest", budget=0.1, force=True)
+    for kw, split in ((dict(precision="high"), 1), (dict(dtype="float16"), 1), (dict(precision="highest"), 3)):
+        report = convtune.tune(*spec, padding=1, budget=0.1, force=True, **kw)
+        assert report.winner.startswith("wcoop_"), kw
+        assert {convtune.variant_knobs(c["name"])["split"] for c in report.candidates} == {split}, kw
 
 
 # x (NCHW), w, keywords: odd output sizes, padding 0 to 2, groups, C and K off every tile.
@@ -92,7 +94,7 @@ def test_every_variant_matches_the_reference(variant, layout):
 
 
 @needs_tc
-@pytest.mark.parametrize("variant", WCOOP)
+@pytest.mark.parametrize("variant", SINGLE)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_float32_data_is_scaled_within_high(variant, layout):
     """float32 data in "high": x and w scaled from their maxima before the transforms, the
@@ -110,20 +112,39 @@ def test_float32_data_is_scaled_within_high(variant, layout):
 
 
 @needs_tc
+@pytest.mark.parametrize("variant", SPLIT)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_the_split_pair_meets_highest(variant, layout):
+    """float32 data in "highest": the split pair's products within 1e-5 of max |y|."""
+    rng = np.random.default_rng(abs(hash(("split", variant, layout))) % 2**32)
+    t = nhwc if layout == "NHWC" else np.asarray
+    for xs, ws, kw in CASES:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        want = conv2d_reference(x, w, bias=b, **kw)
+        got = _run(variant, t(x), w, bias=b, layout=layout, precision="highest", **kw)
+        assert got.dtype == np.float32 and np.all(np.isfinite(got))
+        check_mode_bound(got, t(want), False, "highest", f"{variant} {layout} {xs} {ws} {kw}")
+
+
+@needs_tc
+@pytest.mark.parametrize("split, precision", [(1, "high"), (3, "highest")])
 @pytest.mark.parametrize("xs, wsc", [(1e-30, 1.0), (1e30, 1e-30), (1e-20, 1e-15), (1e18, 1e15), (1e-3, 1e5)])
-def test_float32_data_of_any_range_meets_high(xs, wsc):
+def test_float32_data_of_any_range_meets_its_bound(xs, wsc, split, precision):
     """Tiny and huge float32 inputs, and 12-decade spreads between x and w: nothing flushed
-    to zero where the result is not tiny, nothing overflowing f16."""
-    variant = PER_M[2]
+    to zero where the result is not tiny, nothing overflowing f16; "high" on one product per
+    term, "highest" on the split pair."""
+    variant = (SINGLE if split == 1 else SPLIT)[0]
     rng = np.random.default_rng(90)
     x = (rng.standard_normal((2, 32, 10, 10)) * xs).astype(np.float32)
     w = (rng.standard_normal((16, 32, 3, 3)) * wsc).astype(np.float32)
-    got = _run(variant, x, w, padding=1, precision="high")
+    got = _run(variant, x, w, padding=1, precision=precision)
     want = conv2d_reference(x, w, padding=1)
     assert np.all(np.isfinite(got))
     big = np.abs(want) > 1e-2 * np.abs(want).max()
     assert np.all(got[big] != 0)
-    check_mode_bound(got, want, False, "high", f"{xs} {wsc}")
+    check_mode_bound(got, want, False, precision, f"{variant} {xs} {wsc}")
 
 
 @needs_tc
@@ -184,6 +205,30 @@ def test_inf_nan_and_overflowing_transforms_come_out_as_in_the_direct_method(m):
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
     fin = np.isfinite(want)
     check_mode_bound(np.where(fin, got, 0), np.where(fin, want, 0), True, "high", variant)
+
+
+@needs_tc
+@pytest.mark.parametrize("split, precision", [(1, "high"), (3, "highest")])
+def test_float32_inf_and_nan_come_out_as_in_the_direct_method(split, precision):
+    """float32 data, scaled: Inf and NaN pass into the transforms unscaled (the split pair
+    keeps them in hi with a zero lo) and finish sums their outputs again the direct way."""
+    variant = (SINGLE if split == 1 else SPLIT)[0]
+    rng = np.random.default_rng(75 + split)
+    x = rng.standard_normal((2, 32, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((16, 32, 3, 3)).astype(np.float32)
+    x[0, 1, 3, 4] = np.inf
+    x[1, 2, 0, 0] = -np.inf
+    x[1, 4, 8, 9] = np.nan
+    w[3, 2, 1, 1] = np.inf
+    with np.errstate(all="ignore"):
+        want = conv2d_reference(x, w, padding=1)
+    for layout, t in (("NCHW", np.asarray), ("NHWC", nhwc)):
+        got = _run(variant, t(x), w, padding=1, layout=layout, precision=precision)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(t(want)))
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(t(want)))
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(t(want)))
+        fin = np.isfinite(t(want))
+        check_mode_bound(np.where(fin, got, 0), np.where(fin, t(want), 0), False, precision, f"{variant} {layout}")
 
 
 @needs_tc

@@ -37,6 +37,9 @@ pub struct WinoCoop {
     /// Subgroups along the tiles and the channels (each a grid of 16x16 accumulators).
     pub sgm: u32,
     pub sgn: u32,
+    /// 1: one f16 product per term ("high"); 3: the split pair, hi*hi + (hi*lo + lo*hi) /
+    /// 2^11 with the correction terms accumulated apart ("highest"), as the coop family's.
+    pub split: u32,
 }
 
 /// (bm, bn, sgm, sgn), 32-deep steps: the coop family's 2x2 to 4x4 accumulator grids on 4
@@ -44,6 +47,7 @@ pub struct WinoCoop {
 /// TFLOP/s at 8192^3, `../shared/device/COOPMAT.md`'s design).
 const TILES: [(u32, u32, u32, u32); 6] = [(64, 64, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (128, 128, 2, 2), (128, 128, 2, 4), (128, 256, 2, 4)];
 const MS: [u32; 1] = [2];
+const SPLIT: [u32; 2] = [1, 3];
 const BK: u32 = 32;
 /// f16 elements of padding per staged row: 16 bytes, as the coop family's.
 const PAD: u32 = 8;
@@ -57,7 +61,13 @@ const STAGE: f64 = 4.0;
 
 impl WinoCoop {
     fn tiling(&self) -> Tiling {
-        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 }
+        let parts = self.parts() as u64;
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 * parts, m_bytes: 4 * parts }
+    }
+
+    /// f16 parts of each transformed value (hi, and lo for the split pair).
+    fn parts(&self) -> u32 {
+        if self.split == 3 { 2 } else { 1 }
     }
 
     fn threads(&self) -> u32 {
@@ -78,15 +88,16 @@ impl Family for WinoCoop {
     const TEMPLATE: &'static str = include_str!("../../shaders/winocoop.wgsl");
 
     fn space() -> Vec<Self> {
-        MS.iter()
-            .flat_map(|&m| TILES.iter().map(move |&(bm, bn, sgm, sgn)| WinoCoop { m, bm, bn, bk: BK, sgm, sgn }))
+        let tiles = MS.iter().flat_map(|&m| TILES.iter().map(move |&t| (m, t)));
+        tiles
+            .flat_map(|(m, (bm, bn, sgm, sgn))| SPLIT.iter().map(move |&split| WinoCoop { m, bm, bn, bk: BK, sgm, sgn, split }))
             .filter(|v| v.well_formed())
             .collect()
     }
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [m, bm, bn, bk, sgm, sgn] => Some(WinoCoop { m, bm, bn, bk, sgm, sgn }),
+            [m, bm, bn, bk, sgm, sgn, split] => Some(WinoCoop { m, bm, bn, bk, sgm, sgn, split }),
             _ => None,
         }
     }
@@ -98,16 +109,17 @@ impl KernelVariant for WinoCoop {
     }
 
     fn name(&self) -> String {
-        format!("wcoop_m{}_b{}x{}x{}_s{}x{}", self.m, self.bm, self.bn, self.bk, self.sgm, self.sgn)
+        format!("wcoop_m{}_b{}x{}x{}_s{}x{}_p{}", self.m, self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split)
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![("m", self.m), ("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("sgm", self.sgm), ("sgn", self.sgn)]
+        vec![("m", self.m), ("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split)]
     }
 
     fn well_formed(&self) -> bool {
         let t = self.threads();
         MS.contains(&self.m)
+            && SPLIT.contains(&self.split)
             && self.bk == BK
             && TILES.contains(&(self.bm, self.bn, self.sgm, self.sgn))
             // Whole 16-byte load slots per invocation on both sides.
@@ -120,16 +132,17 @@ impl KernelVariant for WinoCoop {
     }
 
     fn workgroup_bytes(&self) -> u32 {
-        2 * (self.bk * (self.bm + PAD) + self.bn * (self.bk + PAD))
+        2 * self.parts() * (self.bk * (self.bm + PAD) + self.bn * (self.bk + PAD))
     }
 
     fn needs_tensor_cores(&self) -> bool {
         true
     }
 
-    /// One f16 product per term: `"high"` (and float16 data, which it serves).
+    /// One f16 product per term: `"high"` (and float16 data, which it serves); the split
+    /// pair `"highest"` (it would serve `"high"` too, at three times the products).
     fn serves(&self, precision: Precision) -> bool {
-        precision == Precision::High
+        matches!((self.split, precision), (1, Precision::High) | (3, Precision::Highest))
     }
 
     /// 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit the default
@@ -157,7 +170,8 @@ impl KernelVariant for WinoCoop {
         let (_, cp, np) = t.padded(shape);
         let tp = chunking.tp * chunking.chunks as u64;
         let fmas = t.p2() as f64 * (tp * np * cp * shape.groups as u64) as f64;
-        let per_fma = MMA + STAGE * (1.0 / self.bm as f64 + 1.0 / self.bn as f64);
+        let parts = self.parts() as f64;
+        let per_fma = MMA * self.split as f64 + STAGE * parts * (1.0 / self.bm as f64 + 1.0 / self.bn as f64);
         let workgroups = t.gemm_workgroups(shape, chunking.tp);
         let gemm = fmas * per_fma / parallel_efficiency(workgroups * self.threads() as u64) / multiprocessor_fill(workgroups);
         gemm + t.overhead(shape, chunking)
@@ -175,7 +189,8 @@ impl KernelVariant for WinoCoop {
 fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling();
     let scaled = shape.dtype == DType::F32;
-    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, scaled)?;
+    let split = v.split == 3;
+    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, scaled, split)?;
     let tp = chunking.tp;
     let p2 = t.p2() as u64;
     let (_, cp, np) = t.padded(shape);
@@ -188,9 +203,17 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let mut filter = filter_transform(&tr, "0", sw) + &filter_transform(&tr, "1", sw);
     let mut input = input_transform(&tr, "0", sx) + &input_transform(&tr, "1", sx);
     let scales = if scaled { "    let sx = ldexp(1.0, scale_exp(run[0]));\n    let sw = ldexp(1.0, scale_exp(run[1]));" } else { "" };
+    // The split pair's lo parts: each part's u32s after its hi parts'.
+    let (u_lo, v_lo) = (groups * p2 * np * cp / 2, groups * p2 * cp * tp / 2);
     for xi in 0..p2 {
-        writeln!(filter, "        put_pair(dst + {}, u0_{xi}, u1_{xi});", xi * np * cp / 2).unwrap();
-        writeln!(input, "    put_pair(dst + {}, v0_{xi}, v1_{xi});", xi * cp * tp / 2).unwrap();
+        let (uq, vq) = (xi * np * cp / 2, xi * cp * tp / 2);
+        if split {
+            writeln!(filter, "        put_split(dst + {uq}, {u_lo}, u0_{xi}, u1_{xi});").unwrap();
+            writeln!(input, "    put_split(dst + {vq}, {v_lo}, v0_{xi}, v1_{xi});").unwrap();
+        } else {
+            writeln!(filter, "        put_pair(dst + {uq}, u0_{xi}, u1_{xi});").unwrap();
+            writeln!(input, "    put_pair(dst + {vq}, v0_{xi}, v1_{xi});").unwrap();
+        }
     }
     // V's order: tile-major for channels-last x (the input transform reads x and writes V
     // along channels), channel-major for NCHW x (both along tiles).
@@ -202,43 +225,56 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let a_slots = v.bm * v.bk / 8 / threads;
     let b_slots = v.bn * v.bk / 8 / threads;
     let (mut setup, mut fetch, mut stage) = (String::new(), String::new(), String::new());
+    // Per slot a register per part of the split pair (hi, then lo `lo` 16-byte elements on).
+    let parts: &[(&str, &str, bool)] = if split { &[("", "hi", false), ("l", "lo", true)] } else { &[("", "hi", false)] };
     for i in 0..a_slots {
         let q = format!("(lid + {})", i * threads);
-        if tile_major {
+        let (index, at) = if tile_major {
             writeln!(setup, "    let am{i} = {q} / (BK / 8);\n    let ak{i} = {q} % (BK / 8) * 8;").unwrap();
-            writeln!(fetch, "    pa{i} = ws[a_src + (am{i} * CP + k_next + ak{i}) / 8];").unwrap();
-            writeln!(stage, "        {{\n            let at = (u32(am{i}) * LDA + u32(ak{i})) / 4u;").unwrap();
+            (format!("a_src + (am{i} * CP + k_next + ak{i}) / 8"), format!("(u32(am{i}) * LDA + u32(ak{i})) / 4u"))
         } else {
             writeln!(setup, "    let ak{i} = {q} / (BM / 8);\n    let am{i} = {q} % (BM / 8) * 8;").unwrap();
-            writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8];").unwrap();
-            writeln!(stage, "        {{\n            let at = (u32(ak{i}) * LDA + u32(am{i})) / 4u;").unwrap();
+            (format!("a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8"), format!("(u32(ak{i}) * LDA + u32(am{i})) / 4u"))
+        };
+        for &(suffix, part, lo) in parts {
+            let off = if lo { format!("{} + ", v_lo / 4) } else { String::new() };
+            writeln!(setup, "    var pa{i}{suffix}: vec4<u32>;").unwrap();
+            writeln!(fetch, "    pa{i}{suffix} = ws[{off}{index}];").unwrap();
+            writeln!(stage, "        {{\n            let at = {at};").unwrap();
+            coop::unpack_at(&mut stage, "            ", &format!("a_{part}"), &format!("pa{i}{suffix}"));
+            stage.push_str("        }\n");
         }
-        writeln!(setup, "    var pa{i}: vec4<u32>;").unwrap();
-        coop::unpack_at(&mut stage, "            ", "a", &format!("pa{i}"));
-        stage.push_str("        }\n");
     }
     for i in 0..b_slots {
         writeln!(setup, "    let bn{i} = (lid + {}) / (BK / 8);", i * threads).unwrap();
         writeln!(setup, "    let bk{i} = (lid + {}) % (BK / 8) * 8;", i * threads).unwrap();
-        writeln!(setup, "    var pb{i}: vec4<u32>;").unwrap();
-        writeln!(fetch, "    pb{i} = ws[b_src + (bn{i} * CP + k_next + bk{i}) / 8];").unwrap();
-        writeln!(stage, "        {{\n            let at = (u32(bn{i}) * LDB + u32(bk{i})) / 4u;").unwrap();
-        coop::unpack_at(&mut stage, "            ", "b", &format!("pb{i}"));
-        stage.push_str("        }\n");
+        for &(suffix, part, lo) in parts {
+            let off = if lo { format!("{} + ", u_lo / 4) } else { String::new() };
+            writeln!(setup, "    var pb{i}{suffix}: vec4<u32>;").unwrap();
+            writeln!(fetch, "    pb{i}{suffix} = ws[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8];").unwrap();
+            writeln!(stage, "        {{\n            let at = (u32(bn{i}) * LDB + u32(bk{i})) / 4u;").unwrap();
+            coop::unpack_at(&mut stage, "            ", &format!("b_{part}"), &format!("pb{i}{suffix}"));
+            stage.push_str("        }\n");
+        }
     }
     let (tm, tn) = (v.tm(), v.tn());
     let mut acc = String::new();
     let mut store = String::new();
+    // The correction terms' M follows the products' (every plane's).
+    let m_cor = groups * p2 * np * tp;
+    let sums: &[(&str, u64)] = if split { &[("acc", 0), ("cor", m_cor)] } else { &[("acc", 0)] };
     for i in 0..tm {
         for j in 0..tn {
-            writeln!(acc, "    var acc{i}_{j}: MatC;").unwrap();
             let (row, col) = (format!("u32(m0) + wm + {}u", 16 * i), format!("u32(n0) + wn + {}u", 16 * j));
-            let put = if nhwc {
-                format!("coopStoreT(acc{i}_{j}, &mw[m_dst + ({row}) * u32(NP) + {col}], u32(NP));")
-            } else {
-                format!("coopStore(acc{i}_{j}, &mw[m_dst + ({col}) * u32(TP) + {row}], u32(TP));")
-            };
-            writeln!(store, "    {put}").unwrap();
+            for &(sum, at) in sums {
+                writeln!(acc, "    var {sum}{i}_{j}: MatC;").unwrap();
+                let put = if nhwc {
+                    format!("coopStoreT({sum}{i}_{j}, &mw[{at}u + m_dst + ({row}) * u32(NP) + {col}], u32(NP));")
+                } else {
+                    format!("coopStore({sum}{i}_{j}, &mw[{at}u + m_dst + ({col}) * u32(TP) + {row}], u32(TP));")
+                };
+                writeln!(store, "    {put}").unwrap();
+            }
         }
     }
     // V staged as stored: BK rows of BM tiles, or BM rows of BK channels.
@@ -255,6 +291,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("F_BLOCKS", f_blocks.to_string()),
         ("V_JOBS", v_jobs.to_string()),
         ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
+        ("SPLIT", v.split.to_string()),
         ("SGM", v.sgm.to_string()),
         ("WM", (16 * tm).to_string()),
         ("WN", (16 * tn).to_string()),
@@ -265,6 +302,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("A_TILE", (a_rows * lda / 4).to_string()),
         ("A_SRC", a_src.to_string()),
         ("B_TILE", (v.bn * (v.bk + PAD) / 4).to_string()),
+        ("LO_TILES", if split { format!("var<workgroup> a_lo: array<vec4<f16>, {}>;\nvar<workgroup> b_lo: array<vec4<f16>, {}>;", a_rows * lda / 4, v.bn * (v.bk + PAD) / 4) } else { String::new() }),
         ("THREADS", threads.to_string()),
         ("SCALES", scales.to_string()),
         ("FILTER_TRANSFORM", filter),
@@ -274,7 +312,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("ACC_DECL", acc),
         ("FETCH", fetch),
         ("STAGE", stage),
-        ("INNER", coop::gemm_step(v.bm, v.bn, v.bk, v.sgm, v.sgn, tile_major)),
+        ("INNER", coop::gemm_step(v.bm, v.bn, v.bk, v.sgm, v.sgn, tile_major, v.split)),
         ("STORE", store),
     ]);
     let mut kernel = Kernel::plain(render(WinoCoop::TEMPLATE, &vars)?, gemm);
@@ -331,7 +369,8 @@ mod tests {
         let small = shape([2, 40, 13, 11], [24, 40, 3, 3], Layout::Nchw);
         let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], Layout::Nhwc);
         for v in WinoCoop::space() {
-            assert!(v.needs_tensor_cores() && v.serves(Precision::High) && !v.serves(Precision::Highest));
+            assert!(v.needs_tensor_cores());
+            assert_eq!((v.serves(Precision::High), v.serves(Precision::Highest)), (v.split == 1, v.split == 3), "{}", v.name());
             for s in [small, small.with_layout(Layout::Nhwc), edsr] {
                 assert!(v.computes(&s), "{} {}", v.name(), s.label());
                 let k = v.generate(&s).unwrap();
@@ -358,16 +397,22 @@ mod tests {
         }
     }
 
-    /// U and V take half of wgemm's bytes per value; M is f32 in both.
+    /// U and V take half of wgemm's bytes per value and M as many; the split pair twice
+    /// each (hi and lo parts, products and correction terms).
     #[test]
     fn workspaces_hold_f16_transforms_and_f32_products() {
         let s = shape([3, 37, 11, 7], [41, 37, 3, 3], Layout::Nchw);
-        let v = WinoCoop { m: 4, bm: 64, bn: 64, bk: 32, sgm: 2, sgn: 2 };
-        // OH 11, OW 7: 3 x 2 tiles per image, 18 in all -> TP 64; CP 64, NP 64.
-        assert_eq!(v.tiling().padded(&s), (64, 64, 64));
-        let k = v.generate(&s).unwrap();
-        assert_eq!(k.workspace, [36 * 64 * (64 + 64) * 2, 36 * 64 * 64 * 4]);
-        assert_eq!(k.workgroups, 36);
-        assert_eq!(k.prologue, Some((64 * 64 / 2u64).div_ceil(256) + (64 * 64 / 2u64).div_ceil(256)));
+        for split in [1, 3] {
+            let v = WinoCoop { m: 2, bm: 64, bn: 64, bk: 32, sgm: 2, sgn: 2, split };
+            // OH 11, OW 7: 6 x 4 tiles per image, 72 in all -> TP 128; CP 64, NP 64.
+            assert_eq!(v.tiling().padded(&s), (128, 64, 64));
+            let k = v.generate(&s.with_dtype(DType::F32)).unwrap();
+            let parts = if split == 3 { 2 } else { 1 };
+            assert_eq!(k.workspace, [parts * 16 * 64 * (64 + 128) * 2, parts * 16 * 64 * 128 * 4]);
+            assert_eq!(k.workgroups, 2 * 16);
+            assert_eq!(k.prologue, Some((64 * 64 / 2u64).div_ceil(256) + (64 * 128 / 2u64).div_ceil(256)));
+            assert_eq!(k.source.contains("put_split(dst"), split == 3);
+            assert_eq!(k.source.contains("coopStore(cor0_0"), split == 3);
+        }
     }
 }

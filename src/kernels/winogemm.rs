@@ -123,8 +123,8 @@ pub(super) struct Chunking {
 
 /// What both Winograd families' passes depend on: F(m x m) output tiles, the GEMM's
 /// workgroup tile (`bm` tiles x `bn` output channels, `bk` input channels per step) and the
-/// bytes of one transformed value in the workspace (f32 on FMA units, f16 on tensor cores;
-/// M is f32 in both).
+/// bytes of one transformed value and of one product in the workspaces (f32 on FMA units;
+/// f16 values and f32 products on tensor cores, twice each for the split pair).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Tiling {
     pub m: u32,
@@ -132,6 +132,7 @@ pub(super) struct Tiling {
     pub bn: u32,
     pub bk: u32,
     pub value_bytes: u64,
+    pub m_bytes: u64,
 }
 
 impl Tiling {
@@ -161,7 +162,7 @@ impl Tiling {
     pub fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
         let (_, cp, np) = self.padded(shape);
         let planes = shape.groups as u64 * self.p2() as u64;
-        [planes * cp * (np + tp) * self.value_bytes, planes * np * tp * 4]
+        [planes * cp * (np + tp) * self.value_bytes, planes * np * tp * self.m_bytes]
     }
 
     /// The chunks that keep each workspace within `cap` bytes: all tiles at once where they
@@ -208,8 +209,8 @@ impl Tiling {
         let m = p2 * (groups * np * tp) as f64;
         let outputs = (tiles * (self.m * self.m) as u64 * shape.k as u64) as f64;
         let u = p2 * (groups * cp * np) as f64;
-        // V's round trip scales with its bytes; M's is f32 in both families.
-        ROUND_TRIP * (v * self.value_bytes as f64 / 4.0 + m) + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES * chunking.chunks as f64
+        // The round trips scale with the bytes of V's and M's values.
+        ROUND_TRIP * (v * self.value_bytes as f64 + m * self.m_bytes as f64) / 4.0 + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES * chunking.chunks as f64
     }
 }
 
@@ -221,7 +222,7 @@ pub(super) fn applies(shape: &ConvShape) -> bool {
 
 impl WinoGemm {
     pub(super) fn tiling(&self) -> Tiling {
-        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4 }
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4, m_bytes: 4 }
     }
 
     fn p2(&self) -> u32 {
@@ -474,7 +475,9 @@ pub(super) struct Passes {
 /// in binding 4's words 0 and 1, which a pass before writes), and `finish` scales M's
 /// outputs back, the smaller factor first (an intermediate overflows only if the result
 /// does).
-pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool) -> Result<Passes> {
+/// `split`: M holds the products' f32 sums and, after them, the split pair's correction
+/// terms, 2^11 times smaller, which `finish` adds.
+pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool, split: bool) -> Result<Passes> {
     let chunking = if applies(shape) { t.chunking(shape, cap) } else { None };
     let Some(chunking @ Chunking { tp, chunks }) = chunking else {
         return Err(refusal(name, t, shape, cap));
@@ -502,7 +505,14 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     let unscale = if scaled { " * min(ux, uw) * max(ux, uw)" } else { "" };
     for a in 0..p {
         for b in 0..p {
-            writeln!(output, "    let m{a}{b} = mw[src + {}];", (p * a + b) as u64 * np * tp).unwrap();
+            let at = (p * a + b) as u64 * np * tp;
+            if split {
+                // The correction terms follow every plane's products.
+                let cor = groups * p2 as u64 * np * tp + at;
+                writeln!(output, "    let m{a}{b} = mw[src + {at}] + mw[src + {cor}] / 2048.0;").unwrap();
+            } else {
+                writeln!(output, "    let m{a}{b} = mw[src + {at}];").unwrap();
+            }
         }
     }
     left_product(&mut output, "    ", &tr.at, p, |r, b| format!("m{r}{b}"), |a, b| format!("s{a}_{b}"));
@@ -583,7 +593,8 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
         ("CP", cp.to_string()),
         ("NP", np.to_string()),
         ("TP", tp.to_string()),
-        ("VOFF", (groups * p2 as u64 * cp * np).to_string()),
+        // V after U (both parts of the split pair's U).
+        ("VOFF", ((1 + u64::from(split)) * groups * p2 as u64 * cp * np).to_string()),
         ("MSN", msn.to_string()),
         ("MST", mst.to_string()),
         ("O_JOBS", o_jobs.to_string()),
@@ -666,7 +677,7 @@ fn right_product(s: &mut String, ind: &str, l: &[Vec<f64>], rows: usize, y: impl
 
 fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling();
-    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, false)?;
+    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, false, false)?;
     let p2 = t.p2() as u64;
     let threads = v.threads();
     let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);

@@ -57,9 +57,11 @@ const COOP_BARRIER: f64 = 5.0;
 /// does, in rows of LDA f16; B as `b_hi[n][k]` in rows of LDB), one f16 product per term,
 /// into accumulators `acc{i}_{j}` of the subgroup whose tile starts at row `wm` and column
 /// `wn`: the tensor-core core other families' GEMMs run on (the Winograd family `wcoop`).
-pub(super) fn gemm_step(bm: u32, bn: u32, bk: u32, sgm: u32, sgn: u32, a_row_major: bool) -> String {
+/// `split` 3: the split pair, the lo parts staged as `a_lo` and `b_lo`, the correction terms
+/// into `cor{i}_{j}`.
+pub(super) fn gemm_step(bm: u32, bn: u32, bk: u32, sgm: u32, sgn: u32, a_row_major: bool, split: u32) -> String {
     let layout = u32::from(a_row_major);
-    inner_product(&Coop { bm, bn, bk, sgm, sgn, split: 1, layout, splits: 1 }, None)
+    inner_product(&Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1 }, None)
 }
 
 impl Coop {

@@ -71,15 +71,15 @@ pub(super) fn stage_b_packed(v: &Coop, i: u32, b_partial: bool, tap: u32) -> Str
 pub(super) fn stage_packed(s: &mut String, tile: &str, reg: &str, at: &str) {
     writeln!(s, "        {{").unwrap();
     writeln!(s, "            let at = {at};").unwrap();
-    unpack_at(s, "            ", tile, reg);
+    unpack_at(s, "            ", &format!("{tile}_hi"), reg);
     writeln!(s, "        }}").unwrap();
 }
 
-/// The stores of 8 packed float16 values (`reg`, four u32s) as two vec4s of a staged tile
-/// from vec4 `at` on.
-pub(in crate::kernels) fn unpack_at(s: &mut String, ind: &str, tile: &str, reg: &str) {
-    writeln!(s, "{ind}{tile}_hi[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
-    writeln!(s, "{ind}{tile}_hi[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
+/// The stores of 8 packed float16 values (`reg`, four u32s) as two vec4s of the staged tile
+/// `array` from vec4 `at` on.
+pub(in crate::kernels) fn unpack_at(s: &mut String, ind: &str, array: &str, reg: &str) {
+    writeln!(s, "{ind}{array}[at] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.x)), vec2<f16>(unpack2x16float({reg}.y)));").unwrap();
+    writeln!(s, "{ind}{array}[at + 1u] = vec4<f16>(vec2<f16>(unpack2x16float({reg}.z)), vec2<f16>(unpack2x16float({reg}.w)));").unwrap();
 }
 
 /// One k-step's products: per 16-term slice, the subgroup's A and B tiles loaded from

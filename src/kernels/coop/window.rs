@@ -148,7 +148,7 @@ fn patch_store(s: &mut String, ind: &str, reg: &str, q: &str, whole: bool) {
     writeln!(s, "{ind}{guard}{{").unwrap();
     writeln!(s, "{ind}    let q = {q};").unwrap();
     writeln!(s, "{ind}    let at = (u32(q / (BK / 8)) * LDA + u32(8 * (q % (BK / 8)))) / 4u;").unwrap();
-    unpack_at(s, &format!("{ind}    "), "a", reg);
+    unpack_at(s, &format!("{ind}    "), "a_hi", reg);
     writeln!(s, "{ind}}}").unwrap();
 }
 
