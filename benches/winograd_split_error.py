@@ -21,7 +21,7 @@ def split(v):
     l = ((v - h.astype(np.float32)) * np.float32(2048)).astype(np.float16)
     return h, l
 rng = np.random.default_rng(0)
-for C in (8, 64, 256, 512):  # noqa: N816
+for C in (8, 64, 256, 512):
     errs = []
     for trial in range(3):
         K, T = 16, 64
