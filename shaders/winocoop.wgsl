@@ -131,14 +131,8 @@ alias MatA = coop_mat16x16<f16, A>;
 alias MatB = coop_mat16x16<f16, B>;
 alias MatC = coop_mat16x16<f32, C>;
 
-const BM: i32 = {{BM}};
-const BN: i32 = {{BN}};
-const BK: i32 = {{BK}};
 const LDA: u32 = {{LDA}}u;         // staged V: f16 elements per row (BM + 8, or BK + 8 for [tile][c])
 const LDB: u32 = {{LDB}}u;         // staged U: f16 elements per output-channel row (BK + 8)
-const M_BLOCKS: u32 = {{M_BLOCKS}}u;   // TP / BM
-const N_BLOCKS: u32 = {{N_BLOCKS}}u;   // NP / BN
-const BLOCKS: u32 = {{BLOCKS}}u;       // M_BLOCKS * N_BLOCKS * GROUPS * P2
 
 // One step: V as [c][tile] (column-major A) or [tile][c] (row-major A), U as [n][c]
 // (column-major B), rows padded by 8 f16 to spread the 16x16 loads over banks.
@@ -158,10 +152,10 @@ fn main(
     if (block >= BLOCKS) {
         return;
     }
-    let m0 = i32(block % M_BLOCKS) * BM;
-    let rest = block / M_BLOCKS;
-    let n0 = i32(rest % N_BLOCKS) * BN;
-    let gx = i32(rest / N_BLOCKS);     // g * P2 + xi
+    let at = gemm_block(block);
+    let m0 = at.x;
+    let n0 = at.y;
+    let gx = at.z;                     // g * P2 + xi
     let lid = i32(lidx);
     let sg = lidx / 32u;
     let wm = (sg % {{SGM}}u) * {{WM}}u;   // this subgroup's first tile row in the workgroup's

@@ -93,17 +93,11 @@ fn prologue(
 // ---------------------------------------------------------------------------------------
 // The batched GEMMs.
 
-const BM: i32 = {{BM}};
-const BN: i32 = {{BN}};
-const BK: i32 = {{BK}};
 const TX: i32 = {{TX}};            // invocations along the tiles (BM / TM)
 const TY: i32 = {{TY}};            // invocations along the channels (BN / TN)
 const A_ROW: i32 = {{A_ROW}};      // vec4s in one staged row of V (BM / 4)
 const A_STAGE: i32 = BK * A_ROW;
 const B_STAGE: i32 = BK * BN / 4;
-const M_BLOCKS: u32 = {{M_BLOCKS}}u;   // TP / BM
-const N_BLOCKS: u32 = {{N_BLOCKS}}u;   // NP / BN
-const BLOCKS: u32 = {{BLOCKS}}u;       // M_BLOCKS * N_BLOCKS * GROUPS * P2
 
 // Two stages each: V as [c][tile] and U as [c][n], four consecutive tiles (channels) per vec4.
 var<workgroup> a_tile: array<vec4<f32>, {{A_TILE}}>;
@@ -121,10 +115,10 @@ fn main(
     if (block >= BLOCKS) {
         return;
     }
-    let m0 = i32(block % M_BLOCKS) * BM;
-    let rest = block / M_BLOCKS;
-    let n0 = i32(rest % N_BLOCKS) * BN;
-    let gx = i32(rest / N_BLOCKS);     // g * P2 + xi
+    let at = gemm_block(block);
+    let m0 = at.x;
+    let n0 = at.y;
+    let gx = at.z;                     // g * P2 + xi
     let lid = i32(lidx);
 {{LANES}}
     // This GEMM's V ([c][tile]) and U ([c][n]).

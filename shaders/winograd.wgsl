@@ -42,6 +42,20 @@ fn nonfinite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7F800000u) == 0x7F800000u;
 }
 
+// The batched GEMMs' workgroup tiles: BM tiles x BN output channels, BK-deep steps.
+const BM: i32 = {{BM}};
+const BN: i32 = {{BN}};
+const BK: i32 = {{BK}};
+const M_BLOCKS: u32 = {{M_BLOCKS}}u;   // TP / BM
+const N_BLOCKS: u32 = {{N_BLOCKS}}u;   // NP / BN
+const BLOCKS: u32 = {{BLOCKS}}u;       // M_BLOCKS * N_BLOCKS * GROUPS * P2
+
+// GEMM workgroup `block`'s first tile, first output channel, and its GEMM g * P2 + xi.
+fn gemm_block(block: u32) -> vec3<i32> {
+    let rest = block / M_BLOCKS;
+    return vec3<i32>(i32(block % M_BLOCKS) * BM, i32(rest % N_BLOCKS) * BN, i32(rest / N_BLOCKS));
+}
+
 // The first output row and column of tile t (< TILES) and its image.
 fn tile_origin(t: i32) -> vec3<i32> {
     let r = t % THW;
