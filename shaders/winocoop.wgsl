@@ -3,14 +3,15 @@
 // the method) with the transformed values in f16 and the batched GEMMs on 16x16x16
 // f16 x f16 -> f32 products, as the coop family multiplies.
 //
-// `prologue`: its first F_BLOCKS workgroups transform the filters, U = G g G^T, two input
-//   channels (c, c + 1) of one (g, n) per invocation; the others transform the input
-//   patches, V = B^T d B, two per invocation: for NCHW x two tiles (t, t + 1) of one (g, c),
-//   V stored as [g][xi][c][tile]; for NHWC x two channels (c, c + 1) of one (g, tile), V
-//   stored as [g][xi][tile][c] (neighbouring invocations read neighbouring values of x and
-//   write neighbouring values of V in both). Each pair is stored as one u32 of two f16 (U as
-//   [g][xi][n][c]: the GEMM reads 8 values per 16-byte load), padded with zeros to CP
-//   channels, NP output channels and TP tiles. float32 data is scaled first, as the coop family scales it: x and w times
+// `prologue`: its first V_BLOCKS workgroups transform the input patches, V = B^T d B, two
+//   per invocation: for NCHW x two tiles (t, t + 1) of one (g, c), V stored as
+//   [g][xi][c][tile]; for NHWC x two channels (c, c + 1) of one (g, tile), V stored as
+//   [g][xi][tile][c] (neighbouring invocations read neighbouring values of x and write
+//   neighbouring values of V in both). The last F_BLOCKS transform the filters, U = G g G^T,
+//   two input channels (c, c + 1) of one (g, n) per invocation, into U's own binding: where
+//   U is kept with resident weights from an earlier call, the runner leaves them out. Each
+//   pair is stored as one u32 of two f16 (U as [g][xi][n][c]: the GEMM reads 8 values per
+//   16-byte load), padded with zeros to CP channels, NP output channels and TP tiles. float32 data is scaled first, as the coop family scales it: x and w times
 //   powers of two that put their largest finite values just under 2^12 (then |V| and |U|
 //   stay under 2^14: F(2x2)'s B^T sums 4 values with signs, G^T weighs 9 by at most 9/4),
 //   and `finish` scales back; float16 data is not scaled. A value past f16's range becomes
@@ -23,8 +24,8 @@
 //   workgroup, {{SUBGROUPS}} subgroups of {{TM}} x {{TN}} f32 accumulators, {{BK}}-deep steps
 //   staged in workgroup memory (V as stored: a_hi[c][tile] or a_hi[tile][c]; U as b_hi[n][c]) with the
 //   next step's loads issued before this step's products; the accumulators are stored
-//   straight into M (f32; [n][tile] for NCHW y, [tile][n] for NHWC), which is padded to
-//   whole tiles.
+//   straight into M (f32, after V; [n][tile] for NCHW y, [tile][n] for NHWC), which is
+//   padded to whole tiles.
 // `finish` (shaders/winograd.wgsl): the inverse transform and the fused epilogue.
 //
 // Chunks ({{CHUNKS}}): as wgemm's.
@@ -40,11 +41,21 @@ alias DT = {{DT}};
 @group(0) @binding(1) var<storage, read> w: array<DT>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<DT>;
-// U (GROUPS x P2 x NP x CP) then the chunk's V (GROUPS x P2 x CP x TP, or x TP x CP), f16
-// packed two per u32, four u32s per element: the GEMM's loads are 16 bytes.
-@group(0) @binding(5) var<storage, read_write> ws: array<vec4<u32>>;
-// M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.
-@group(0) @binding(6) var<storage, read_write> mw: array<f32>;
+// The chunk's V (GROUPS x P2 x CP x TP, or x TP x CP; f16 packed two per u32, held as the
+// bits of f32s, four per element: the GEMM's loads are 16 bytes), then from f32 MOFF on its
+// M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`. One binding for both:
+// U takes the other.
+@group(0) @binding(5) var<storage, read_write> ws: array<vec4<f32>>;
+// U (GROUPS x P2 x NP x CP), packed as V: alone in its binding, where a copy kept with
+// resident weights may stand in for it.
+@group(0) @binding(6) var<storage, read_write> uw: array<vec4<u32>>;
+const MOFF: i32 = {{MOFF}};
+
+// M's value i, as `finish` reads it.
+fn mval(i: i32) -> f32 {
+    let q = MOFF + i;
+    return ws[q / 4][q % 4];
+}
 
 {{EPILOGUE}}
 {{WINOGRAD}}
@@ -55,9 +66,14 @@ fn scale_exp(bits: u32) -> i32 {
     return clamp(12 - select(0, frexp(m).exp, m > 0.0), -126, 126);
 }
 
-// Stores f16 values lo and hi (lo first) as u32 q of the workspace.
-fn put_pair(q: i32, lo: f32, hi: f32) {
-    ws[q / 4][q % 4] = pack2x16float(vec2<f32>(lo, hi));
+// Stores f16 values lo and hi (lo first) as u32 q of U (`into_u`) or V.
+fn put_pair(q: i32, lo: f32, hi: f32, into_u: bool) {
+    let bits = pack2x16float(vec2<f32>(lo, hi));
+    if (into_u) {
+        uw[q / 4][q % 4] = bits;
+    } else {
+        ws[q / 4][q % 4] = bitcast<f32>(bits);
+    }
 }
 
 // The split pair (split 3): v's top 11 significant bits, by masking (so v - hi is exact);
@@ -73,19 +89,19 @@ fn lo_part(v: f32, hi: f32) -> f32 {
 
 // Stores a's and b's split pairs: the hi parts as u32 q, the lo parts (2^11 times the rest)
 // `lo` u32s on.
-fn put_split(q: i32, lo: i32, a: f32, b: f32) {
+fn put_split(q: i32, lo: i32, a: f32, b: f32, into_u: bool) {
     let ha = hi_part(a);
     let hb = hi_part(b);
-    put_pair(q, ha, hb);
-    put_pair(q + lo, lo_part(a, ha), lo_part(b, hb));
+    put_pair(q, ha, hb, into_u);
+    put_pair(q + lo, lo_part(a, ha), lo_part(b, hb), into_u);
 }
 
 // ---------------------------------------------------------------------------------------
 // The transforms of the filters and the input patches.
 
 const F_JOBS: i32 = {{F_JOBS}};        // GROUPS * NP * CP / 2 filter pairs
-const F_BLOCKS: u32 = {{F_BLOCKS}}u;   // ceil(F_JOBS / 256)
 const V_JOBS: i32 = {{V_JOBS}};        // GROUPS * CP * TP / 2 patch pairs
+const V_BLOCKS: u32 = {{V_BLOCKS}}u;   // ceil(V_JOBS / 256)
 
 @compute @workgroup_size(256, 1, 1)
 fn prologue(
@@ -95,9 +111,9 @@ fn prologue(
 ) {
     let block = wid.y * nwg.x + wid.x;
 {{SCALES}}
-    if (block < F_BLOCKS) {
-        let i = i32(block * 256u + lidx);
-        // U stays in `ws` from the first chunk on.
+    if (block >= V_BLOCKS) {
+        let i = i32((block - V_BLOCKS) * 256u + lidx);
+        // U stays in `uw` from the first chunk on.
         if (i >= F_JOBS || chunk_base() > 0) {
             return;
         }
@@ -115,7 +131,7 @@ fn prologue(
 {{FILTER_TRANSFORM}}
         return;
     }
-    let i = i32((block - F_BLOCKS) * 256u + lidx);
+    let i = i32(block * 256u + lidx);
     if (i >= V_JOBS) {
         return;
     }

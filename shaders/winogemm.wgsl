@@ -38,6 +38,11 @@ alias DT = {{DT}};
 // M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.
 @group(0) @binding(6) var<storage, read_write> mw: array<f32>;
 
+// M's value i, as `finish` reads it.
+fn mval(i: i32) -> f32 {
+    return mw[i];
+}
+
 {{EPILOGUE}}
 {{WINOGRAD}}
 // ---------------------------------------------------------------------------------------

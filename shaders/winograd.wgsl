@@ -4,7 +4,7 @@
 // Where an output comes out Inf or NaN (the transforms subtract an infinite input from
 // itself and mix a NaN into neighbouring outputs; a transform may overflow where the direct
 // sum does not), the invocation sums its outputs again the direct way, so the result is the
-// direct method's, +-Inf and NaN alike. M is f32 in binding 6 in both families.
+// direct method's, +-Inf and NaN alike. M is f32; each family's `mval(i)` reads it.
 
 const XSN: i32 = {{XSN}};       // x's strides: image, channel, row, column (NCHW or NHWC)
 const XSC: i32 = {{XSC}};

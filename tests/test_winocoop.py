@@ -167,6 +167,41 @@ def test_the_epilogue_and_pixel_shuffle_go_through_finish(m, layout):
 
 
 @needs_tc
+@pytest.mark.parametrize("variant", SINGLE[::2] + SPLIT[::2])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_weight_tensor_keeps_its_transformed_filters(variant, layout, monkeypatch):
+    """U, transformed once from a weight Tensor and kept with it: later calls with fresh x
+    (float16 data, float32 in the variant's mode) bind it instead of transforming again; two
+    problems share the tensor (each its own U); the second runs in chunks, where only the
+    first chunk could write U."""
+    knobs = convtune.variant_knobs(variant)
+    half = knobs["split"] == 1 and layout == "NHWC"
+    precision = None if half else ("highest" if knobs["split"] == 3 else "high")
+    dt = np.float16 if half else np.float32
+    rng = np.random.default_rng(abs(hash(("kept", variant, layout))) % 2**32)
+    w = (rng.standard_normal((40, 32, 3, 3)) / 8).astype(dt)
+    wt = convtune.to_device(w)
+    t = nhwc if layout == "NHWC" else np.asarray
+    planes, cp, np_ = 16, 32, -(-40 // knobs["bn"]) * knobs["bn"]
+    parts = 2 if knobs["split"] == 3 else 1
+    chunked = str(parts * max(planes * knobs["bm"] * (2 * cp + 4 * np_), 2 * planes * cp * np_))
+    for rnd in range(2):
+        for xs, cap in [((2, 32, 9, 10), None), ((3, 32, 29, 27), chunked)]:
+            if cap:
+                monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", cap)
+            else:
+                monkeypatch.delenv("CONVTUNE_MAX_WORKSPACE", raising=False)
+            for call in range(2):
+                x = rng.standard_normal(xs).astype(dt)
+                want = conv2d_reference(x, w, padding=1)
+                got = run_or_skip_over_limits(variant, lambda: convtune.conv2d(
+                    convtune.to_device(t(x), layout), wt, padding=1, layout=layout, variant=variant,
+                    precision=precision).numpy())
+                check_mode_bound(got, t(want), half, precision or "high",
+                                 f"{variant} {layout} {xs} round {rnd} call {call + 1}")
+
+
+@needs_tc
 @pytest.mark.parametrize("m", [2])
 def test_chunked_runs_match_the_reference(m, monkeypatch):
     """A workspace bound of a few GEMM tiles' worth: the passes run in chunks, the last one
@@ -178,7 +213,8 @@ def test_chunked_runs_match_the_reference(m, monkeypatch):
     x, w, b = _half(rng, xs, ws)
     want = conv2d_reference(x, w, bias=b, padding=1)
     planes, cp, np_ = (m + 2) ** 2, 32, -(-40 // k["bn"]) * k["bn"]
-    cap = max(2 * planes * cp * (np_ + k["bm"]), 4 * planes * np_ * k["bm"])
+    # V and M of one GEMM tile's tiles in binding 5, U in binding 6.
+    cap = max(planes * k["bm"] * (2 * cp + 4 * np_), 2 * planes * cp * np_)
     monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
     got = _run(variant, nhwc(x), w, bias=b, padding=1, layout="NHWC")
     check_mode_bound(got, nhwc(want), True, "high", variant)

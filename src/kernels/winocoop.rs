@@ -62,7 +62,7 @@ const STAGE: f64 = 4.0;
 impl WinoCoop {
     fn tiling(&self) -> Tiling {
         let parts = self.parts() as u64;
-        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 * parts, m_bytes: 4 * parts }
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 * parts, m_bytes: 4 * parts, u_apart: true }
     }
 
     /// f16 parts of each transformed value (hi, and lo for the split pair).
@@ -208,11 +208,11 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     for xi in 0..p2 {
         let (uq, vq) = (xi * np * cp / 2, xi * cp * tp / 2);
         if split {
-            writeln!(filter, "        put_split(dst + {uq}, {u_lo}, u0_{xi}, u1_{xi});").unwrap();
-            writeln!(input, "    put_split(dst + {vq}, {v_lo}, v0_{xi}, v1_{xi});").unwrap();
+            writeln!(filter, "        put_split(dst + {uq}, {u_lo}, u0_{xi}, u1_{xi}, true);").unwrap();
+            writeln!(input, "    put_split(dst + {vq}, {v_lo}, v0_{xi}, v1_{xi}, false);").unwrap();
         } else {
-            writeln!(filter, "        put_pair(dst + {uq}, u0_{xi}, u1_{xi});").unwrap();
-            writeln!(input, "    put_pair(dst + {vq}, v0_{xi}, v1_{xi});").unwrap();
+            writeln!(filter, "        put_pair(dst + {uq}, u0_{xi}, u1_{xi}, true);").unwrap();
+            writeln!(input, "    put_pair(dst + {vq}, v0_{xi}, v1_{xi}, false);").unwrap();
         }
     }
     // V's order: tile-major for channels-last x (the input transform reads x and writes V
@@ -239,7 +239,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         for &(suffix, part, lo) in parts {
             let off = if lo { format!("{} + ", v_lo / 4) } else { String::new() };
             writeln!(setup, "    var pa{i}{suffix}: vec4<u32>;").unwrap();
-            writeln!(fetch, "    pa{i}{suffix} = ws[{off}{index}];").unwrap();
+            writeln!(fetch, "    pa{i}{suffix} = bitcast<vec4<u32>>(ws[{off}{index}]);").unwrap();
             writeln!(stage, "        {{\n            let at = {at};").unwrap();
             coop::unpack_at(&mut stage, "            ", &format!("a_{part}"), &format!("pa{i}{suffix}"));
             stage.push_str("        }\n");
@@ -251,7 +251,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         for &(suffix, part, lo) in parts {
             let off = if lo { format!("{} + ", u_lo / 4) } else { String::new() };
             writeln!(setup, "    var pb{i}{suffix}: vec4<u32>;").unwrap();
-            writeln!(fetch, "    pb{i}{suffix} = ws[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8];").unwrap();
+            writeln!(fetch, "    pb{i}{suffix} = uw[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8];").unwrap();
             writeln!(stage, "        {{\n            let at = (u32(bn{i}) * LDB + u32(bk{i})) / 4u;").unwrap();
             coop::unpack_at(&mut stage, "            ", &format!("b_{part}"), &format!("pb{i}{suffix}"));
             stage.push_str("        }\n");
@@ -260,7 +260,9 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let (tm, tn) = (v.tm(), v.tn());
     let mut acc = String::new();
     let mut store = String::new();
-    // The correction terms' M follows the products' (every plane's).
+    // M follows V's parts in `ws`, the correction terms' after the products' (every
+    // plane's); `ws` holds vec4s, so M's offsets and strides count fours.
+    let m_off = u64::from(v.parts()) * groups * p2 * cp * tp / 2;
     let m_cor = groups * p2 * np * tp;
     let sums: &[(&str, u64)] = if split { &[("acc", 0), ("cor", m_cor)] } else { &[("acc", 0)] };
     for i in 0..tm {
@@ -269,9 +271,9 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             for &(sum, at) in sums {
                 writeln!(acc, "    var {sum}{i}_{j}: MatC;").unwrap();
                 let put = if nhwc {
-                    format!("coopStoreT({sum}{i}_{j}, &mw[{at}u + m_dst + ({row}) * u32(NP) + {col}], u32(NP));")
+                    format!("coopStoreT({sum}{i}_{j}, &ws[({}u + m_dst + ({row}) * u32(NP) + {col}) / 4u], u32(NP) / 4u);", m_off + at)
                 } else {
-                    format!("coopStore({sum}{i}_{j}, &mw[{at}u + m_dst + ({col}) * u32(TP) + {row}], u32(TP));")
+                    format!("coopStore({sum}{i}_{j}, &ws[({}u + m_dst + ({col}) * u32(TP) + {row}) / 4u], u32(TP) / 4u);", m_off + at)
                 };
                 writeln!(store, "    {put}").unwrap();
             }
@@ -286,10 +288,12 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let f_jobs = groups * np * cp / 2;
     let f_blocks = f_jobs.div_ceil(256);
     let v_jobs = groups * cp * tp / 2;
+    let v_blocks = v_jobs.div_ceil(256);
     vars.extend([
         ("F_JOBS", f_jobs.to_string()),
-        ("F_BLOCKS", f_blocks.to_string()),
         ("V_JOBS", v_jobs.to_string()),
+        ("V_BLOCKS", v_blocks.to_string()),
+        ("MOFF", m_off.to_string()),
         ("SUBGROUPS", (v.sgm * v.sgn).to_string()),
         ("SPLIT", v.split.to_string()),
         ("SGM", v.sgm.to_string()),
@@ -316,7 +320,9 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("STORE", store),
     ]);
     let mut kernel = Kernel::plain(render(WinoCoop::TEMPLATE, &vars)?, gemm);
-    kernel.prologue = Some(f_blocks + v_jobs.div_ceil(256));
+    kernel.prologue = Some(v_blocks + f_blocks);
+    // U's workgroups, the prologue's last: left out where U is kept with resident weights.
+    kernel.w_blocks = f_blocks;
     kernel.workspace = t.workspace(shape, tp);
     kernel.finish = Some(finish);
     kernel.chunks = chunking.chunks;
@@ -408,9 +414,11 @@ mod tests {
             assert_eq!(v.tiling().padded(&s), (128, 64, 64));
             let k = v.generate(&s.with_dtype(DType::F32)).unwrap();
             let parts = if split == 3 { 2 } else { 1 };
-            assert_eq!(k.workspace, [parts * 16 * 64 * (64 + 128) * 2, parts * 16 * 64 * 128 * 4]);
+            // V and M in binding 5, U alone in binding 6 (its workgroups the prologue's last).
+            assert_eq!(k.workspace, [parts * 16 * 64 * 128 * (2 + 4), parts * 16 * 64 * 64 * 2]);
             assert_eq!(k.workgroups, 2 * 16);
             assert_eq!(k.prologue, Some((64 * 64 / 2u64).div_ceil(256) + (64 * 128 / 2u64).div_ceil(256)));
+            assert_eq!(k.w_blocks, (64 * 64 / 2u64).div_ceil(256));
             assert_eq!(k.source.contains("put_split(dst"), split == 3);
             assert_eq!(k.source.contains("coopStore(cor0_0"), split == 3);
         }

@@ -122,9 +122,11 @@ pub(super) struct Chunking {
 }
 
 /// What both Winograd families' passes depend on: F(m x m) output tiles, the GEMM's
-/// workgroup tile (`bm` tiles x `bn` output channels, `bk` input channels per step) and the
+/// workgroup tile (`bm` tiles x `bn` output channels, `bk` input channels per step), the
 /// bytes of one transformed value and of one product in the workspaces (f32 on FMA units;
-/// f16 values and f32 products on tensor cores, twice each for the split pair).
+/// f16 values and f32 products on tensor cores, twice each for the split pair) and where U
+/// lives: before V in binding 5 (M in binding 6), or alone in binding 6 (`u_apart`, V and
+/// M then share binding 5), where a copy kept with resident weights can take its place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Tiling {
     pub m: u32,
@@ -133,6 +135,7 @@ pub(super) struct Tiling {
     pub bk: u32,
     pub value_bytes: u64,
     pub m_bytes: u64,
+    pub u_apart: bool,
 }
 
 impl Tiling {
@@ -158,11 +161,17 @@ impl Tiling {
         (ceil_to(tiles, self.bm as u64), ceil_to(shape.cg() as u64, self.bk as u64), ceil_to(shape.kg() as u64, self.bn as u64))
     }
 
-    /// Bytes of the two workspaces for `tp` tiles at a time: U and V, then M.
+    /// Bytes of the two workspaces for `tp` tiles at a time: U and V, then M; or V and M,
+    /// then U (`u_apart`).
     pub fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
         let (_, cp, np) = self.padded(shape);
         let planes = shape.groups as u64 * self.p2() as u64;
-        [planes * cp * (np + tp) * self.value_bytes, planes * np * tp * self.m_bytes]
+        let (u, v, m) = (planes * cp * np * self.value_bytes, planes * cp * tp * self.value_bytes, planes * np * tp * self.m_bytes);
+        if self.u_apart {
+            [v + m, u]
+        } else {
+            [u + v, m]
+        }
     }
 
     /// The chunks that keep each workspace within `cap` bytes: all tiles at once where they
@@ -173,12 +182,16 @@ impl Tiling {
         let (tp_all, _, _) = self.padded(shape);
         let (_, _, tiles) = self.tiles(shape);
         let bm = self.bm as u64;
-        let [u, _] = self.workspace(shape, 0);
-        let [v_tile, m_tile] = {
-            let [uv, m] = self.workspace(shape, 1);
-            [uv - u, m]
-        };
-        let most = (cap.checked_sub(u)? / v_tile).min(cap / m_tile) / bm * bm;
+        // Each binding: a part for U (whatever the tiles) and a part per tile.
+        let (fixed, one) = (self.workspace(shape, 0), self.workspace(shape, 1));
+        let mut most = u64::MAX;
+        for (f, o) in fixed.into_iter().zip(one) {
+            let room = cap.checked_sub(f)?;
+            if o > f {
+                most = most.min(room / (o - f));
+            }
+        }
+        let most = most / bm * bm;
         if most == 0 {
             return None;
         }
@@ -222,7 +235,7 @@ pub(super) fn applies(shape: &ConvShape) -> bool {
 
 impl WinoGemm {
     pub(super) fn tiling(&self) -> Tiling {
-        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4, m_bytes: 4 }
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4, m_bytes: 4, u_apart: false }
     }
 
     fn p2(&self) -> u32 {
@@ -509,9 +522,9 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
             if split {
                 // The correction terms follow every plane's products.
                 let cor = groups * p2 as u64 * np * tp + at;
-                writeln!(output, "    let m{a}{b} = mw[src + {at}] + mw[src + {cor}] / 2048.0;").unwrap();
+                writeln!(output, "    let m{a}{b} = mval(src + {at}) + mval(src + {cor}) / 2048.0;").unwrap();
             } else {
-                writeln!(output, "    let m{a}{b} = mw[src + {at}];").unwrap();
+                writeln!(output, "    let m{a}{b} = mval(src + {at});").unwrap();
             }
         }
     }
@@ -593,8 +606,8 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
         ("CP", cp.to_string()),
         ("NP", np.to_string()),
         ("TP", tp.to_string()),
-        // V after U (both parts of the split pair's U).
-        ("VOFF", ((1 + u64::from(split)) * groups * p2 as u64 * cp * np).to_string()),
+        // V after U (both parts of the split pair's U), or first (`u_apart`).
+        ("VOFF", if t.u_apart { 0 } else { (1 + u64::from(split)) * groups * p2 as u64 * cp * np }.to_string()),
         ("MSN", msn.to_string()),
         ("MST", mst.to_string()),
         ("O_JOBS", o_jobs.to_string()),
