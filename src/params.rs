@@ -146,6 +146,10 @@ pub struct Scatter {
     /// count the shuffled grid's rows and columns (stride times r), and the transposed
     /// output channel of (phase (ph_h, ph_w), c) is `c * r * r + (ph_h % r) * r + ph_w % r`.
     pub inner: u32,
+    /// The transposed convolution's kernel (R, S): where it is not a multiple of the stride,
+    /// some phases' lowered taps are zero (`kernels::phases::live_taps`). A pixel shuffle's
+    /// form: the conv's own kernel.
+    pub kernel: (u32, u32),
 }
 
 impl Scatter {
@@ -502,6 +506,7 @@ impl ConvShape {
                 shuffle: false,
                 phase_major: self.layout == Layout::Nhwc,
                 inner: q,
+                kernel: (self.r, self.s),
             }),
             ..*self
         };
@@ -530,6 +535,7 @@ impl ConvShape {
                 shuffle: true,
                 phase_major: self.layout == Layout::Nhwc,
                 inner: 1,
+                kernel: (self.r, self.s),
             }),
             ..*self
         })

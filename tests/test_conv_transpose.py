@@ -239,6 +239,43 @@ def test_lowered_form_split_k_on_tensor_cores(variant):
     check_decoder(variant, 400 + i, xs, ws, kw, 24, layout, half, precision, run_or_skip_over_limits)
 
 
+# Every channels-last tensor-core tile (single pass and split-K, layouts 1 to 4).
+DEAD_TAP_SAMPLE = [v for v in convtune.variant_space()
+                   if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 1]
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", DEAD_TAP_SAMPLE)
+def test_lowered_forms_with_dead_taps_skip_them_on_tensor_cores(variant):
+    # Kernels that are not stride multiples (3x3 at stride 2, 5x5 at stride 3, 3x3 at stride 2
+    # then a pixel shuffle by 2): channels-last, so the lowered channels are phase-major, and
+    # 256 output channels per phase (64 after the shuffle), whole tiles of every tile width,
+    # so the steps skip the taps each workgroup's phase never reaches (the kernels' own test
+    # checks they do: `dead_taps_of_a_lowered_decoder_skip_their_products`).
+    i = DEAD_TAP_SAMPLE.index(variant)
+    knobs = convtune.variant_knobs(variant)
+    half, _, precision = split_k_case(knobs, i)
+    case = i % 3
+    if case == 0:
+        xs, ws, kw = (2, 32, 5, 6), (32, 256, 3, 3), dict(stride=2, padding=1, output_padding=1)
+    elif case == 1:
+        xs, ws, kw = (2, 32, 4, 3), (32, 256, 5, 5), dict(stride=3, padding=2, output_padding=1)
+    else:
+        xs, ws, kw = (1, 32, 4, 5), (32, 256, 3, 3), dict(stride=2, padding=1, pixel_shuffle=2)
+    rng = np.random.default_rng(700 + i)
+    dt = np.float16 if half else np.float32
+    x = rng.standard_normal(xs).astype(dt)
+    w = (rng.standard_normal(ws) / 24).astype(dt)
+    shuffle = kw.pop("pixel_shuffle", 1)
+    want = conv_transpose2d_reference(x, w, **kw)
+    if shuffle > 1:
+        want = pixel_shuffle_reference(want, shuffle)
+    got = run_or_skip_over_limits(variant, lambda: convtune.conv_transpose2d(
+        nhwc(x), w, layout="NHWC", variant=variant, precision=None if half else precision,
+        pixel_shuffle=shuffle, **kw))
+    check_mode_bound(got, nhwc(want), half, precision, f"{variant} half={half} {ws} {kw} shuffle {shuffle}")
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("variant", [None, "direct_wg64x1_u0_k1w1", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4"])
 def test_pixel_shuffle_after_the_transposed_convolution(layout, variant):

@@ -51,6 +51,39 @@ pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Res
     })
 }
 
+/// Per phase of a lowered transposed convolution in phase-major channel order (phase p's
+/// channels are `p * KGF ..`), the lowered kernel's taps (bit `a * S + b`) whose weights
+/// are not all zero: where the transposed kernel is not a multiple of the stride, a phase
+/// reaches fewer taps (a 3x3 kernel at stride 2: 1, 2, 2 and 4 of the 2x2 lowered taps).
+/// `None` where every phase has every tap, for other scatters, and past 32 taps.
+pub fn live_taps(lowered: &ConvShape) -> Option<Vec<u32>> {
+    let sc = lowered.scatter?;
+    let (a_n, b_n) = (lowered.r, lowered.s);
+    if sc.shuffle || !sc.phase_major || a_n * b_n > 32 {
+        return None;
+    }
+    let q = sc.inner;
+    let (sh, sw) = (sc.phases.0 / q, sc.phases.1 / q);
+    let masks: Vec<u32> = (0..sc.phases.0 * sc.phases.1)
+        .map(|phase| {
+            // As shaders/phases.wgsl maps a phase and a lowered tap to the transposed tap.
+            let (ph_h, ph_w) = (phase / sc.phases.1, phase % sc.phases.1);
+            let mut live = 0;
+            for a in 0..a_n {
+                for b in 0..b_n {
+                    let (r, s) = (ph_h / q + (a_n - 1 - a) * sh, ph_w / q + (b_n - 1 - b) * sw);
+                    if r < sc.kernel.0 && s < sc.kernel.1 {
+                        live |= 1 << (a * b_n + b);
+                    }
+                }
+            }
+            live
+        })
+        .collect();
+    let all = if a_n * b_n == 32 { u32::MAX } else { (1 << (a_n * b_n)) - 1 };
+    masks.iter().any(|&m| m != all).then_some(masks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +126,38 @@ mod tests {
                 assert_eq!(got, want, "{} phase_major {phase_major}", t.label());
             }
         }
+    }
+
+    /// `live_taps` marks exactly the taps whose lowered weights are not all zero, per
+    /// phase, with and without a pixel shuffle after the transposed convolution; kernels that
+    /// are stride multiples have none dead.
+    #[test]
+    fn live_taps_are_the_lowered_weights_that_are_not_zero() {
+        let cases = [
+            (transposed([8, 4, 5, 5], [4, 3, 3, 3], 2, 1, 1, 1), 1),
+            (transposed([1, 4, 4, 3], [4, 2, 5, 5], 3, 2, 2, 2), 1),
+            (transposed([1, 2, 3, 5], [2, 3, 3, 2], 2, 0, 0, 1), 1),
+            (transposed([1, 4, 3, 4], [4, 8, 3, 3], 2, 1, 1, 1), 2),
+        ];
+        for (t, shuffle) in cases {
+            let s = if shuffle > 1 { t.with_pixel_shuffle(shuffle).unwrap() } else { t };
+            let lo = with_order(s.lowered().unwrap(), true);
+            let sc = lo.scatter.unwrap();
+            let ws: Vec<f64> = (0..t.w_len()).map(|i| (i % 7) as f64 + 1.0).collect();
+            let wl = lowered_weights(&t, &lo, &ws);
+            let masks = live_taps(&lo).unwrap_or_else(|| panic!("{}", s.label()));
+            let (taps, row) = ((lo.r * lo.s) as usize, (lo.cg() * lo.r * lo.s) as usize);
+            for (kl, w_row) in wl.chunks(row).enumerate() {
+                let phase = (kl % lo.kg() as usize) / sc.kg as usize;
+                for tap in 0..taps {
+                    let nonzero = w_row.iter().skip(tap).step_by(taps).any(|&v| v != 0.0);
+                    assert_eq!(masks[phase] >> tap & 1 == 1, nonzero, "{} phase {phase} tap {tap}", s.label());
+                }
+            }
+        }
+        let even = with_order(transposed([1, 4, 5, 5], [4, 3, 4, 4], 2, 1, 0, 1).lowered().unwrap(), true);
+        assert_eq!(live_taps(&even), None);
+        assert_eq!(live_taps(&with_order(even, false)), None);
     }
 
     /// A transposed convolution followed by a pixel shuffle, in one lowered form: the shuffle

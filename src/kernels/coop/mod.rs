@@ -20,6 +20,7 @@ mod prologue;
 mod variant;
 mod steps;
 mod store;
+mod taps;
 mod window;
 
 use gather::{a_setup_channels_last, a_setup_in_place, fetch_channels_last, fetch_in_place, gather, Lean};
@@ -29,7 +30,7 @@ use steps::{b_register, inner_product, stage_b_packed, stage_step, steps};
 use store::{finish_store, phase_quads, store_step};
 pub use variant::{Coop, SUBGROUP};
 use variant::*;
-use window::{window_setup, window_steps, PatchSource, Window, WINDOW_WASTE};
+use window::{window_bounds, window_setup, window_steps, window_weights, PatchSource, Window, WINDOW_WASTE};
 
 
 /// A tensor-core multiply-add relative to a scalar FMA, per multiply-add it performs.
@@ -427,6 +428,21 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         _ => "k_begin",
     };
     writeln!(acc, "    var k_next: i32 = {first_k};").unwrap();
+    // A lowered transposed convolution's dead taps: the steps skip them, the first gathers
+    // are the first live step's.
+    let live = taps::live_units(v, shape, window.is_some());
+    if let (Some(masks), Some(sc)) = (&live, shape.scatter) {
+        smem.push_str(taps::NEXT_LIVE);
+        acc.push_str(&taps::live_decl(masks, sc.kg));
+        match window {
+            Some(w) => {
+                let (from, to) = window_bounds(v);
+                let rows = v.taps_per_step(w.s()) > 1;
+                writeln!(acc, "    let t0 = {};\n    k_next = {};", taps::next_live(v, from, to, rows), window_weights("t0", rows)).unwrap();
+            }
+            None => writeln!(acc, "    k_next = {};", taps::next_live(v, "k_next", "k_end", false)).unwrap(),
+        }
+    }
 
     let lanes = ["x", "y", "z", "w"];
     // Weight rows of a multiple of four values are bound as vec4s; layout 1 reads its
@@ -490,7 +506,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     };
     fetch_b(&mut fetch, 0);
 
-    let mut advance = String::from("        k_next = k0 + BK;\n");
+    let mut advance = match live {
+        Some(_) => format!("        k_next = {};\n", taps::next_live(v, "k0 + BK", "k_end", false)),
+        None => String::from("        k_next = k0 + BK;\n"),
+    };
     if v.layout == 0 {
         implicit::write_reduction_advance(&mut advance, a_slots, v.bk, shape, "        ");
     }
@@ -511,9 +530,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 (false, true) => PatchSource::Packed("x"),
                 (false, false) => PatchSource::Packed("xt"),
             };
-            window_steps(v, &w, &stage, &fetch, &x)
+            window_steps(v, &w, &stage, &fetch, &x, live.is_some())
         }
-        None => steps(&stage, &advance, &fetch, &inner_product(v, None), lean.on),
+        None => steps(&stage, &advance, &fetch, &inner_product(v, None), lean.on, live.is_some()),
     };
 
     // A window tile's four neighbouring NCHW pixels share an output row only where the rows
@@ -835,6 +854,41 @@ mod window_tests {
 
     /// Every tile stores moved outputs, window tiles too, split-K ones in their finishing
     /// pass: a pixel shuffle (float16 NHWC and float32 NCHW, through its scatter form) and a
+    /// A 3x3 stride-2 decoder's lowered form (9 of 16 products count): every channels-last
+    /// tile whose channel block lies in one phase skips the dead taps' products (by the
+    /// step's tap for layouts 1 and 2, by the window step's for layouts 3 and 4), and each
+    /// kernel passes naga; a 4x4 kernel at stride 2 has no dead taps, so none skips.
+    #[test]
+    fn dead_taps_of_a_lowered_decoder_skip_their_products() {
+        use crate::kernels::Variant;
+        let decoder = |r: usize| {
+            ConvShape::new_transposed([8, 512, 16, 16], [512, 256, r, r], (2, 2), (1, 1), (1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(Layout::Nhwc)
+                .with_dtype(DType::F16)
+        };
+        let (mut skipping, mut windows) = (0, 0);
+        for c in Coop::space() {
+            let v = Variant::Coop(c);
+            for (r, dead) in [(3, true), (4, false)] {
+                let shape = decoder(r);
+                let Ok(k) = v.generate(&shape) else { continue };
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
+                let skips = k.source.contains("fn next_live(");
+                assert_eq!(skips, dead && c.layout > 0, "{v} on {}", shape.label());
+                if skips {
+                    // Taps (layouts 1 to 3): phase 0 reaches all four, phase 3 tap 3 only; kernel
+                    // rows (layout 4): phases 2 and 3 reach row 1 only.
+                    let masks = if c.layout == 4 { "select(select(select(3u, 3u, phase == 1), 2u, phase == 2), 2u, phase == 3)" } else { "select(select(select(15u, 10u, phase == 1), 12u, phase == 2), 8u, phase == 3)" };
+                    assert!(k.source.contains(&format!("let live = {masks};")), "{v}");
+                    skipping += 1;
+                    windows += c.windowed() as usize;
+                }
+            }
+        }
+        assert!(skipping > 20 && windows > 5, "{skipping} skipping, {windows} window tiles");
+    }
+
     /// lowered transposed convolution; each kernel passes naga, and the tuner offers some
     /// window tiles.
     #[test]

@@ -132,9 +132,14 @@ pub(super) fn inner_product(v: &Coop, b_row: Option<u32>) -> String {
 }
 
 /// The k-step loop: barrier, stage, barrier, gather ahead, multiply. Lean variants skip the
-/// gathers past the last step (a uniform branch) instead of testing each.
-pub(super) fn steps(stage: &str, advance: &str, fetch: &str, inner: &str, lean: bool) -> String {
-    let mut s = String::from("    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {\n");
+/// gathers past the last step (a uniform branch) instead of testing each. `skips`: the
+/// advance skips dead taps (`taps`), and each step is the one the last gathered.
+pub(super) fn steps(stage: &str, advance: &str, fetch: &str, inner: &str, lean: bool, skips: bool) -> String {
+    let mut s = String::from(if skips {
+        "    for (var k0: i32 = k_next; k0 < k_end; k0 = k_next) {\n"
+    } else {
+        "    for (var k0: i32 = k_begin; k0 < k_end; k0 = k0 + BK) {\n"
+    });
     s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
     s.push_str("        workgroupBarrier();\n");
     s.push_str(stage);

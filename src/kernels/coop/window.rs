@@ -176,23 +176,26 @@ fn stage_patch(s: &mut String, v: &Coop, w: &Window, x: &PatchSource) {
 /// EDSR 0.468 -> 0.411 ms and the other 3x3 layers 3-12% against a load-store loop, and
 /// loading the next channel block's patch during this block's steps gained 0-3% more on
 /// three layers and lost up to 19% on others.
-pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource) -> String {
+/// `live`: the steps skip the taps (kernel rows) the workgroup's phase never reaches
+/// (`taps`): the patch is staged at a block's first live step.
+pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, live: bool) -> String {
     let taps = v.taps_per_step(w.s());
     if taps > 1 {
-        return window_row_steps(v, w, stage_b, fetch_b, x, taps);
+        return window_row_steps(v, w, stage_b, fetch_b, x, taps, live);
     }
-    let mut s = step_loop(v);
+    let first = if live { "first_live" } else { "0" };
+    let mut s = step_loop(v, live, false);
     s.push_str("        let rs = t % (R * S);\n");
     s.push_str("        // Everyone is done reading the staged tiles of the previous step.\n");
     s.push_str("        workgroupBarrier();\n");
-    s.push_str("        if (rs == 0) {\n");
+    writeln!(s, "        if (rs == {first}) {{").unwrap();
     s.push_str("            let c0 = (t / (R * S)) * BK;\n");
     stage_patch(&mut s, v, w, x);
     s.push_str("        }\n");
     s.push_str(stage_b);
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        // The next step's weights: channel block, then (r, s), as w's copy is ordered.\n");
-    s.push_str("        k_next = ((t + 1) % (R * S)) * CP + ((t + 1) / (R * S)) * BK;\n");
+    writeln!(s, "        k_next = {};", window_weights(&next_step(v, live, false), false)).unwrap();
     s.push_str(fetch_b);
     s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
     s.push_str(&inner_product(v, None));
@@ -203,18 +206,19 @@ pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x
 /// Layout 4's steps, `taps` kernel taps (a kernel row) per step: each step stages the
 /// weights of all of them, then multiplies the patch at each tap's offset (a third of layout
 /// 3's barriers on a 3x3 kernel).
-fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, taps: u32) -> String {
-    let mut s = step_loop(v);
+fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, taps: u32, live: bool) -> String {
+    let first = if live { "first_live" } else { "0" };
+    let mut s = step_loop(v, live, true);
     s.push_str("        let st = t % SPB;\n");
     s.push_str("        workgroupBarrier();\n");
-    s.push_str("        if (st == 0) {\n");
+    writeln!(s, "        if (st == {first}) {{").unwrap();
     s.push_str("            let c0 = (t / SPB) * BK;\n");
     stage_patch(&mut s, v, w, x);
     s.push_str("        }\n");
     s.push_str(stage_b);
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        // The next step's first tap's weights: channel block, then (r, s).\n");
-    s.push_str("        k_next = ((t + 1) % SPB) * TAPS * CP + ((t + 1) / SPB) * BK;\n");
+    writeln!(s, "        k_next = {};", window_weights(&next_step(v, live, true), true)).unwrap();
     s.push_str(fetch_b);
     for tp in 0..taps {
         writeln!(s, "        {{").unwrap();
@@ -227,10 +231,37 @@ fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &Patc
     s
 }
 
-/// The head of the step loop: every step, or a split part's (`window_setup`).
-fn step_loop(v: &Coop) -> String {
-    let (from, to) = if v.splits > 1 { ("t_begin", "t_end") } else { ("0", "NSTEPS") };
-    format!("    for (var t: i32 = {from}; t < {to}; t = t + 1) {{\n")
+/// The first and the end of this workgroup's steps: every step, or a split part's
+/// (`window_setup`).
+pub(super) fn window_bounds(v: &Coop) -> (&'static str, &'static str) {
+    if v.splits > 1 { ("t_begin", "t_end") } else { ("0", "NSTEPS") }
+}
+
+/// Where step `t`'s (first tap's) weights start in w's copy: channel block, then (r, s);
+/// `rows`: a step takes a kernel row (layout 4 on kernels wider than one tap).
+pub(super) fn window_weights(t: &str, rows: bool) -> String {
+    if rows {
+        format!("(({t}) % SPB) * TAPS * CP + (({t}) / SPB) * BK")
+    } else {
+        format!("(({t}) % (R * S)) * CP + (({t}) / (R * S)) * BK")
+    }
+}
+
+/// The step after `t`: the next, or (`live`) the next live one.
+fn next_step(v: &Coop, live: bool, rows: bool) -> String {
+    let (_, to) = window_bounds(v);
+    if live { super::taps::next_live(v, "t + 1", to, rows) } else { "t + 1".to_string() }
+}
+
+/// The head of the step loop: every step, or a split part's; with `live`, the live ones.
+fn step_loop(v: &Coop, live: bool, rows: bool) -> String {
+    let (from, to) = window_bounds(v);
+    if live {
+        let next = super::taps::next_live(v, "t + 1", to, rows);
+        format!("    for (var t: i32 = {}; t < {to}; t = {next}) {{\n", super::taps::next_live(v, from, to, rows))
+    } else {
+        format!("    for (var t: i32 = {from}; t < {to}; t = t + 1) {{\n")
+    }
 }
 
 /// Layout 3: the staged patch's pixels for the largest window, over the tile widths it
