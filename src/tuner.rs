@@ -921,7 +921,7 @@ mod tests {
         }
         // wcoop's two 128x128 tiles differ only in subgroups: one comes early, one waits.
         let pos = |name: &str| ranked.iter().position(|v| v.to_string() == name).unwrap();
-        let (a, b) = (pos("wcoop_m2_b128x128x32_s2x2"), pos("wcoop_m2_b128x128x32_s2x4"));
+        let (a, b) = (pos("wcoop_m2_b128x128x32_s2x2_p1"), pos("wcoop_m2_b128x128x32_s2x4_p1"));
         assert!(a.min(b) < held && a.max(b) >= held, "{a} {b} {held}");
     }
 

@@ -248,13 +248,13 @@ DEAD_TAP_SAMPLE = [v for v in convtune.variant_space()
 @pytest.mark.parametrize("variant", DEAD_TAP_SAMPLE)
 def test_lowered_forms_with_dead_taps_skip_them_on_tensor_cores(variant):
     # Kernels that are not stride multiples (3x3 at stride 2, 5x5 at stride 3, 3x3 at stride 2
-    # then a pixel shuffle by 2): channels-last, so the lowered channels are phase-major, and
-    # 256 output channels per phase (64 after the shuffle), whole tiles of every tile width,
-    # so the steps skip the taps each workgroup's phase never reaches (the kernels' own test
-    # checks they do: `dead_taps_of_a_lowered_decoder_skip_their_products`).
+    # then a pixel shuffle by 2, channels-last only): their lowered channels are phase-major in
+    # both layouts, with 256 output channels per phase (64 after the shuffle), whole tiles of
+    # every tile width, so the steps skip the taps each workgroup's phase never reaches (the
+    # kernels' own test checks they do: `dead_taps_of_a_lowered_decoder_skip_their_products`).
     i = DEAD_TAP_SAMPLE.index(variant)
     knobs = convtune.variant_knobs(variant)
-    half, _, precision = split_k_case(knobs, i)
+    half, layout, precision = split_k_case(knobs, i)
     case = i % 3
     if case == 0:
         xs, ws, kw = (2, 32, 5, 6), (32, 256, 3, 3), dict(stride=2, padding=1, output_padding=1)
@@ -262,6 +262,8 @@ def test_lowered_forms_with_dead_taps_skip_them_on_tensor_cores(variant):
         xs, ws, kw = (2, 32, 4, 3), (32, 256, 5, 5), dict(stride=3, padding=2, output_padding=1)
     else:
         xs, ws, kw = (1, 32, 4, 5), (32, 256, 3, 3), dict(stride=2, padding=1, pixel_shuffle=2)
+        layout = "NHWC"
+    to = nhwc if layout == "NHWC" else (lambda a: a)
     rng = np.random.default_rng(700 + i)
     dt = np.float16 if half else np.float32
     x = rng.standard_normal(xs).astype(dt)
@@ -271,9 +273,9 @@ def test_lowered_forms_with_dead_taps_skip_them_on_tensor_cores(variant):
     if shuffle > 1:
         want = pixel_shuffle_reference(want, shuffle)
     got = run_or_skip_over_limits(variant, lambda: convtune.conv_transpose2d(
-        nhwc(x), w, layout="NHWC", variant=variant, precision=None if half else precision,
+        to(x), w, layout=layout, variant=variant, precision=None if half else precision,
         pixel_shuffle=shuffle, **kw))
-    check_mode_bound(got, nhwc(want), half, precision, f"{variant} half={half} {ws} {kw} shuffle {shuffle}")
+    check_mode_bound(got, to(want), half, precision, f"{variant} {layout} half={half} {ws} {kw} shuffle {shuffle}")
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
