@@ -94,38 +94,21 @@ def test_every_variant_matches_the_reference(variant, layout):
 
 
 @needs_tc
-@pytest.mark.parametrize("variant", SINGLE)
+@pytest.mark.parametrize("variant, precision", [(v, "high") for v in SINGLE] + [(v, "highest") for v in SPLIT])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_float32_data_is_scaled_within_high(variant, layout):
-    """float32 data in "high": x and w scaled from their maxima before the transforms, the
-    outputs scaled back; the bound is "high"'s (4e-3 of max |y|)."""
-    rng = np.random.default_rng(abs(hash(("f32", variant, layout))) % 2**32)
+def test_float32_data_meets_its_modes_bound(variant, precision, layout):
+    """float32 data: in "high" x and w scaled from their maxima before the transforms and
+    the outputs scaled back (4e-3 of max |y|); in "highest" the split pair's products (1e-5)."""
+    rng = np.random.default_rng(abs(hash((precision, variant, layout))) % 2**32)
     t = nhwc if layout == "NHWC" else np.asarray
     for xs, ws, kw in CASES:
         x = rng.standard_normal(xs).astype(np.float32)
         w = rng.standard_normal(ws).astype(np.float32)
         b = rng.standard_normal(ws[0]).astype(np.float32)
         want = conv2d_reference(x, w, bias=b, **kw)
-        got = _run(variant, t(x), w, bias=b, layout=layout, precision="high", **kw)
+        got = _run(variant, t(x), w, bias=b, layout=layout, precision=precision, **kw)
         assert got.dtype == np.float32 and np.all(np.isfinite(got))
-        check_mode_bound(got, t(want), False, "high", f"{variant} {layout} {xs} {ws} {kw}")
-
-
-@needs_tc
-@pytest.mark.parametrize("variant", SPLIT)
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_the_split_pair_meets_highest(variant, layout):
-    """float32 data in "highest": the split pair's products within 1e-5 of max |y|."""
-    rng = np.random.default_rng(abs(hash(("split", variant, layout))) % 2**32)
-    t = nhwc if layout == "NHWC" else np.asarray
-    for xs, ws, kw in CASES:
-        x = rng.standard_normal(xs).astype(np.float32)
-        w = rng.standard_normal(ws).astype(np.float32)
-        b = rng.standard_normal(ws[0]).astype(np.float32)
-        want = conv2d_reference(x, w, bias=b, **kw)
-        got = _run(variant, t(x), w, bias=b, layout=layout, precision="highest", **kw)
-        assert got.dtype == np.float32 and np.all(np.isfinite(got))
-        check_mode_bound(got, t(want), False, "highest", f"{variant} {layout} {xs} {ws} {kw}")
+        check_mode_bound(got, t(want), False, precision, f"{variant} {layout} {xs} {ws} {kw}")
 
 
 @needs_tc

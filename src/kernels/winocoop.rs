@@ -224,7 +224,8 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // and U along channels.
     let a_slots = v.bm * v.bk / 8 / threads;
     let b_slots = v.bn * v.bk / 8 / threads;
-    let (mut setup, mut fetch, mut stage) = (String::new(), String::new(), String::new());
+    let mut setup = String::new();
+    let mut code = SlotCode::default();
     // Per slot a register per part of the split pair (hi, then lo `lo` 16-byte elements on).
     let parts: &[(&str, &str, bool)] = if split { &[("", "hi", false), ("l", "lo", true)] } else { &[("", "hi", false)] };
     for i in 0..a_slots {
@@ -236,27 +237,15 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             writeln!(setup, "    let ak{i} = {q} / (BM / 8);\n    let am{i} = {q} % (BM / 8) * 8;").unwrap();
             (format!("a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8"), format!("(u32(ak{i}) * LDA + u32(am{i})) / 4u"))
         };
-        for &(suffix, part, lo) in parts {
-            let off = if lo { format!("{} + ", v_lo / 4) } else { String::new() };
-            writeln!(setup, "    var pa{i}{suffix}: vec4<u32>;").unwrap();
-            writeln!(fetch, "    pa{i}{suffix} = bitcast<vec4<u32>>(ws[{off}{index}]);").unwrap();
-            writeln!(stage, "        {{\n            let at = {at};").unwrap();
-            coop::unpack_at(&mut stage, "            ", &format!("a_{part}"), &format!("pa{i}{suffix}"));
-            stage.push_str("        }\n");
-        }
+        code.slot(&mut setup, parts, &format!("pa{i}"), "a", |off| format!("bitcast<vec4<u32>>(ws[{off}{index}])"), &at, v_lo / 4);
     }
     for i in 0..b_slots {
         writeln!(setup, "    let bn{i} = (lid + {}) / (BK / 8);", i * threads).unwrap();
         writeln!(setup, "    let bk{i} = (lid + {}) % (BK / 8) * 8;", i * threads).unwrap();
-        for &(suffix, part, lo) in parts {
-            let off = if lo { format!("{} + ", u_lo / 4) } else { String::new() };
-            writeln!(setup, "    var pb{i}{suffix}: vec4<u32>;").unwrap();
-            writeln!(fetch, "    pb{i}{suffix} = uw[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8];").unwrap();
-            writeln!(stage, "        {{\n            let at = (u32(bn{i}) * LDB + u32(bk{i})) / 4u;").unwrap();
-            coop::unpack_at(&mut stage, "            ", &format!("b_{part}"), &format!("pb{i}{suffix}"));
-            stage.push_str("        }\n");
-        }
+        let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
+        code.slot(&mut setup, parts, &format!("pb{i}"), "b", |off| format!("uw[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8]"), &at, u_lo / 4);
     }
+    let SlotCode { fetch, stage } = code;
     let (tm, tn) = (v.tm(), v.tn());
     let mut acc = String::new();
     let mut store = String::new();
@@ -330,6 +319,31 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     kernel.scaled = scaled;
     kernel.prescale = scaled;
     Ok(kernel)
+}
+
+/// The GEMM's load slots as WGSL: their 16-byte loads of the next step, and their unpacking
+/// into the staged tiles.
+#[derive(Default)]
+struct SlotCode {
+    fetch: String,
+    stage: String,
+}
+
+impl SlotCode {
+    /// Slot `reg`'s register per part of the split pair (`parts`: suffix, staged tile's part,
+    /// whether it is the lo part), declared in `setup`: loaded by `load(offset)`, the lo part
+    /// `lo_elems` 16-byte elements on, unpacked into `tile`'s part at `at`.
+    #[allow(clippy::too_many_arguments)]
+    fn slot(&mut self, setup: &mut String, parts: &[(&str, &str, bool)], reg: &str, tile: &str, load: impl Fn(&str) -> String, at: &str, lo_elems: u64) {
+        for &(suffix, part, lo) in parts {
+            let off = if lo { format!("{lo_elems} + ") } else { String::new() };
+            writeln!(setup, "    var {reg}{suffix}: vec4<u32>;").unwrap();
+            writeln!(self.fetch, "    {reg}{suffix} = {};", load(&off)).unwrap();
+            writeln!(self.stage, "        {{\n            let at = {at};").unwrap();
+            coop::unpack_at(&mut self.stage, "            ", &format!("{tile}_{part}"), &format!("{reg}{suffix}"));
+            self.stage.push_str("        }\n");
+        }
+    }
 }
 
 /// The prologue's patch pair: its job decoded (`i`: channels c0, c0 + 1 of one tile for a
