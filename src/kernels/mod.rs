@@ -254,7 +254,8 @@ impl Variant {
         self.target(shape).is_some_and(|t| self.ops().computes(&t))
     }
     /// The lowered form's cost where the variant computes one: its zero taps (a kernel side
-    /// short of a stride multiple) are work like any other.
+    /// short of a stride multiple) are work like any other, but where the variant skips them
+    /// (the tensor-core tiles, `coop::taps`).
     pub fn cost(&self, shape: &ConvShape) -> f64 {
         self.ops().cost(&self.target(shape).unwrap_or(*shape))
     }

@@ -294,7 +294,7 @@ impl KernelVariant for Coop {
         } else {
             (1.0, 0.0)
         };
-        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * waste * per_fma
+        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * waste * taps::live_share(self, shape) * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
             / resident
             / fill
@@ -877,6 +877,7 @@ mod window_tests {
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
                 let skips = k.source.contains("fn next_live(");
                 assert_eq!(skips, dead && c.layout > 0, "{v} on {}", shape.label());
+                assert_eq!(taps::live_share(&c, &shape.lowered().unwrap()), if !skips { 1.0 } else if c.layout == 4 { 0.75 } else { 9.0 / 16.0 }, "{v}");
                 if skips {
                     // Taps (layouts 1 to 3): phase 0 reaches all four, phase 3 tap 3 only; kernel
                     // rows (layout 4): phases 2 and 3 reach row 1 only.

@@ -48,6 +48,19 @@ pub(super) fn live_units(v: &Coop, shape: &ConvShape, windowed: bool) -> Option<
     Some(taps.iter().map(|m| (0..shape.r).filter(|r| m >> (r * shape.s) & row != 0).map(|r| 1 << r).sum()).collect())
 }
 
+/// The share of the steps a kernel takes: its live units over all, averaged over the phases
+/// (1 where it skips none). The cost counts the products done; where the grid is one wave,
+/// the phases reaching the most taps set the time instead.
+pub(super) fn live_share(v: &Coop, shape: &ConvShape) -> f64 {
+    let windowed = v.windowed() && super::window::Window::of(v, shape).is_some();
+    let Some(masks) = live_units(v, shape, windowed) else {
+        return 1.0;
+    };
+    let units = if windowed && v.taps_per_step(shape.s) > 1 { shape.r } else { shape.r * shape.s };
+    let live: u32 = masks.iter().map(|m| m.count_ones()).sum();
+    live as f64 / (masks.len() as f64 * units as f64)
+}
+
 /// The module's `next_live`: the first step from `t` on (before `end`) whose unit is live.
 pub(super) const NEXT_LIVE: &str = "
 // The first step from t on (before end) whose tap, or kernel row, this workgroup's phase
