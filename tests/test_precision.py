@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import check_mode_bound, nhwc, reference_conv2d
+from reference import check_mode_bound, nhwc, reference_conv2d, run_or_skip_over_limits
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
@@ -337,3 +337,29 @@ def test_winograd_mixed_channel_magnitudes_meet_the_bound(variant):
     mode = _winograd_mode(variant)
     got = convtune.conv2d(x, w, padding=1, variant=variant, precision=mode)
     assert _rel_err(got, reference_conv2d(x, w, padding=1)) <= (1e-4 if mode == "high" else 1e-5), variant
+
+
+# Every single-pass tensor-core tile: on float32 data whose outputs need only their scale, a
+# workgroup whose tile lies inside y stores its accumulators straight from registers, the
+# others through the scratch (src/kernels/coop/direct_store.rs).
+DIRECT = [v for v in convtune.variant_space() if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1]
+
+
+@needs_tc
+@pytest.mark.parametrize("variant", DIRECT)
+def test_float32_tiles_inside_y_store_from_registers(variant):
+    # Two images of 24x32 (whole 16-pixel blocks), 272 output channels (whole tiles of every
+    # width and a ragged one past them), 3x3 and 1x1; "high", and "highest" for split tiles.
+    i = DIRECT.index(variant)
+    knobs = convtune.variant_knobs(variant)
+    layout = "NHWC" if knobs["layout"] > 0 and i % 2 else "NCHW"
+    precision = "highest" if knobs["split"] == 3 else "high"
+    r = 1 if i % 3 == 2 else 3
+    rng = np.random.default_rng(900 + i)
+    x = rng.standard_normal((2, 32, 24, 32)).astype(np.float32)
+    w = (rng.standard_normal((272, 32, r, r)) / 8).astype(np.float32)
+    want = reference_conv2d(x, w, padding=r // 2)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    got = run_or_skip_over_limits(variant, lambda: convtune.conv2d(
+        to(x), w, padding=r // 2, layout=layout, variant=variant, precision=precision))
+    check_mode_bound(got, to(want), False, precision, f"{variant} {layout} {r}x{r}")

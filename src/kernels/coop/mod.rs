@@ -15,6 +15,7 @@ use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
 use std::fmt::Write as _;
 
+mod direct_store;
 mod gather;
 mod prologue;
 mod variant;

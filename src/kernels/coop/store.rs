@@ -168,6 +168,9 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
             }
         }
     }
+    if super::direct_store::direct(v, shape, window) {
+        return super::direct_store::direct_store(v, shape, vec_y, window, &store);
+    }
     store
 }
 
