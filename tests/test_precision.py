@@ -340,8 +340,8 @@ def test_winograd_mixed_channel_magnitudes_meet_the_bound(variant):
 
 
 # Every single-pass tensor-core tile: on float32 data whose outputs need only their scale, a
-# workgroup whose tile lies inside y stores its accumulators straight from registers, the
-# others through the scratch (src/kernels/coop/direct_store.rs).
+# workgroup of layout 0 or 4 whose tile lies inside y stores its accumulators straight from
+# registers, the others through the scratch (src/kernels/coop/direct_store.rs).
 DIRECT = [v for v in convtune.variant_space() if v.startswith("coop_") and convtune.variant_knobs(v)["splits"] == 1]
 
 

@@ -14,10 +14,15 @@ use std::fmt::Write as _;
 /// Whether `shape`'s outputs can be stored directly by `v` (the window tiles' and the
 /// gathering layouts' pixel blocks: 16 consecutive tile pixels are 16 consecutive pixels of
 /// one image wherever the tile lies inside it, for the gathering layouts in NCHW where the
-/// image's pixels are whole 16-pixel blocks).
+/// image's pixels are whole 16-pixel blocks). Layouts 0 and 4 only: on an H200 their tiles
+/// ran 5-15% (layout 0) and up to 4% (layout 4) faster so, layouts 1 to 3 within 1% but one
+/// tile 43% slower, and the second store path makes a kernel compile ~15% longer, which with
+/// a cold driver cache pushed a layer's winner past the tuning budget (BENCHMARKS.md, "Float32
+/// outputs stored from registers").
 pub(super) fn direct(v: &Coop, shape: &ConvShape, window: bool) -> bool {
     let blocks_in_images = window || shape.layout == Layout::Nhwc || (shape.oh() as u64 * shape.ow() as u64) % 16 == 0;
-    shape.dtype == DType::F32
+    matches!(v.layout, 0 | 4)
+        && shape.dtype == DType::F32
         && shape.epilogue.is_plain()
         && !shape.bias
         && shape.scatter.is_none()
