@@ -247,19 +247,22 @@ DEAD_TAP_SAMPLE = [v for v in convtune.variant_space()
 @pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
 @pytest.mark.parametrize("variant", DEAD_TAP_SAMPLE)
 def test_lowered_forms_with_dead_taps_skip_them_on_tensor_cores(variant):
-    # Kernels that are not stride multiples (3x3 at stride 2, 5x5 at stride 3, 3x3 at stride 2
-    # then a pixel shuffle by 2, channels-last only): their lowered channels are phase-major in
+    # Kernels that are not stride multiples (3x3 at stride 2, 5x5 at stride 3, 1x1 at stride 2,
+    # 3x3 at stride 2 then a pixel shuffle by 2, channels-last only): their lowered channels are phase-major in
     # both layouts, with 256 output channels per phase (64 after the shuffle), whole tiles of
     # every tile width, so the steps skip the taps each workgroup's phase never reaches (the
     # kernels' own test checks they do: `dead_taps_of_a_lowered_decoder_skip_their_products`).
     i = DEAD_TAP_SAMPLE.index(variant)
     knobs = convtune.variant_knobs(variant)
     half, layout, precision = split_k_case(knobs, i)
-    case = i % 3
+    case = i % 4
     if case == 0:
         xs, ws, kw = (2, 32, 5, 6), (32, 256, 3, 3), dict(stride=2, padding=1, output_padding=1)
     elif case == 1:
         xs, ws, kw = (2, 32, 4, 3), (32, 256, 5, 5), dict(stride=3, padding=2, output_padding=1)
+    elif case == 3:
+        # 1x1 at stride 2: three of the four phases reach no tap (their outputs are zeros).
+        xs, ws, kw = (2, 32, 5, 6), (32, 256, 1, 1), dict(stride=2, output_padding=1)
     else:
         xs, ws, kw = (1, 32, 4, 5), (32, 256, 3, 3), dict(stride=2, padding=1, pixel_shuffle=2)
         layout = "NHWC"

@@ -620,7 +620,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("A_SETUP", a_setup),
         ("B_SETUP", b_setup),
         ("ACC_DECL", acc),
-        ("FETCH", fetch),
+        // A workgroup whose phase reaches no tap (a kernel shorter than the stride) has no
+        // first step to gather: its gathers would read past w's row and x's window.
+        ("FETCH", if live.is_some() && window.is_none() { format!("    if (k_next < k_end) {{\n{fetch}    }}\n") } else { fetch }),
         ("STEPS", steps),
         ("STORE", store),
     ]);
@@ -870,8 +872,20 @@ mod window_tests {
                 .with_dtype(if layout == Layout::Nhwc { DType::F16 } else { DType::F32 })
         };
         let (mut skipping, mut windows) = (0, 0);
+        // A 1x1 kernel at stride 2: phases 1 to 3 reach no tap at all, and their workgroups
+        // gather nothing (the first gathers wait for a live step).
+        let one = ConvShape::new_transposed([8, 512, 16, 16], [512, 256, 1, 1], (2, 2), (0, 0), (1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
+        assert_eq!(crate::kernels::phases::live_taps(&one.lowered().unwrap()), Some(vec![1, 0, 0, 0]));
         for c in Coop::space() {
             let v = Variant::Coop(c);
+            if let Ok(k) = v.generate(&one) {
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", one.label()));
+                let guarded = k.source.contains("    if (k_next < k_end) {\n");
+                assert_eq!(guarded, c.layout == 1 || c.layout == 2, "{v}");
+            }
             for (r, dead, layout) in [(3, true, Layout::Nhwc), (4, false, Layout::Nhwc), (3, true, Layout::Nchw)] {
                 let shape = decoder(r, layout);
                 let Ok(k) = v.generate(&shape) else { continue };
