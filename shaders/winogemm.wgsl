@@ -8,10 +8,12 @@
 // independent GEMMs, one per element xi of the transformed tile and group g:
 // M[g][xi][tile][n] = sum_c V[g][xi][c][tile] * U[g][xi][c][n].
 //
-// `prologue`: its first F_BLOCKS workgroups transform the filters, U = G g G^T, one (g, c, n)
-//   per invocation; the others transform the input patches, V = B^T d B, one (g, c, tile) per
-//   invocation (zero outside the image). Both go to `ws`, padded with zeros to CP channels,
-//   NP output channels and TP tiles (whole GEMM tiles and steps: the GEMM needs no bounds).
+// `prologue`: its first V_BLOCKS workgroups transform the input patches, V = B^T d B, one
+//   (g, c, tile) per invocation (zero outside the image); the last F_BLOCKS the filters,
+//   U = G g G^T, one (g, c, n) per invocation. Both are padded with zeros to CP channels, NP
+//   output channels and TP tiles (whole GEMM tiles and steps: the GEMM needs no bounds). Where
+//   U has a binding of its own (V and M then share `ws`), a weight Tensor keeps it and the
+//   runner leaves the filter workgroups out.
 // `main`: the {{P2}} x {{GROUPS}} batched GEMMs, {{BM}} tiles x {{BN}} channels per workgroup,
 //   {{BK}}-deep steps double-buffered in workgroup memory, {{TM}} x {{TN}} scalar accumulators
 //   per invocation (the gemm family's written-out inner loop), into `mw`.
@@ -33,15 +35,7 @@ alias DT = {{DT}};
 @group(0) @binding(1) var<storage, read> w: array<DT>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<DT>;
-// U (GROUPS x P2 x CP x NP) then the chunk's V (GROUPS x P2 x CP x TP), written by `prologue`.
-@group(0) @binding(5) var<storage, read_write> ws: array<f32>;
-// M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.
-@group(0) @binding(6) var<storage, read_write> mw: array<f32>;
-
-// M's value i, as `finish` reads it.
-fn mval(i: i32) -> f32 {
-    return mw[i];
-}
+{{WORKSPACES}}
 
 {{EPILOGUE}}
 {{WINOGRAD}}
@@ -49,8 +43,8 @@ fn mval(i: i32) -> f32 {
 // The transforms of the filters and the input patches.
 
 const F_JOBS: i32 = {{F_JOBS}};        // GROUPS * CP * NP filters
-const F_BLOCKS: u32 = {{F_BLOCKS}}u;   // ceil(F_JOBS / 256)
 const V_JOBS: i32 = {{V_JOBS}};        // GROUPS * CP * TP patches
+const V_BLOCKS: u32 = {{V_BLOCKS}}u;   // ceil(V_JOBS / 256)
 
 @compute @workgroup_size(256, 1, 1)
 fn prologue(
@@ -59,9 +53,9 @@ fn prologue(
     @builtin(local_invocation_index) lidx: u32,
 ) {
     let block = wid.y * nwg.x + wid.x;
-    if (block < F_BLOCKS) {
-        let i = i32(block * 256u + lidx);
-        // U stays in `ws` from the first chunk on.
+    if (block >= V_BLOCKS) {
+        let i = i32((block - V_BLOCKS) * 256u + lidx);
+        // U stays in its workspace from the first chunk on.
         if (i >= F_JOBS || chunk_base() > 0) {
             return;
         }
@@ -76,7 +70,7 @@ fn prologue(
 {{FILTER_TRANSFORM}}
         return;
     }
-    let i = i32((block - F_BLOCKS) * 256u + lidx);
+    let i = i32(block * 256u + lidx);
     if (i >= V_JOBS) {
         return;
     }

@@ -308,3 +308,27 @@ def test_chunked_runs_on_device_tensors(m, monkeypatch):
                             precision=_precision(variant))
         ref = conv2d_reference(ref, w, bias=b, padding=padding, groups=groups)
     check_close(t.numpy(), ref, context=f"{variant} on Tensors", rtol=2 * _bound(variant))
+
+
+@pytest.mark.parametrize("variant", WGEMM[::2])
+def test_a_weight_tensor_keeps_its_transformed_filters(variant, monkeypatch):
+    """U, transformed once from a weight Tensor and kept with it where it has a workspace of
+    its own: later calls with fresh x bind it; two problems share the tensor (each its own U),
+    and a chunked run (U then shares V's workspace and is transformed every call) between."""
+    rng = np.random.default_rng(abs(hash(("kept", variant))) % 2**32)
+    w = (rng.standard_normal((10, 6, 3, 3)) / 4).astype(np.float32)
+    wt = convtune.to_device(w)
+    xs, ws, padding, groups = CHUNKED
+    cap, chunks, _ = _chunking(variant, xs, ws, padding, 1)
+    for rnd in range(2):
+        for shape, env in [((2, 6, 9, 10), None), ((3, 6, 27, 25), str(cap)), ((1, 6, 12, 7), None)]:
+            if env:
+                monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", env)
+            else:
+                monkeypatch.delenv("CONVTUNE_MAX_WORKSPACE", raising=False)
+            for call in range(2):
+                x = rng.standard_normal(shape).astype(np.float32)
+                got = convtune.conv2d(convtune.to_device(x), wt, padding=1, variant=variant,
+                                      precision=_precision(variant)).numpy()
+                check_close(got, conv2d_reference(x, w, padding=1), rtol=_bound(variant),
+                            context=f"{variant} {shape} round {rnd} call {call + 1}")

@@ -238,6 +238,18 @@ impl WinoGemm {
         Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4, m_bytes: 4, u_apart: false }
     }
 
+    /// The tiling a kernel on `shape` runs with: U in a binding of its own (so a weight Tensor
+    /// keeps it) wherever that takes no more chunks than U sharing V's binding (V and M then
+    /// share the other: the EDSR body at 720p would take 8 chunks instead of 4).
+    fn tiling_for(&self, shape: &ConvShape, cap: u64) -> Tiling {
+        let t = self.tiling();
+        let apart = Tiling { u_apart: true, ..t };
+        match (t.chunking(shape, cap), apart.chunking(shape, cap)) {
+            (Some(a), Some(b)) if b.chunks <= a.chunks => apart,
+            _ => t,
+        }
+    }
+
     fn p2(&self) -> u32 {
         self.tiling().p2()
     }
@@ -689,7 +701,7 @@ fn right_product(s: &mut String, ind: &str, l: &[Vec<f64>], rows: usize, y: impl
 }
 
 fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
-    let t = v.tiling();
+    let t = v.tiling_for(shape, cap);
     let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, false, false)?;
     let p2 = t.p2() as u64;
     let threads = v.threads();
@@ -697,11 +709,38 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let (_, cp, np) = t.padded(shape);
     let groups = shape.groups as u64;
 
-    // The transforms, each plane's value stored at its own place in `ws`.
+    // Where U and M live: U before V in `ws` and M in `mw`, or (`u_apart`) U in `uw` and M
+    // after V in `ws`, from MOFF on.
+    let groups_planes = groups * p2;
+    let m_off = groups_planes * cp * tp;
+    let (u_buf, m_at, workspaces) = if t.u_apart {
+        let decl = format!(
+            "// The chunk's V (GROUPS x P2 x CP x TP), written by `prologue`, then from MOFF on its M\n\
+             // (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.\n\
+             @group(0) @binding(5) var<storage, read_write> ws: array<f32>;\n\
+             // U (GROUPS x P2 x CP x NP): alone in its binding, where a copy kept with resident\n\
+             // weights may stand in for it.\n\
+             @group(0) @binding(6) var<storage, read_write> uw: array<f32>;\n\
+             const MOFF: i32 = {m_off};\n\n\
+             // M's value i, as `finish` reads it.\n\
+             fn mval(i: i32) -> f32 {{\n    return ws[MOFF + i];\n}}\n"
+        );
+        ("uw", "ws[MOFF + ", decl)
+    } else {
+        let decl = "// U (GROUPS x P2 x CP x NP) then the chunk's V (GROUPS x P2 x CP x TP), written by `prologue`.\n\
+                    @group(0) @binding(5) var<storage, read_write> ws: array<f32>;\n\
+                    // M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.\n\
+                    @group(0) @binding(6) var<storage, read_write> mw: array<f32>;\n\n\
+                    // M's value i, as `finish` reads it.\n\
+                    fn mval(i: i32) -> f32 {\n    return mw[i];\n}\n";
+        ("ws", "mw[", decl.to_string())
+    };
+
+    // The transforms, each plane's value stored at its own place in U's or V's workspace.
     let mut filter = filter_transform(&tr, "", None);
     let mut input = input_transform(&tr, "", None);
     for xi in 0..p2 {
-        writeln!(filter, "        ws[dst + {}] = u_{xi};", xi * cp * np).unwrap();
+        writeln!(filter, "        {u_buf}[dst + {}] = u_{xi};", xi * cp * np).unwrap();
         writeln!(input, "    ws[dst + {}] = v_{xi};", xi * cp * tp).unwrap();
     }
 
@@ -727,7 +766,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * TP + am{i}];").unwrap();
     }
     for i in 0..b_slots {
-        writeln!(fetch, "    pb{i} = ws[b_src + (k_next + bk{i}) * NP + bn{i}];").unwrap();
+        writeln!(fetch, "    pb{i} = {u_buf}[b_src + (k_next + bk{i}) * NP + bn{i}];").unwrap();
     }
     let mut stage_store = String::new();
     for i in 0..a_slots {
@@ -747,7 +786,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         writeln!(store, "    {{").unwrap();
         writeln!(store, "        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
         for i in 0..v.tm {
-            writeln!(store, "        mw[sn + st{i}] = acc{i}_{j};").unwrap();
+            writeln!(store, "        {m_at}sn + st{i}] = acc{i}_{j};").unwrap();
         }
         writeln!(store, "    }}").unwrap();
     }
@@ -757,10 +796,12 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let f_jobs = groups * cp * np;
     let f_blocks = f_jobs.div_ceil(256);
     let v_jobs = groups * cp * tp;
+    let v_blocks = v_jobs.div_ceil(256);
     vars.extend([
+        ("WORKSPACES", workspaces),
         ("F_JOBS", f_jobs.to_string()),
-        ("F_BLOCKS", f_blocks.to_string()),
         ("V_JOBS", v_jobs.to_string()),
+        ("V_BLOCKS", v_blocks.to_string()),
         ("TM", v.tm.to_string()),
         ("TN", v.tn.to_string()),
         ("TX", tx.to_string()),
@@ -781,7 +822,9 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("STORE", store),
     ]);
     let mut kernel = Kernel::plain(render(WinoGemm::TEMPLATE, &vars)?, gemm);
-    kernel.prologue = Some(f_blocks + v_jobs.div_ceil(256));
+    kernel.prologue = Some(v_blocks + f_blocks);
+    // U's workgroups, the prologue's last: left out where U is kept with resident weights.
+    kernel.w_blocks = if t.u_apart { f_blocks } else { 0 };
     kernel.workspace = t.workspace(shape, tp);
     kernel.finish = Some(finish);
     kernel.chunks = chunks;
@@ -1015,8 +1058,9 @@ mod tests {
         }
     }
 
-    /// Workspaces: U and V padded to whole tiles and steps, M likewise; the dispatches cover
-    /// every job.
+    /// Workspaces: U, V and M padded to whole tiles and steps, U in a binding of its own (its
+    /// workgroups the prologue's last, for a weight Tensor to keep it) where that takes no more
+    /// chunks, else before V; the dispatches cover every job.
     #[test]
     fn workspaces_and_dispatches() {
         let s = shape([3, 37, 11, 7], [41, 37, 3, 3], 1, 0, 1);
@@ -1024,10 +1068,18 @@ mod tests {
         // OH 9, OW 5: 3 x 2 tiles per image, 18 in all -> TP 32; CP 40, NP 64.
         assert_eq!(v.padded(&s), (32, 40, 64));
         let k = v.generate(&s).unwrap();
-        assert_eq!(k.workspace, [36 * 40 * (64 + 32) * 4, 36 * 64 * 32 * 4]);
+        assert_eq!(k.workspace, [36 * 32 * (40 + 64) * 4, 36 * 40 * 64 * 4]);
         assert_eq!(k.workgroups, 36 * 2);
         assert_eq!(k.prologue, Some((40 * 64u64).div_ceil(256) + (40 * 32u64).div_ceil(256)));
+        assert_eq!(k.w_blocks, (40 * 64u64).div_ceil(256));
+        assert!(k.source.contains("uw[dst + 0] = u_0;") && k.source.contains("ws[MOFF + sn + st0] = acc0_0;"));
         assert_eq!(k.finish, Some((41 * 18u64).div_ceil(256)));
+        // The EDSR body at 720p: U apart would take 8 chunks where U before V takes 4.
+        let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], 1, 1, 1);
+        let f4 = WinoGemm { m: 4, bm: 64, bn: 64, bk: 8, tm: 4, tn: 4 };
+        let k = f4.generate(&edsr).unwrap();
+        assert_eq!((k.chunks, k.w_blocks), (4, 0));
+        assert!(k.source.contains("mw[sn + st0] = acc0_0;"));
     }
 
     /// Each family's likeliest variant on a large 3x3 body: F(4x4) or F(6x6) ranks ahead of
