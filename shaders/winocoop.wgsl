@@ -7,7 +7,7 @@
 //   per invocation: for NCHW x two tiles (t, t + 1) of one (g, c), V stored as
 //   [g][xi][c][tile]; for NHWC x two channels (c, c + 1) of one (g, tile), V stored as
 //   [g][xi][tile][c] (neighbouring invocations read neighbouring values of x and write
-//   neighbouring values of V in both). The last F_BLOCKS transform the filters, U = G g G^T,
+//   neighbouring values of V in both). The last ones (F_JOBS jobs) transform the filters, U = G g G^T,
 //   two input channels (c, c + 1) of one (g, n) per invocation, into U's own binding: where
 //   U is kept with resident weights from an earlier call, the runner leaves them out. Each
 //   pair is stored as one u32 of two f16 (U as [g][xi][n][c]: the GEMM reads 8 values per

@@ -9,7 +9,7 @@
 // M[g][xi][tile][n] = sum_c V[g][xi][c][tile] * U[g][xi][c][n].
 //
 // `prologue`: its first V_BLOCKS workgroups transform the input patches, V = B^T d B, one
-//   (g, c, tile) per invocation (zero outside the image); the last F_BLOCKS the filters,
+//   (g, c, tile) per invocation (zero outside the image); the last ones (F_JOBS jobs) the filters,
 //   U = G g G^T, one (g, c, n) per invocation. Both are padded with zeros to CP channels, NP
 //   output channels and TP tiles (whole GEMM tiles and steps: the GEMM needs no bounds). Where
 //   U has a binding of its own (V and M then share `ws`), a weight Tensor keeps it and the

@@ -24,9 +24,9 @@ pub struct Kernel {
     pub prescale: bool,
     /// Bytes of the two workspace buffers (bindings 5 and 6) the prologue fills.
     pub workspace: [u64; 2],
-    /// The prologue's last `w_blocks` workgroups only rearrange w into binding 6, the rest
-    /// never touch it: with that copy kept from an earlier run on the same weights, the
-    /// prologue runs without them.
+    /// The prologue's last `w_blocks` workgroups only write w's copy into binding 6 (w
+    /// rearranged, or a Winograd family's transformed filters), the rest never touch it: with
+    /// that copy kept from an earlier run on the same weights, the prologue runs without them.
     pub w_blocks: u64,
     /// Workgroups of the module's `finish` entry point, run after `main` (split-K sums).
     pub finish: Option<u64>,

@@ -287,18 +287,12 @@ pub fn ranked_candidates(shape: &ConvShape, caps: &Caps) -> Vec<Variant> {
     // Ties broken by name so the order is the same on every run.
     scored.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
     let (mut first, mut rest) = (Vec::new(), Vec::new());
-    let mut levels: Vec<(&'static str, f64)> = Vec::new();
+    // Each family's current cost level.
+    let mut levels: std::collections::HashMap<&'static str, f64> = std::collections::HashMap::new();
     for (cost, _, v) in scored {
-        let family = v.family();
-        let at = match levels.iter().position(|(f, _)| *f == family) {
-            Some(i) => i,
-            None => {
-                levels.push((family, f64::NEG_INFINITY));
-                levels.len() - 1
-            }
-        };
-        if cost > levels[at].1 * SAME_COST {
-            levels[at].1 = cost;
+        let level = levels.entry(v.family()).or_insert(f64::NEG_INFINITY);
+        if cost > *level * SAME_COST {
+            *level = cost;
             first.push(v);
         } else {
             rest.push(v);

@@ -436,9 +436,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         smem.push_str(taps::NEXT_LIVE);
         acc.push_str(&taps::live_decl(masks, sc.kg));
         match window {
-            Some(w) => {
+            Some(_) => {
                 let (from, to) = window_bounds(v);
-                let rows = v.taps_per_step(w.s()) > 1;
+                let rows = taps::row_steps(v, shape, true);
                 writeln!(acc, "    let t0 = {};\n    k_next = {};", taps::next_live(v, from, to, rows), window_weights("t0", rows)).unwrap();
             }
             None => writeln!(acc, "    k_next = {};", taps::next_live(v, "k_next", "k_end", false)).unwrap(),
@@ -855,8 +855,6 @@ mod window_tests {
         assert!(seen > 20, "{seen} window tile kernels generated");
     }
 
-    /// Every tile stores moved outputs, window tiles too, split-K ones in their finishing
-    /// pass: a pixel shuffle (float16 NHWC and float32 NCHW, through its scatter form) and a
     /// A 3x3 stride-2 decoder's lowered form (9 of 16 products count): every channels-last
     /// tile whose channel block lies in one phase skips the dead taps' products (by the
     /// step's tap for layouts 1 and 2, by the window step's for layouts 3 and 4), and each
@@ -906,6 +904,8 @@ mod window_tests {
         assert!(skipping > 40 && windows > 10, "{skipping} skipping, {windows} window tiles");
     }
 
+    /// Every tile stores moved outputs, window tiles too, split-K ones in their finishing
+    /// pass: a pixel shuffle (float16 NHWC and float32 NCHW, through its scatter form) and a
     /// lowered transposed convolution; each kernel passes naga, and the tuner offers some
     /// window tiles.
     #[test]

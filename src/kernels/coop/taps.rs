@@ -30,6 +30,12 @@ pub(super) fn units(v: &Coop, rows: bool) -> Units {
     }
 }
 
+/// Whether a step takes a kernel row rather than a tap: layout 4's window tiles on kernels
+/// wider than one tap (`windowed`: the kernel runs as window tiles).
+pub(super) fn row_steps(v: &Coop, shape: &ConvShape, windowed: bool) -> bool {
+    windowed && v.taps_per_step(shape.s) > 1
+}
+
 /// Per phase, the mask of live units (taps r * S + s, or kernel rows for layout 4), where
 /// this kernel can skip the others: channels-last layouts (layouts 1 and 2 where a step is one
 /// tap's run of channels, the padded channels whole steps), a phase's channels whole tiles.
@@ -40,7 +46,7 @@ pub(super) fn live_units(v: &Coop, shape: &ConvShape, windowed: bool) -> Option<
         return None;
     }
     let taps = phases::live_taps(shape)?;
-    if !(windowed && v.taps_per_step(shape.s) > 1) {
+    if !row_steps(v, shape, windowed) {
         return Some(taps);
     }
     // A row is live where one of its taps is.
@@ -56,7 +62,7 @@ pub(super) fn live_share(v: &Coop, shape: &ConvShape) -> f64 {
     let Some(masks) = live_units(v, shape, windowed) else {
         return 1.0;
     };
-    let units = if windowed && v.taps_per_step(shape.s) > 1 { shape.r } else { shape.r * shape.s };
+    let units = if row_steps(v, shape, windowed) { shape.r } else { shape.r * shape.s };
     let live: u32 = masks.iter().map(|m| m.count_ones()).sum();
     live as f64 / (masks.len() as f64 * units as f64)
 }
