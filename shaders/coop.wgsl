@@ -209,6 +209,7 @@ const KRW: i32 = KRP / WV;            // elements per wt row
 
 var<workgroup> tile: array<f32, 1056>;  // 32 x 33: the odd row length avoids bank conflicts
 var<workgroup> tile_max: array<atomic<u32>, 2>;
+var<workgroup> tile_sx: f32;
 
 // |v|'s bits when v is finite, else 0: non-negative floats order like their bits.
 fn finite_abs_bits(v: f32) -> u32 {
@@ -243,6 +244,8 @@ fn prologue(
     if (lidx == 0u) {
         atomicStore(&tile_max[0], 0u);
         atomicStore(&tile_max[1], 0u);
+        // x's scale for the packing copies, read once per workgroup.
+        tile_sx = ldexp(1.0, scale_exp(atomicLoad(&scales[0])));
     }
     workgroupBarrier();
     let lid = i32(lidx);
@@ -266,9 +269,5 @@ fn prologue(
             atomicMax(&tile_max[1], max(max(f.x, f.y), max(f.z, f.w)));
         }
     }
-    workgroupBarrier();
-    if (lidx == 0u) {
-        atomicMax(&scales[0], atomicLoad(&tile_max[0]));
-        atomicMax(&scales[1], atomicLoad(&tile_max[1]));
-    }
+{{PROLOGUE_FOLD}}
 }

@@ -38,6 +38,11 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
         ("W_CHUNK", if w_in_place { W_CHUNK } else { "" }.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
         ("PROLOGUE_X", prologue_x.to_string()),
+        // Only layout 1's prologue on float32 data finds the maxima the kernel scales by;
+        // elsewhere they are known before it runs (the max pass, or the upload's) or unused
+        // (float16 data), and every workgroup's two atomics on the same two words cost the
+        // packing copies of x up to half their time on an H200.
+        ("PROLOGUE_FOLD", if scaled && !packed { PROLOGUE_FOLD } else { "    // The maxima are known before this pass (or unused): nothing to fold." }.to_string()),
         ("XP_VEC4S", padded_vec4s.to_string()),
     ];
     (vars, x_blocks + w_blocks, w_blocks)
@@ -72,7 +77,7 @@ fn wt_write_packed(scaled: bool) -> String {
 /// The prologue's x part for float32 NHWC x on layouts 2 and 3: 8 channels per invocation,
 /// scaled (the max pass ran before the prologue) and packed as float16.
 pub(super) const PROLOGUE_X_PACK: &str = r#"        let i = i32(block) * 256 + lid;
-        let sx = ldexp(1.0, scale_exp(atomicLoad(&scales[0])));
+        let sx = tile_sx;
         if (i < X_VEC4S / 2) {
             let v = vec4<f32>(x_at(8 * i), x_at(8 * i + 1), x_at(8 * i + 2), x_at(8 * i + 3)) * sx;
             let u = vec4<f32>(x_at(8 * i + 4), x_at(8 * i + 5), x_at(8 * i + 6), x_at(8 * i + 7)) * sx;
@@ -85,7 +90,7 @@ pub(super) const PROLOGUE_X_PACK: &str = r#"        let i = i32(block) * 256 + l
 pub(super) const PROLOGUE_X_COPY_PACKED: &str = r#"        let p0 = i32(block % P_TILES) * 32;
         let c0 = i32((block / P_TILES) % C_TILES) * 32;
         let n = i32(block / (P_TILES * C_TILES));
-        let sx = ldexp(1.0, scale_exp(atomicLoad(&scales[0])));
+        let sx = tile_sx;
         for (var i = 0; i < 4; i = i + 1) {
             let cy = lid / 32 + 8 * i;
             let p = p0 + lid % 32;
@@ -103,6 +108,13 @@ pub(super) const PROLOGUE_X_COPY_PACKED: &str = r#"        let p0 = i32(block % 
                 pack2x16float(vec2<f32>(tile[t], tile[t + 33])), pack2x16float(vec2<f32>(tile[t + 66], tile[t + 99])),
                 pack2x16float(vec2<f32>(tile[t + 132], tile[t + 165])), pack2x16float(vec2<f32>(tile[t + 198], tile[t + 231])));
         }"#;
+
+/// The prologue's fold of its workgroup's maxima into the run's scales.
+pub(super) const PROLOGUE_FOLD: &str = r#"    workgroupBarrier();
+    if (lidx == 0u) {
+        atomicMax(&scales[0], atomicLoad(&tile_max[0]));
+        atomicMax(&scales[1], atomicLoad(&tile_max[1]));
+    }"#;
 
 /// Workgroups of the prologue's max pass over x read in place, as in `check`'s.
 pub(super) const MAX_BLOCKS: u64 = 1024;
