@@ -50,7 +50,8 @@ alias DT = {{DT}};
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 // y as vec4s where each store's four values are neighbours in y (see the epilogue).
 @group(0) @binding(3) var<storage, read_write> y: array<{{Y_ELEM}}>;
-// [0], [1]: bits of max |x| and max |w| over finite elements.
+// [0], [1]: bits of max |x| and max |w| over finite elements; [2]: 1 where the runner wrote
+// them before the run (the prologue then leaves them be).
 @group(0) @binding(4) var<storage, read_write> scales: array<atomic<u32>, 4>;
 // Layout 1: x as (N, H, W, C) (for NCHW x) and w as (K, R, S, CG), written by `prologue`.
 // The copies hold CT: f32 for float32 data (scaled when staged), f16 for float16 data.

@@ -275,7 +275,8 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
     // but a layout-1 prologue's max, which finds the same values.
     let preset = match (kernel.scaled, maxima, &words) {
         (true, Some([mx, mw]), Some(buf)) => {
-            engine.queue.write_buffer(buf, 0, bytemuck::cast_slice(&[mx, mw, 0, 0]));
+            // Word 2 tells a prologue that the maxima are there already (no fold).
+            engine.queue.write_buffer(buf, 0, bytemuck::cast_slice(&[mx, mw, 1, 0]));
             true
         }
         _ => false,
