@@ -996,6 +996,31 @@ mod packed_tests {
         assert_eq!(k.workspace, [2 * nchw.x_len() + partials, 2 * 24 * 32 * 9]);
     }
 
+    /// Only a prologue that finds the maxima itself (layout 1 on float32 data) folds them into
+    /// the run's scale words, and not where the runner wrote them before the run (word 2);
+    /// the packing copies (maxima known before them) and float16 data's prologues never
+    /// touch those words: their workgroups' same-address atomics cost the packing copies up
+    /// to half their time on an H200.
+    #[test]
+    fn only_prologues_that_find_the_maxima_fold_them() {
+        let nchw = ConvShape::new([2, 32, 13, 37], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24)).unwrap();
+        let f16 = nchw.with_layout(Layout::Nhwc).with_dtype(DType::F16);
+        let fold = "atomicMax(&scales[";
+        let mut checked = 0;
+        for shape in [&nchw, &nchw.with_layout(Layout::Nhwc), &f16] {
+            for v in Coop::space().into_iter().filter(|v| v.layout >= 1 && v.splits == 1) {
+                let Ok(k) = v.generate(shape) else { continue };
+                let finds = v.layout == 1 && shape.dtype == DType::F32;
+                assert_eq!(k.source.contains(fold), finds, "{} on {}", v.name(), shape.label());
+                if finds {
+                    assert!(k.source.contains("if (lidx == 0u && atomicLoad(&scales[2]) == 0u) {"), "{}", v.name());
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "{checked}");
+    }
+
     /// Layouts 2 to 4 gather a 1x1 kernel's w in place: no weight pass (float16 NHWC x read in
     /// place then needs no prologue at all), no copy of w, and every such kernel passes naga;
     /// wider kernels keep the packed copy.
