@@ -29,6 +29,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         required_features: features,
+        // Large buffers placed as convtune's own devices place them.
+        memory_hints: convtune::memory_hints(),
         ..Default::default()
     }))?;
     println!("device: {}", adapter.get_info().name);

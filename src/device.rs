@@ -368,8 +368,18 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
 /// The bindings one conv dispatch uses (see the bind group layout in `Engine::assemble`).
 pub const STORAGE_BINDINGS: u32 = 8;
 
-/// wgpu's device memory block: buffers up to this size share blocks, larger ones get their own.
-const BLOCK: u64 = 32 << 20;
+/// The memory hints convtune opens its own devices with: 32 MiB blocks, where wgpu's default
+/// is 256, so that a buffer larger than a block gets device memory of its own. Suballocated
+/// from a shared 256 MiB block, a float16 1x1 layer's 51 MB output made the same kernel
+/// 25-50% slower on an H200 in some allocation orders; with 4, 16 or 32 MiB blocks it never
+/// was, and the other kernels measured stayed within 1% (BENCHMARKS.md, "Buffers of their
+/// own"). An application opening its own device for [`Engine::from_device`] can pass these.
+///
+/// [`Engine::from_device`]: crate::Engine::from_device
+pub fn memory_hints() -> wgpu::MemoryHints {
+    const BLOCK: u64 = 32 << 20;
+    wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: BLOCK..BLOCK }
+}
 
 /// What a device lacks that every kernel needs, one item each; empty when it has all.
 pub fn missing_requirements(device: &wgpu::Device, downlevel: &wgpu::DownlevelCapabilities) -> Vec<String> {
@@ -454,13 +464,7 @@ impl Engine {
             } else {
                 wgpu::ExperimentalFeatures::disabled()
             },
-            // Memory blocks of 32 MiB, not wgpu's default 256: a buffer larger than a block
-            // gets memory of its own. Suballocated from a shared 256 MiB block, a float16
-            // 1x1 layer's 51 MB output made the same kernel 25-50% slower on an H200 in some
-            // allocation orders (0.066-0.074 ms against 0.049-0.053, every process alike);
-            // with 4, 16 or 32 MiB blocks it never was, and the public suite's other
-            // winners stayed within 1% (BENCHMARKS.md, "Buffers of their own").
-            memory_hints: wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: BLOCK..BLOCK },
+            memory_hints: memory_hints(),
             ..Default::default()
         }))
         .map_err(|e| Error::NoAdapter(format!("could not open {}: {e}", info.name)))?;

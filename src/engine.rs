@@ -41,9 +41,13 @@ impl Engine {
     /// [`wgpu::Limits::default`] for storage buffers per stage (8) and workgroup sizes
     /// (256 invocations): a device without them gives [`Error::Unsupported`] naming each
     /// one. Kernel variants that need more than the device's limits are never chosen. The device's
-    /// error handler and lost callback are left as they are.
+    /// error handler and lost callback are left as they are. A device opened with
+    /// [`memory_hints`] places large buffers as convtune's own devices do (with wgpu's
+    /// default hints some kernels measured 25-50% slower, depending on where their buffers
+    /// landed).
     ///
     /// [`OPTIONAL_FEATURES`]: crate::OPTIONAL_FEATURES
+    /// [`memory_hints`]: crate::memory_hints
     pub fn from_device(adapter: &wgpu::Adapter, device: &wgpu::Device, queue: &wgpu::Queue) -> Result<Engine> {
         device::Engine::on_device(adapter, device, queue).map(|e| Engine { inner: Arc::new(e) })
     }

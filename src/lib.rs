@@ -127,7 +127,7 @@ pub mod support;
 #[cfg(feature = "python")]
 mod python;
 
-pub use device::{AdapterDesc, OPTIONAL_FEATURES};
+pub use device::{memory_hints, AdapterDesc, OPTIONAL_FEATURES};
 pub use dtype::{DType, Elem as Element};
 pub use encode::{Conv2dBuffers, Workspace};
 pub use engine::{adapters, Engine};
