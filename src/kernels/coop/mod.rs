@@ -999,8 +999,8 @@ mod packed_tests {
     /// Only a prologue that finds the maxima itself (layout 1 on float32 data) folds them into
     /// the run's scale words, and not where the runner wrote them before the run (word 2);
     /// the packing copies (maxima known before them) and float16 data's prologues never
-    /// touch those words: their workgroups' same-address atomics cost the packing copies up
-    /// to half their time on an H200.
+    /// touch those words: their workgroups' same-address atomics were most of the packing
+    /// copies' time on an H200.
     #[test]
     fn only_prologues_that_find_the_maxima_fold_them() {
         let nchw = ConvShape::new([2, 32, 13, 37], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24)).unwrap();
