@@ -272,10 +272,10 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
     let Tensors { x, w, bias, z, y, maxima, resident } = t;
     let words = if kernel.scaled || kernel.chunks > 1 { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
     // Written ahead of the submission that runs the kernel; no pass writes these two words
-    // but a layout-1 prologue's max, which finds the same values.
+    // then: word 2 tells a layout-1 prologue, the one pass that finds the maxima itself,
+    // that they are there already (it would only find the same values).
     let preset = match (kernel.scaled, maxima, &words) {
         (true, Some([mx, mw]), Some(buf)) => {
-            // Word 2 tells a prologue that the maxima are there already (no fold).
             engine.queue.write_buffer(buf, 0, bytemuck::cast_slice(&[mx, mw, 1, 0]));
             true
         }
