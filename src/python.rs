@@ -838,6 +838,7 @@ fn conv2d_tensor_typed<T: HostElem>(
     z_tensor: Option<PyRef<'_, PyTensor>>,
     (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
 ) -> PyResult<PyTensor> {
+    let mut ph = Phases::start();
     // w's dims and the weights the engine takes: a host array (of T) or the Tensor itself.
     let (w_dims, weights) = match w {
         WeightsArg::Host(a) => {
@@ -914,8 +915,11 @@ fn conv2d_tensor_typed<T: HostElem>(
     if residual.is_some() != problem.has_residual() {
         return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
     }
+    ph.mark("native_args");
     let plan = choose(py, &eng, &problem, variant, progress)?;
-    let inner = py.detach(|| eng.conv2d_tensor(&plan, &x.inner, weights, bs, residual)).py_err()?;
+    ph.mark("choose");
+    let inner = py.detach(|| eng.conv2d_tensor_timed(&plan, &x.inner, weights, bs, residual, &mut ph)).py_err()?;
+    ph.finish();
     Ok(PyTensor { inner, layout })
 }
 

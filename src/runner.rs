@@ -870,6 +870,7 @@ pub fn conv2d_device<T: Elem>(
     bias: Option<&[f32]>,
     z: Option<Residual<'_, T>>,
     poison: bool,
+    ph: &mut Phases,
 ) -> Result<DeviceArray> {
     let w_tensor = match w {
         WeightSource::Device(t) => Some(t),
@@ -884,6 +885,7 @@ pub fn conv2d_device<T: Elem>(
     }
     let ys = check_binding(engine, "the output", shape.y_len(), shape.dtype)?;
     let kernel = engine.pipeline(variant, shape)?;
+    ph.mark("pipeline");
     let wmax = AtomicU32::new(0);
     // Host weights are uploaded (their max folded on the way); a weight tensor is bound as it
     // is, with the max it took on upload and its kept copies, and only the bias is uploaded.
@@ -904,10 +906,13 @@ pub fn conv2d_device<T: Elem>(
         _ => z_host.as_ref(),
     };
     let y = engine.pool.take(OUTPUT, ys)?;
+    ph.mark("upload");
     // A tensor uploaded from the host knows its max; a conv's output does not (its max pass runs).
     let maxima = folded(x.known_max().filter(|_| kernel.scaled), w_max);
     let bound = bindings(engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima, resident)?;
+    ph.mark("buffers");
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
+    ph.mark("submit");
     // Returns with the kernel queued and waits for the previous Tensor call's instead: the
     // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of
     // a 1.1 ms EDSR conv), and no more than one call is ever in flight. Later work on the
@@ -916,6 +921,7 @@ pub fn conv2d_device<T: Elem>(
     if let Some(p) = previous {
         wait(engine, Some(p))?;
     }
+    ph.mark("previous_wait");
     Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype, maxabs: AtomicU32::new(UNKNOWN_MAX), resident: Resident::default() })
 }
 

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::host::{expect_len, expect_operands, poison};
 use crate::plan::Plan;
 use crate::runner::{self, DeviceArray};
+use crate::timing::Phases;
 
 /// A 4-D float32 or float16 tensor resident on an engine's device, in a buffer from its
 /// pool (Python: `convtune.Tensor`). [`Engine::conv2d_tensor`] takes one as x and returns
@@ -80,8 +81,20 @@ impl Engine {
         bias: Option<&[f32]>,
         z: Option<Residual<'_, T>>,
     ) -> Result<Tensor> {
+        self.conv2d_tensor_timed(plan, x, w.into(), bias, z, &mut Phases::start())
+    }
+
+    /// [`conv2d_tensor`](Self::conv2d_tensor), its host time charged to `ph`'s phases.
+    pub(crate) fn conv2d_tensor_timed<T: Elem>(
+        &self,
+        plan: &Plan,
+        x: &Tensor,
+        w: Weights<'_, T>,
+        bias: Option<&[f32]>,
+        z: Option<Residual<'_, T>>,
+        ph: &mut Phases,
+    ) -> Result<Tensor> {
         self.check_lost()?;
-        let w = w.into();
         let p = plan.problem();
         let ours = |t: &Tensor| t.engine.same_as(self);
         if !ours(x) || matches!(z, Some(Residual::Tensor(t)) if !ours(t)) || matches!(w, Weights::Tensor(t) if !ours(t)) {
@@ -118,7 +131,7 @@ impl Engine {
             Weights::Host(h) => runner::WeightSource::Host(h),
             Weights::Tensor(t) => runner::WeightSource::Device(&t.array),
         };
-        let array = runner::conv2d_device(&self.inner, &p.shape, &plan.variant, &x.array, w, bias, z, poison())?;
+        let array = runner::conv2d_device(&self.inner, &p.shape, &plan.variant, &x.array, w, bias, z, poison(), ph)?;
         Ok(Tensor { array, engine: self.clone() })
     }
 

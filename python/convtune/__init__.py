@@ -560,7 +560,7 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
             y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay, op, ps)
     finally:
         progress.close()
-    _timings.record(t0, t1, t2, t3, time.perf_counter(), native_phases=not on_device)
+    _timings.record(t0, t1, t2, t3, time.perf_counter())
     return y
 
 
@@ -608,7 +608,8 @@ def last_call_timings() -> Optional[dict]:
     ``conv2d`` to its return), ``phases`` (name -> seconds, in the order they ran, summing
     to ``total``; ``other`` is the unmeasured remainder) and ``minor_faults`` (page faults
     the whole process took during the native part, ``None`` where unavailable). A call
-    with a ``convtune.Tensor`` input reports its native part as one ``native`` phase.
+    with a ``convtune.Tensor`` input returns with its kernel queued: its phases end with
+    ``submit`` and ``previous_wait`` (the wait for the Tensor call before it).
     Phase names are listed in README.md ("Where the time goes").
     """
     return _timings.last()

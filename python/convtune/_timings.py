@@ -11,24 +11,20 @@ from . import _convtune
 _local = threading.local()
 
 
-def record(t0: float, t1: float, t2: float, t3: float, t4: float, native_phases: bool) -> None:
+def record(t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
     """Keeps the boundaries of one conv2d call: arguments checked at t1, memory checked at
     t2, float32 copies made at t3, the native call returned at t4."""
-    _local.last = (t0, t1, t2, t3, t4, native_phases)
+    _local.last = (t0, t1, t2, t3, t4)
 
 
 def last() -> Optional[dict]:
     rec = getattr(_local, "last", None)
     if rec is None:
         return None
-    t0, t1, t2, t3, t4, native_phases = rec
+    t0, t1, t2, t3, t4 = rec
     phases: List[Tuple[str, float]] = [("args", t1 - t0), ("memory_check", t2 - t1), ("float32", t3 - t2)]
-    faults = None
-    if native_phases:
-        native, faults = _convtune._last_call_timings()
-        phases += native
-    else:
-        phases.append(("native", t4 - t3))
+    native, faults = _convtune._last_call_timings()
+    phases += native
     out: Dict[str, float] = {}
     for name, dt in phases:
         out[name] = out.get(name, 0.0) + dt
