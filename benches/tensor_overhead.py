@@ -25,10 +25,11 @@ CASES = {
 
 
 def split_times(call, n: int = 60):
-    """Medians (ms) of: the call's return, the wait after it, both."""
+    """Medians (ms) of: the call's return, the wait after it, both; and of each phase."""
     call()
     convtune.synchronize()
     rets, waits, both = [], [], []
+    phases: dict = {}
     for _ in range(n):
         convtune.synchronize()
         a = time.perf_counter()
@@ -39,7 +40,10 @@ def split_times(call, n: int = 60):
         rets.append(b - a)
         waits.append(c - b)
         both.append(c - a)
-    return [statistics.median(v) * 1e3 for v in (rets, waits, both)]
+        for k, v in convtune.last_call_timings()["phases"].items():
+            phases.setdefault(k, []).append(v)
+    medians = {k: statistics.median(v) * 1e3 for k, v in phases.items()}
+    return [statistics.median(v) * 1e3 for v in (rets, waits, both)], medians
 
 
 def main() -> None:
@@ -54,10 +58,9 @@ def main() -> None:
 
         call()  # tunes the shape
         convtune.synchronize()
-        ret, wait, total = split_times(call)
-        phases = convtune.last_call_timings()["phases"]
-        print(f"{name}: tensor call returns {ret:.3f} ms, sync {wait:.3f}, total {total:.3f}; phases "
-              + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in phases.items()), flush=True)
+        (ret, wait, total), phases = split_times(call)
+        print(f"{name}: tensor call returns {ret:.3f} ms, sync {wait:.3f}, total {total:.3f}; median phases "
+              + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()), flush=True)
         convtune.synchronize()
         a = time.perf_counter()
         for _ in range(20):
