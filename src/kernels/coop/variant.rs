@@ -46,19 +46,6 @@ pub(super) const TILES: [(u32, u32, u32, u32); 11] = [
     (256, 128, 4, 2),
     (128, 256, 2, 4),
 ];
-/// Tiles for output channel counts just past a multiple of 64 (66, 80, 96, 144, ...): 80 and
-/// 96 channels wide (5 or 3 accumulator columns per subgroup), where a 64- or 128-wide tile
-/// would compute up to twice the products the layer needs (C = K = 66 on 64-wide tiles: 128
-/// columns for 66). The gathering layouts take them, and only where they pad a group's
-/// output channels less than the power-of-two tiles do (`pads_less`).
-pub(super) const TAIL_TILES: [(u32, u32, u32, u32); 4] = [(128, 80, 4, 1), (256, 80, 8, 1), (64, 96, 2, 2), (128, 96, 4, 2)];
-
-/// Whether a tile `bn` channels wide pads `kg` output channels to fewer columns than 64-wide
-/// tiles do.
-pub(super) fn pads_less(bn: u32, kg: u64) -> bool {
-    kg.div_ceil(bn as u64) * (bn as u64) < kg.div_ceil(64) * 64
-}
-
 /// Layout 4's tiles (a kernel row per step; 16-term steps), which layout 3 does not take
 /// with 16-term steps: on the H200 each ran every 3x3 layer measured at most as long as the
 /// same tile on layout 3 (EDSR on 512x64, a 4x4 accumulator grid per subgroup that window
