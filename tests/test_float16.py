@@ -98,7 +98,7 @@ def test_fma_families_compute_float16(variant, layout):
 @needs_tc
 @pytest.mark.parametrize("variant, layout", [(v, lay) for v in COOP_VARIANTS for lay in ("NCHW", "NHWC")
                                              if convtune.variant_knobs(v)["layout"] in
-                                             ((0, 1) if lay == "NCHW" else (1, 2, 3, 4))])
+                                             ((0, 1, 3, 4) if lay == "NCHW" else (1, 2, 3, 4))])
 def test_tensor_core_variants_compute_float16(variant, layout):
     run_cases(variant, layout)
 

@@ -241,7 +241,7 @@ impl KernelVariant for Coop {
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
             // Layouts 2 to 4 read float16 NHWC x in place, or float32 data's packed copy.
-            && (self.layout < 2 || wide_x(shape) || packs_f32(shape));
+            && (self.layout < 2 || wide_x(shape) || packs_f32(shape) || (self.windowed() && window_f16_nchw(shape)));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         // The window tile where its padding at image edges stays small, on kernels wider than
@@ -267,6 +267,7 @@ impl KernelVariant for Coop {
             // float32 data: layout 2 gathers a packed copy of x, window tiles read x in place.
             let copied_x = match (self.layout, shape.dtype) {
                 (3 | 4, DType::F32) => false,
+                (3 | 4, _) if window_f16_nchw(shape) => false,
                 (2, DType::F32) => true,
                 _ => !reads_x_in_place(shape),
             };
@@ -343,7 +344,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             v.name()
         )));
     }
-    if v.layout >= 2 && !(wide_x(shape) || packs_f32(shape)) {
+    if v.layout >= 2 && !(wide_x(shape) || packs_f32(shape) || (v.windowed() && window_f16_nchw(shape))) {
         return Err(Error::invalid(format!(
             "variant {} cannot run on this shape: layouts 2 to 4 read float16 data 8 channels at a time, float16 NHWC x in place or a packed float16 copy of float32 x (channels per group a multiple of 8)",
             v.name()
@@ -368,7 +369,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let x_vec4 = reads_x_in_place(shape);
     // Window tiles read float32 x in place (either layout), scaling and packing their patch
     // as they load it; the gathering layouts read a packed copy.
-    let in_place = (x_vec4 && !packed) || (packed && window.is_some());
+    let in_place = (x_vec4 && !packed) || ((packed || window_f16_nchw(shape)) && window.is_some());
     let quads = pixel_quads(shape);
     let lean = Lean::of(v, shape);
     let dt = shape.dtype.wgsl();
@@ -527,7 +528,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let steps = match window {
         Some(w) => {
             let x = match (packed, in_place) {
-                (true, _) => PatchSource::Float32(shape.layout),
+                (true, _) => PatchSource::Elements(shape.layout),
+                (false, true) if shape.layout == Layout::Nchw => PatchSource::Elements(Layout::Nchw),
                 (false, true) => PatchSource::Packed("x"),
                 (false, false) => PatchSource::Packed("xt"),
             };
@@ -994,6 +996,34 @@ mod packed_tests {
         assert!(k.finish.is_some());
         let partials = 2 * nchw.y_len().div_ceil(4) * 16;
         assert_eq!(k.workspace, [2 * nchw.x_len() + partials, 2 * 24 * 32 * 9]);
+    }
+
+    /// float16 NCHW x with whole runs of 8 channels: the window tiles read it in place, eight
+    /// channels H·W apart per chunk, with no copy of x (the prologue writes w's alone); the
+    /// gathering layouts 2 keep refusing it, and the tuner offers the window tiles.
+    #[test]
+    fn window_tiles_read_float16_nchw_in_place() {
+        let shape = ConvShape::new([2, 32, 16, 32], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24))
+            .unwrap()
+            .with_dtype(DType::F16);
+        let (mut seen, mut offered) = (0, 0);
+        for v in Coop::space().into_iter().filter(|v| v.layout >= 2 && v.splits == 1) {
+            let Ok(k) = v.generate(&shape) else {
+                assert_eq!(v.layout, 2, "{}", v.name());
+                continue;
+            };
+            assert!(v.windowed(), "{}", v.name());
+            crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+            assert!(k.source.contains("x_at(e + 7 * H * W)") && !k.scaled, "{}", v.name());
+            assert_eq!(k.workspace[0], 0, "{}: no copy of x", v.name());
+            assert_eq!(k.prologue, Some(k.w_blocks), "{}: the prologue writes w alone", v.name());
+            offered += v.suits(&shape) as usize;
+            seen += 1;
+        }
+        assert!(seen > 10 && offered > 0, "{seen} generated, {offered} offered");
+        // Channels that are not whole runs of 8 take no window tile.
+        let c12 = ConvShape::new([2, 12, 9, 9], [8, 12, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap().with_dtype(DType::F16);
+        assert!(Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 3, splits: 1 }.generate(&c12).is_err());
     }
 
     /// Only a prologue that finds the maxima itself (layout 1 on float32 data) folds them into

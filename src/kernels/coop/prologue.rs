@@ -14,6 +14,8 @@ pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_
     let (x_blocks, prologue_x) = match (shape.layout, in_place) {
         // float32 x read in place by the window tiles (the max pass ran before): nothing.
         (_, true) if packed => (0, PROLOGUE_X_WINDOW),
+        // float16 NCHW x read in place by the window tiles (`window_f16_nchw`): nothing.
+        (Layout::Nchw, true) => (0, PROLOGUE_X_WINDOW),
         // float32 data packed for layout 2 (whole runs of 8 channels: no padding).
         (Layout::Nhwc, _) if packed => ((shape.x_len() / 8).div_ceil(256), PROLOGUE_X_PACK),
         (Layout::Nchw, _) if packed => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY_PACKED),
@@ -174,7 +176,7 @@ pub(super) const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + li
 pub(super) const PROLOGUE_X_NONE: &str = "        // float16 x read in place: no copy, no scale.";
 
 /// The same for float32 x that the window tiles read in place (its max pass ran before).
-pub(super) const PROLOGUE_X_WINDOW: &str = "        // float32 x read in place by the window tiles, scaled as they load it.";
+pub(super) const PROLOGUE_X_WINDOW: &str = "        // x read in place by the window tiles (float32 scaled as they load it).";
 
 /// The prologue's x part for NHWC x, which the kernel reads in place: its max only.
 pub(super) const PROLOGUE_X_MAX: &str = r#"        var mx = 0u;

@@ -26,11 +26,11 @@ pub(super) struct Window {
 
 impl Window {
     /// The tiling for the width in `WINDOW_WIDTHS` that pads the output least (the wider on
-    /// a tie), where layout 3 takes the shape: float16 NHWC read in place, one group whose
+    /// a tie), where layout 3 takes the shape: float16 read in place, one group whose
     /// channels are whole steps, stride and dilation 1, a window of at most 3 x 3, y stored
     /// in place.
     pub(super) fn of(v: &Coop, shape: &ConvShape) -> Option<Window> {
-        let takes = (wide_x(shape) || packs_f32(shape))
+        let takes = (wide_x(shape) || packs_f32(shape) || window_f16_nchw(shape))
             && shape.groups == 1
             && shape.cg() % v.bk == 0
             && shape.stride == (1, 1)
@@ -118,7 +118,7 @@ fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x: &Patch
         PatchSource::Packed(x_buf) => {
             writeln!(s, "{ind}    {reg} = select(vec4<u32>(0u), {x_buf}[select(0u, u32(((img * H + ih) * W + iw) * CHP + {c0} + cc) >> 3u, ok)], ok);").unwrap();
         }
-        PatchSource::Float32(layout) => {
+        PatchSource::Elements(layout) => {
             // Eight channels of one pixel: neighbours in NHWC, H * W apart in NCHW.
             let (at, step) = match layout {
                 Layout::Nhwc => ("((img * H + ih) * W + iw) * CH + c", "1"),
@@ -135,11 +135,12 @@ fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x: &Patch
     writeln!(s, "{ind}}}").unwrap();
 }
 
-/// Where a window tile's patch comes from: float16 data (or a packed copy) as 16-byte
-/// chunks of the named binding, or float32 x read in place, scaled and packed while loaded.
+/// Where a window tile's patch comes from: float16 NHWC data (or a packed copy) as 16-byte
+/// chunks of the named binding, or x read in place one element at a time (float32 data in
+/// either layout, float16 NCHW), scaled and packed while loaded.
 pub(super) enum PatchSource<'a> {
     Packed(&'a str),
-    Float32(Layout),
+    Elements(Layout),
 }
 
 /// The store of patch chunk `q` from `reg` into the staged patch.
