@@ -369,7 +369,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let x_vec4 = reads_x_in_place(shape);
     // Window tiles read float32 x in place (either layout), scaling and packing their patch
     // as they load it; the gathering layouts read a packed copy.
-    let in_place = (x_vec4 && !packed) || ((packed || window_f16_nchw(shape)) && window.is_some());
+    // float16 NCHW x read in place by the window tiles, element by element.
+    let f16_nchw = window_f16_nchw(shape) && window.is_some();
+    let in_place = (x_vec4 && !packed) || (packed && window.is_some()) || f16_nchw;
     let quads = pixel_quads(shape);
     let lean = Lean::of(v, shape);
     let dt = shape.dtype.wgsl();
@@ -607,8 +609,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("Y_ELEM", if y_quads { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("WT_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_ELEM", if v.layout >= 2 && !packed { "vec4<u32>".to_string() } else if x_vec4 || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
-        ("X_AT", if v.layout >= 2 && !packed {
+        // float16 NCHW x read by window tiles one element at a time is bound as scalars (a
+        // 16-byte load per 2-byte element cost 1.2x on 8,64,56,56 on an H200).
+        ("X_ELEM", if v.layout >= 2 && !packed && !f16_nchw { "vec4<u32>".to_string() } else if x_vec4 || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if v.layout >= 2 && !packed && !f16_nchw {
             "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
         } else if x_vec4 || quads {
             "    return f32(x[i / 4][i % 4]);"
