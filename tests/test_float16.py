@@ -82,8 +82,10 @@ def run_cases(variant, layout):
         ran += 1
     if variant and variant.startswith("coop_") and convtune.variant_knobs(variant)["splits"] > 1:
         # Split-K partials are f32: float16 data gives them room only where x is read in
-        # place (NHWC with C/groups a multiple of 4) and y is stored in quads.
-        assert (ran >= 1) if layout == "NHWC" else (ran == 0), f"{variant} {layout} ran {ran} cases"
+        # place (NHWC with C/groups a multiple of 4, or NCHW under a window tile) and y is
+        # stored in quads.
+        in_place = layout == "NHWC" or convtune.variant_knobs(variant)["layout"] >= 3
+        assert (ran >= 1) if in_place else (ran == 0), f"{variant} {layout} ran {ran} cases"
         return
     assert ran >= 2, f"{variant} {layout} ran only {ran} cases"
 

@@ -252,14 +252,16 @@ WINDOW_SAMPLE = [v for v in convtune.variant_space()
 @pytest.mark.parametrize("variant", WINDOW_SAMPLE)
 def test_window_tiles_store_shuffled(variant):
     # Ragged image edges (9 x 10 or 9 x 9 pixels in blocks of 8 to 64 columns), shuffles by 2
-    # and 4, float16 NHWC and float32 data in both layouts ("high": the window tiles read
-    # float32 x in place; NCHW stores four output columns per lane where rows allow).
+    # and 4, float16 and float32 data in both layouts ("high": the window tiles read float32
+    # x, and float16 NCHW x, in place; NCHW stores four output columns per lane where rows
+    # allow).
     i = WINDOW_SAMPLE.index(variant)
     half = i % 2 == 0
-    layout = "NHWC" if half or i % 4 == 1 else "NCHW"
+    layouts = ("NHWC", "NCHW") if half else ("NHWC",) if i % 4 == 1 else ("NCHW",)
     r = 4 if i % 3 == 0 else 2
-    check_shuffled(variant, 60 + i, (2, 32, 9, 9 if i % 5 == 4 else 10), 128, r, 17, layout, half, "high",
-                   run_or_skip_over_limits)
+    for layout in layouts:
+        check_shuffled(variant, 60 + i, (2, 32, 9, 9 if i % 5 == 4 else 10), 128, r, 17, layout, half, "high",
+                       run_or_skip_over_limits)
 
 
 SPLIT_SAMPLE = [v for v in convtune.variant_space()

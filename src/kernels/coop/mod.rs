@@ -112,9 +112,10 @@ impl Coop {
 }
 
 /// A split's partials are f32 in binding 5, after the x copy (f32 for float32 data) or
-/// alone (x read in place), and within the split-K workspace's hard limit.
+/// alone (x read in place: NHWC, or float16 NCHW under a window tile), and within the
+/// split-K workspace's hard limit.
 fn split_possible(v: &Coop, shape: &ConvShape) -> bool {
-    (shape.dtype == DType::F32 || reads_x_in_place(shape))
+    (shape.dtype == DType::F32 || reads_x_in_place(shape) || (v.windowed() && window_f16_nchw(shape)))
         && implicit::partial_bytes(shape, v.splits) <= 4 * SPLIT_WORKSPACE
 }
 
