@@ -241,8 +241,8 @@ impl KernelVariant for Coop {
         // Layout 1 takes NHWC x (in place where its pixel rows are whole vec4s, else through
         // a padded copy); layout 0 gathers along NCHW's rows.
         let layout_ok = (shape.layout == Layout::Nchw || self.channels_last())
-            // Layouts 2 to 4 read float16 NHWC x in place, or float32 data's packed copy.
-            && (self.layout < 2 || wide_x(shape) || packs_f32(shape) || (self.windowed() && window_f16_nchw(shape)));
+            // Layouts 2 to 4 read x 8 channels at a time (`reads_octets`).
+            && (self.layout < 2 || reads_octets(self, shape));
         // float16 data has no lo part: the split would triple the work for nothing.
         let split_ok = self.split == 1 || shape.dtype == DType::F32;
         // The window tile where its padding at image edges stays small, on kernels wider than
@@ -265,10 +265,10 @@ impl KernelVariant for Coop {
         // that reads x and w once and writes them once.
         let (gather, prologue, padded) = if self.channels_last() {
             let p = Padded::of(shape);
-            // float32 data: layout 2 gathers a packed copy of x, window tiles read x in place.
+            // float32 data: layout 2 gathers a packed copy of x; window tiles read x in place
+            // (every x they take).
             let copied_x = match (self.layout, shape.dtype) {
-                (3 | 4, DType::F32) => false,
-                (3 | 4, _) if window_f16_nchw(shape) => false,
+                (3 | 4, _) => false,
                 (2, DType::F32) => true,
                 _ => !reads_x_in_place(shape),
             };
@@ -345,9 +345,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             v.name()
         )));
     }
-    if v.layout >= 2 && !(wide_x(shape) || packs_f32(shape) || (v.windowed() && window_f16_nchw(shape))) {
+    if v.layout >= 2 && !reads_octets(v, shape) {
         return Err(Error::invalid(format!(
-            "variant {} cannot run on this shape: layouts 2 to 4 read float16 data 8 channels at a time, float16 NHWC x in place or a packed float16 copy of float32 x (channels per group a multiple of 8)",
+            "variant {} cannot run on this shape: layouts 2 to 4 read x 8 channels at a time: float16 NHWC x in place or a packed float16 copy of float32 x, and window tiles any x in place (channels per group a multiple of 8)",
             v.name()
         )));
     }
@@ -532,7 +532,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         Some(w) => {
             let x = match (packed, in_place) {
                 (true, _) => PatchSource::Elements(shape.layout),
-                (false, true) if shape.layout == Layout::Nchw => PatchSource::Elements(Layout::Nchw),
+                _ if f16_nchw => PatchSource::Elements(shape.layout),
                 (false, true) => PatchSource::Packed("x"),
                 (false, false) => PatchSource::Packed("xt"),
             };

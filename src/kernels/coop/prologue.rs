@@ -175,7 +175,8 @@ pub(super) const PROLOGUE_X_PAD: &str = r#"        let i = i32(block) * 256 + li
 /// no workgroup takes this branch.
 pub(super) const PROLOGUE_X_NONE: &str = "        // float16 x read in place: no copy, no scale.";
 
-/// The same for float32 x that the window tiles read in place (its max pass ran before).
+/// The same for x that the window tiles read in place: float32 (its max pass ran before)
+/// and float16 NCHW.
 pub(super) const PROLOGUE_X_WINDOW: &str = "        // x read in place by the window tiles (float32 scaled as they load it).";
 
 /// The prologue's x part for NHWC x, which the kernel reads in place: its max only.

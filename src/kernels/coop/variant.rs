@@ -189,6 +189,14 @@ pub(super) fn window_f16_nchw(shape: &ConvShape) -> bool {
     shape.layout == Layout::Nchw && shape.dtype == DType::F16 && shape.cg() % 8 == 0
 }
 
+/// Whether layouts 2 to 4 take `shape`'s x, 8 channels at a time: the gathering layout 2
+/// reads float16 NHWC x in place or float32 data's packed copy; window tiles read any x whose
+/// groups' channels are whole runs of 8 (float16 NHWC 16 bytes at a time, float32 data and
+/// float16 NCHW one element at a time).
+pub(super) fn reads_octets(v: &Coop, shape: &ConvShape) -> bool {
+    if v.windowed() { shape.cg() % 8 == 0 } else { wide_x(shape) || packs_f32(shape) }
+}
+
 /// float32 x whose groups' channels are whole runs of 8, in either layout: layouts 2 and 3
 /// read a packed float16 copy of it (scaled), 8 channels per gather.
 pub(super) fn packs_f32(shape: &ConvShape) -> bool {

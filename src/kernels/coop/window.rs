@@ -30,7 +30,8 @@ impl Window {
     /// channels are whole steps, stride and dilation 1, a window of at most 3 x 3, y stored
     /// in place.
     pub(super) fn of(v: &Coop, shape: &ConvShape) -> Option<Window> {
-        let takes = (wide_x(shape) || packs_f32(shape) || window_f16_nchw(shape))
+        // Every patch source reads whole runs of 8 channels (`reads_octets`).
+        let takes = shape.cg() % 8 == 0
             && shape.groups == 1
             && shape.cg() % v.bk == 0
             && shape.stride == (1, 1)
