@@ -427,6 +427,12 @@ impl ConvShape {
         Ok(shape)
     }
 
+    /// Whether y's elements move on the way out (`ystore`): a pixel shuffle or a lowered
+    /// transposed convolution's scatter.
+    pub fn moves_y(&self) -> bool {
+        self.pixel_shuffle.is_some() || self.scatter.is_some()
+    }
+
     /// The depth-to-space factor of the output (1 when there is none).
     pub fn shuffle(&self) -> u32 {
         self.pixel_shuffle.unwrap_or(1)

@@ -42,13 +42,13 @@ def test_unknown_names_raise_value_error_naming_the_accepted_ones(tuning_env, mo
     for call in calls:
         with pytest.raises(ValueError, match="CONVTUNE_FAMILIES") as e:
             call()
-        assert "direct, gemm, coop, wino, tconv, wgemm, wcoop" in str(e.value)
+        assert "direct, stem, gemm, coop, wino, tconv, wgemm, wcoop" in str(e.value)
 
 
 def test_names_are_case_and_space_insensitive(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_FAMILIES", " GEMM , ")
     assert convtune.default_variant(X, W, **KW).startswith("gemm_")
-    assert _convtune.families() == (["gemm"], ["direct", "coop", "wino", "tconv", "wgemm", "wcoop"])
+    assert _convtune.families() == (["gemm"], ["direct", "stem", "coop", "wino", "tconv", "wgemm", "wcoop"])
     monkeypatch.setenv("CONVTUNE_FAMILIES", "  ")  # blank: no restriction
     assert _convtune.families()[1] == []
 
@@ -105,12 +105,12 @@ def test_a_hand_edited_entry_with_an_excluded_winner_is_ignored(tuning_env, monk
 def test_explain_names_excluded_families_and_a_forced_variant_still_runs(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_TUNE", "off")
     e = explain(SMALL)
-    assert e.excluded == [] and e.families == ["direct", "gemm", "coop", "wino", "tconv", "wgemm", "wcoop"]
+    assert e.excluded == [] and e.families == ["direct", "stem", "gemm", "coop", "wino", "tconv", "wgemm", "wcoop"]
     assert "CONVTUNE_FAMILIES" not in str(e)
     monkeypatch.setenv("CONVTUNE_FAMILIES", "gemm")
     e = explain(SMALL)
-    assert e.families == ["gemm"] and e.excluded == ["direct", "coop", "wino", "tconv", "wgemm", "wcoop"]
-    assert "CONVTUNE_FAMILIES excludes direct, coop, wino, tconv, wgemm, wcoop" in str(e)
+    assert e.families == ["gemm"] and e.excluded == ["direct", "stem", "coop", "wino", "tconv", "wgemm", "wcoop"]
+    assert "CONVTUNE_FAMILIES excludes direct, stem, coop, wino, tconv, wgemm, wcoop" in str(e)
     forced = explain(SMALL, variant="direct_wg64x1_u1_k4w1")
     assert (forced.source, forced.family) == ("forced", "direct")
     assert "asked for by name" in str(forced)
@@ -150,7 +150,7 @@ def test_a_family_that_cannot_compute_the_shape_raises_a_clear_error(tuning_env,
 def test_cli_reports_the_families(tuning_env, monkeypatch, capsys):
     monkeypatch.setenv("CONVTUNE_FAMILIES", "gemm")
     assert main(["info"]) == 0
-    assert "kernel families: gemm (CONVTUNE_FAMILIES excludes direct, coop, wino, tconv, wgemm, wcoop)" in capsys.readouterr().out
+    assert "kernel families: gemm (CONVTUNE_FAMILIES excludes direct, stem, coop, wino, tconv, wgemm, wcoop)" in capsys.readouterr().out
     assert main(["tune", "--families", "gemm,nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown kernel family \"nope\"" in err and "Traceback" not in err

@@ -9,6 +9,7 @@ pub mod direct;
 pub mod gemm;
 pub mod implicit;
 pub mod phases;
+pub mod stem;
 pub mod tconv;
 pub mod wino;
 pub mod winocoop;
@@ -198,6 +199,7 @@ macro_rules! families {
 
 families! {
     Direct(direct::Direct),
+    Stem(stem::Stem),
     Gemm(gemm::Gemm),
     Coop(coop::Coop),
     Wino(wino::Wino),

@@ -545,7 +545,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // are whole quads: elsewhere a quad would run into the next row (and off its alignment).
     // Split-K's partial sums lie unmoved (the finishing pass moves them): their quads are
     // the unmoved output's.
-    let moved = moves_y(shape);
+    let moved = shape.moves_y();
     let unmoved = ConvShape { pixel_shuffle: None, scatter: None, ..*shape };
     let quads_of = if v.splits > 1 { &unmoved } else { shape };
     let vec_y = stores_quads(quads_of) && !(window.is_some() && shape.layout == Layout::Nchw && shape.ow() % 4 != 0);

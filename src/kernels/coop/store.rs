@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 /// variants store unscaled partial sums instead, for the finishing pass.
 pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool) -> String {
     // Split-K's partial sums go to the workspace unmoved: its finishing pass moves them.
-    let moved = moves_y(shape) && v.splits == 1;
+    let moved = shape.moves_y() && v.splits == 1;
     if let Some(sw) = phase_quads(shape).filter(|_| moved) {
         return phase_quad_store(v, sw, window);
     }

@@ -169,11 +169,6 @@ pub(super) fn stores_quads(shape: &ConvShape) -> bool {
     if shape.layout == Layout::Nchw { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 }
 }
 
-/// Whether y's elements move on the way out (`ystore`): a pixel shuffle or a lowered
-/// transposed convolution's scatter.
-pub(super) fn moves_y(shape: &ConvShape) -> bool {
-    shape.pixel_shuffle.is_some() || shape.scatter.is_some()
-}
 
 /// float16 NHWC x whose groups' channels are whole runs of 8: layout 2 reads it in place,
 /// 16 bytes per gather.

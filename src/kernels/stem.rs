@@ -1,0 +1,424 @@
+//! The stem family: direct convolution over a short reduction (a few input channels: the
+//! first layers of image networks). Each invocation computes `tk` output channels x `tw`
+//! neighbouring output columns; a workgroup's invocations share their channels, whose
+//! weights are staged once in workgroup memory as vec4s of four channels per tap.
+//!
+//! Where `direct` loads every weight it multiplies from storage (`tk` + `tw` loads per
+//! `tk` x `tw` multiply-adds), a stem invocation reads its weights four channels at a time
+//! from workgroup memory at the same address as its whole subgroup, and each input value of
+//! a kernel row once for all the taps that meet it; its outputs leave as vec4 stores where
+//! four neighbours of y lie together. Such layers (32,3,224,224 -> 64) write many bytes per
+//! multiply-add, so the store matters as much as the products.
+
+use super::cost::{ceil_to, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD};
+use super::{Family, KernelVariant};
+use crate::codegen::{render, shape_vars, store_stmt, Kernel};
+use crate::error::{Error, Result};
+use crate::params::{ConvShape, Layout};
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stem {
+    /// Invocations per workgroup.
+    pub wg: u32,
+    /// 1: every (channel, kernel row) of the reduction written out; 0: looped over.
+    pub unroll: u32,
+    /// Output channels per invocation (a multiple of 4: whole vec4s) and neighbouring output
+    /// columns per invocation.
+    pub tk: u32,
+    pub tw: u32,
+}
+
+const WG: [u32; 3] = [64, 128, 256];
+const UNROLL: [u32; 2] = [0, 1];
+const TK: [u32; 3] = [8, 16, 32];
+const TW: [u32; 3] = [2, 4, 8];
+
+/// The reductions the family is for: at most this many taps (input channels x kernel
+/// window: a 3-channel 7x7 stem's 147, a 1x1 layer of 256 channels), whose weights for `tk`
+/// channels a workgroup stages (16 KiB, wgpu's default limit, for 16 channels; 32 KiB for
+/// 32, which adapters with less workgroup memory leave out). Deeper ones are the GEMM
+/// families'.
+const MAX_TAPS: u32 = 256;
+/// Written-out multiply-adds (vec4 statements) a variant with `unroll` 1 may emit.
+const MAX_WRITTEN: u32 = 4096;
+/// Measured time per unit of this estimate relative to the GEMM family's; for ranking.
+const TIME_PER_COST: f64 = 1.0;
+/// Registers an invocation holds besides its accumulators and operands.
+const BASE_REGISTERS: f64 = 24.0;
+
+impl Family for Stem {
+    const NAME: &'static str = "stem";
+    const TEMPLATE: &'static str = include_str!("../../shaders/stem.wgsl");
+
+    fn space() -> Vec<Self> {
+        let mut out = Vec::new();
+        for &wg in &WG {
+            for &unroll in &UNROLL {
+                for &tk in &TK {
+                    for &tw in &TW {
+                        let v = Stem { wg, unroll, tk, tw };
+                        if v.well_formed() {
+                            out.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn from_numbers(n: &[u32]) -> Option<Self> {
+        match *n {
+            [wg, unroll, tk, tw] => Some(Stem { wg, unroll, tk, tw }),
+            _ => None,
+        }
+    }
+}
+
+impl Stem {
+    /// Input columns one kernel row of an invocation's `tw` outputs reads.
+    fn span(&self, shape: &ConvShape) -> u32 {
+        (self.tw - 1) * shape.stride.1 + (shape.s - 1) * shape.dilation.1 + 1
+    }
+
+    fn taps(shape: &ConvShape) -> u32 {
+        shape.cg() * shape.r * shape.s
+    }
+
+    fn registers(&self, shape: &ConvShape) -> f64 {
+        (self.tk * self.tw + self.span(shape) + self.tk) as f64 + BASE_REGISTERS
+    }
+
+    /// Whether x's rows are read as whole vec4s: NCHW rows of whole vec4s, and each
+    /// invocation's first column (`ow0 * SW - PW`) the same distance past a vec4 boundary
+    /// for every invocation. A vec4 of such a row lies wholly inside it or wholly in its
+    /// padding, and a subgroup's load carries four columns per lane where a scalar load
+    /// carries one at the same cost in cache wavefronts (lanes `tw` columns apart).
+    fn loads_vec4(&self, shape: &ConvShape) -> bool {
+        shape.layout == Layout::Nchw && shape.w % 4 == 0 && (self.tw * shape.stride.1) % 4 == 0
+    }
+
+    /// With `loads_vec4`: how far an invocation's first column lies past its vec4's start,
+    /// and the vec4s a kernel row's span takes.
+    fn vec4_span(&self, shape: &ConvShape) -> (u32, u32) {
+        let lead = (4 - shape.pad.1 as u32 % 4) % 4;
+        (lead, (lead + self.span(shape)).div_ceil(4))
+    }
+
+    /// Whether y is stored four neighbours at a time: a row's columns in NCHW (whole vec4s
+    /// of every row, `tw` whole vec4s), a pixel's channels in NHWC; never where a pixel
+    /// shuffle or a lowered transposed convolution moves the outputs apart.
+    fn stores_vec4(&self, shape: &ConvShape) -> bool {
+        !shape.moves_y()
+            && match shape.layout {
+                Layout::Nchw => shape.ow() % 4 == 0 && self.tw % 4 == 0,
+                Layout::Nhwc => shape.k % 4 == 0,
+            }
+    }
+}
+
+impl KernelVariant for Stem {
+    fn family(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn name(&self) -> String {
+        format!("stem_wg{}_u{}_k{}w{}", self.wg, self.unroll, self.tk, self.tw)
+    }
+
+    fn knobs(&self) -> Vec<(&'static str, u32)> {
+        vec![("wg", self.wg), ("unroll", self.unroll), ("tk", self.tk), ("tw", self.tw)]
+    }
+
+    fn well_formed(&self) -> bool {
+        WG.contains(&self.wg)
+            && UNROLL.contains(&self.unroll)
+            && TK.contains(&self.tk)
+            && TW.contains(&self.tw)
+            && (16..=128).contains(&(self.tk * self.tw))
+    }
+
+    fn invocations(&self) -> u32 {
+        self.wg
+    }
+
+    fn workgroup_bytes(&self) -> u32 {
+        MAX_TAPS * self.tk * 4
+    }
+
+    /// One group, and at most `MAX_TAPS` taps.
+    fn computes(&self, shape: &ConvShape) -> bool {
+        shape.groups == 1 && Self::taps(shape) <= MAX_TAPS
+    }
+
+    fn suits(&self, shape: &ConvShape) -> bool {
+        let written = shape.cg() * shape.r * shape.s * (self.tk / 4) * self.tw;
+        self.computes(shape)
+            && Self::taps(shape) <= MAX_TAPS
+            && self.tk <= shape.kg().next_power_of_two().max(8)
+            && self.tw <= shape.ow().next_power_of_two().max(2)
+            && (self.unroll == 0 || written <= MAX_WRITTEN)
+    }
+
+    /// Multiply-adds executed (tile padding included) times what each costs with its share
+    /// of loads, over how well the dispatch and the registers fill the GPU.
+    fn cost(&self, shape: &ConvShape) -> f64 {
+        let (n, oh, ow, k) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64, shape.k as u64);
+        let (tk, tw) = (self.tk as u64, self.tw as u64);
+        let outputs = (n * oh * ceil_to(ow, tw) * ceil_to(k, tk)) as f64;
+        let fmas = outputs * Self::taps(shape) as f64;
+        // A kernel row's `span` inputs feed s x tw x tk multiply-adds; a vec4 of weights
+        // feeds 4 x tw.
+        let row_fmas = (shape.s as u64 * tw * tk) as f64;
+        let per_fma = 1.0 + GLOBAL_LOAD * self.span(shape) as f64 / row_fmas + SHARED_LOAD / (4 * tw) as f64;
+        let unroll = if self.unroll == 1 { 1.0 } else { 1.05 };
+        let invocations = n * oh * ow.div_ceil(tw) * k.div_ceil(tk);
+        fmas * per_fma * unroll * TIME_PER_COST
+            / parallel_efficiency(ceil_to(invocations, self.wg as u64))
+            / register_occupancy(self.registers(shape)).sqrt()
+    }
+
+    fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
+        generate(self, shape)
+    }
+}
+
+/// Column masks and offsets (the same for every channel and kernel row) and accumulators.
+fn setup(v: &Stem, shape: &ConvShape) -> String {
+    let mut s = String::new();
+    if v.loads_vec4(shape) {
+        let (lead, quads) = v.vec4_span(shape);
+        writeln!(s, "    let first = iw_left - {lead};").unwrap();
+        for i in 0..quads {
+            writeln!(s, "    let cok{i} = first + {} >= 0 && first + {} < W;", 4 * i, 4 * i).unwrap();
+            writeln!(s, "    let co{i} = select(0, (first + {}) / 4, cok{i});", 4 * i).unwrap();
+        }
+    }
+    for q in 0..if v.loads_vec4(shape) { 0 } else { v.span(shape) } {
+        writeln!(s, "    let cok{q} = iw_left + {q} >= 0 && iw_left + {q} < W;").unwrap();
+        writeln!(s, "    let co{q} = select(0, (iw_left + {q}) * XSW, cok{q});").unwrap();
+    }
+    for m in 0..v.tk / 4 {
+        for j in 0..v.tw {
+            writeln!(s, "    var a{m}_{j} = vec4<f32>(0.0);").unwrap();
+        }
+    }
+    s
+}
+
+/// One kernel row `r` of input channel `c` (`cr` = c * R + r): its inputs loaded once, then
+/// every tap of the row.
+fn row(v: &Stem, shape: &ConvShape, c: &str, r: &str, cr: &str, out: &mut String, ind: &str) {
+    writeln!(out, "{ind}{{").unwrap();
+    writeln!(out, "{ind}    let ih = ih_top + {r} * DH;").unwrap();
+    writeln!(out, "{ind}    let rok = ih >= 0 && ih < H;").unwrap();
+    writeln!(out, "{ind}    let xr = xn + {c} * XSC + select(0, ih * XSH, rok);").unwrap();
+    if v.loads_vec4(shape) {
+        let (lead, quads) = v.vec4_span(shape);
+        for i in 0..quads {
+            writeln!(out, "{ind}    let xq{i} = select(vec4<f32>(pad0), vec4<f32>(x[xr / 4 + co{i}]), rok && cok{i});").unwrap();
+        }
+        for q in 0..v.span(shape) {
+            writeln!(out, "{ind}    let xv{q} = xq{}.{};", (lead + q) / 4, LANES[((lead + q) % 4) as usize]).unwrap();
+        }
+    } else {
+        for q in 0..v.span(shape) {
+            writeln!(out, "{ind}    let xv{q} = select(pad0, f32(x[xr + co{q}]), rok && cok{q});").unwrap();
+        }
+    }
+    for s in 0..shape.s {
+        writeln!(out, "{ind}    {{").unwrap();
+        for m in 0..v.tk / 4 {
+            writeln!(out, "{ind}        let wv{m} = wsh[u32(({cr}) * S + {s}) * TK4 + {m}u];").unwrap();
+        }
+        for j in 0..v.tw {
+            let q = j * shape.stride.1 + s * shape.dilation.1;
+            for m in 0..v.tk / 4 {
+                writeln!(out, "{ind}        a{m}_{j} = fma(vec4<f32>(xv{q}), wv{m}, a{m}_{j});").unwrap();
+            }
+        }
+        writeln!(out, "{ind}    }}").unwrap();
+    }
+    writeln!(out, "{ind}}}").unwrap();
+}
+
+fn main_loop(v: &Stem, shape: &ConvShape) -> String {
+    let mut s = String::new();
+    if v.unroll == 1 {
+        for c in 0..shape.cg() {
+            for r in 0..shape.r {
+                row(v, shape, &c.to_string(), &r.to_string(), &(c * shape.r + r).to_string(), &mut s, "    ");
+            }
+        }
+    } else {
+        s.push_str("    for (var cr: i32 = 0; cr < CG * R; cr = cr + 1) {\n        let c = cr / R;\n        let r = cr - c * R;\n");
+        row(v, shape, "c", "r", "cr", &mut s, "        ");
+        s.push_str("    }\n");
+    }
+    s
+}
+
+const LANES: [&str; 4] = ["x", "y", "z", "w"];
+
+/// The epilogue of four outputs at y elements `base` + 0..3 (channel `k` + `dk`), packed.
+fn quad(values: [String; 4], ks: [String; 4], base: &str) -> String {
+    let parts: Vec<String> =
+        (0..4).map(|e| format!("DT(epilogue({}, {}, {base} + {e}))", values[e], ks[e])).collect();
+    format!("vec4<DT>({})", parts.join(", "))
+}
+
+fn store(v: &Stem, shape: &ConvShape) -> String {
+    let mut s = String::new();
+    let pixel = |j: &str| format!("(oh * OW + ow0 + {j}) * YSP");
+    if !v.stores_vec4(shape) {
+        for m in 0..v.tk / 4 {
+            for (e, lane) in LANES.iter().enumerate() {
+                writeln!(s, "    {{\n        let k = k0 + {};", 4 * m + e as u32).unwrap();
+                writeln!(s, "        if (k < K) {{").unwrap();
+                for j in 0..v.tw {
+                    let at = format!("n * YSN + k * YSK + {}", pixel(&j.to_string()));
+                    let put = store_stmt(shape, &at, &format!("a{m}_{j}.{lane}"), "k");
+                    writeln!(s, "            if (ow0 + {j} < OW) {{ {put} }}").unwrap();
+                }
+                writeln!(s, "        }}\n    }}").unwrap();
+            }
+        }
+        return s;
+    }
+    match shape.layout {
+        // Four columns of one row per vec4: OW and the column tiles are whole vec4s.
+        Layout::Nchw => {
+            for m in 0..v.tk / 4 {
+                for (e, lane) in LANES.iter().enumerate() {
+                    writeln!(s, "    {{\n        let k = k0 + {};", 4 * m + e as u32).unwrap();
+                    writeln!(s, "        if (k < K) {{").unwrap();
+                    for jq in 0..v.tw / 4 {
+                        let values = [0, 1, 2, 3].map(|d| format!("a{m}_{}.{lane}", 4 * jq + d));
+                        let ks = [0, 1, 2, 3].map(|_| "k".to_string());
+                        writeln!(s, "            if (ow0 + {} < OW) {{", 4 * jq).unwrap();
+                        writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&(4 * jq).to_string())).unwrap();
+                        writeln!(s, "                y[yi / 4] = {};", quad(values, ks, "yi")).unwrap();
+                        writeln!(s, "            }}").unwrap();
+                    }
+                    writeln!(s, "        }}\n    }}").unwrap();
+                }
+            }
+        }
+        // Four channels of one pixel per vec4: K and the channel tiles are whole vec4s.
+        Layout::Nhwc => {
+            for j in 0..v.tw {
+                writeln!(s, "    if (ow0 + {j} < OW) {{").unwrap();
+                for m in 0..v.tk / 4 {
+                    let values = LANES.map(|lane| format!("a{m}_{j}.{lane}"));
+                    let ks = [0, 1, 2, 3].map(|d| format!("k + {d}"));
+                    writeln!(s, "        {{\n            let k = k0 + {};", 4 * m).unwrap();
+                    writeln!(s, "            if (k < K) {{").unwrap();
+                    writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&j.to_string())).unwrap();
+                    writeln!(s, "                y[yi / 4] = {};", quad(values, ks, "yi")).unwrap();
+                    writeln!(s, "            }}\n        }}").unwrap();
+                }
+                writeln!(s, "    }}").unwrap();
+            }
+        }
+    }
+    s
+}
+
+fn generate(v: &Stem, shape: &ConvShape) -> Result<Kernel> {
+    if !v.computes(shape) {
+        return Err(Error::invalid(format!(
+            "variant {} cannot run on this shape ({}): the stem family takes one group and at most {} \
+             taps (input channels x R x S: its weights are staged in workgroup memory)",
+            v.name(),
+            shape.label(),
+            MAX_TAPS
+        )));
+    }
+    let owt = (shape.ow() as u64).div_ceil(v.tw as u64);
+    let k_blocks = (shape.k as u64).div_ceil(v.tk as u64);
+    let pixels = shape.n as u64 * shape.oh() as u64 * owt;
+    let staged = Stem::taps(shape) * v.tk / 4;
+    let mut vars = shape_vars(shape, &v.name());
+    vars.extend([
+        ("TK", v.tk.to_string()),
+        ("TK4", (v.tk / 4).to_string()),
+        ("TW", v.tw.to_string()),
+        ("WG", v.wg.to_string()),
+        ("TAPS", Stem::taps(shape).to_string()),
+        ("OWT", owt.to_string()),
+        ("K_BLOCKS", k_blocks.to_string()),
+        ("PIXELS", pixels.to_string()),
+        ("STAGED", staged.to_string()),
+        ("X_ELEM", if v.loads_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
+        ("Y_ELEM", if v.stores_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
+        ("SETUP", setup(v, shape)),
+        ("MAIN_LOOP", main_loop(v, shape)),
+        ("STORE", store(v, shape)),
+    ]);
+    Ok(Kernel::plain(render(Stem::TEMPLATE, &vars)?, pixels.div_ceil(v.wg as u64) * k_blocks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::validate;
+    use crate::dtype::DType;
+    use crate::params::Padding;
+
+    fn shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64) -> ConvShape {
+        ConvShape::new(x, w, (stride, stride), Padding::Explicit(pad, pad), (1, 1), 1, None).unwrap()
+    }
+
+    #[test]
+    fn every_variant_validates_on_stems_in_both_layouts_and_types() {
+        // Rows of scalars, rows of vec4s at stride 1 and 2.
+        let stems =
+            [shape([2, 3, 17, 18], [10, 3, 3, 3], 1, 1), shape([2, 3, 9, 16], [8, 3, 3, 3], 1, 1), shape([1, 3, 23, 24], [16, 3, 7, 7], 2, 3)];
+        for base in stems {
+            for layout in [Layout::Nchw, Layout::Nhwc] {
+                for dtype in [DType::F32, DType::F16] {
+                    let s = base.with_layout(layout).with_dtype(dtype);
+                    for v in Stem::space() {
+                        if !v.computes(&s) {
+                            continue;
+                        }
+                        let k = v.generate(&s).unwrap();
+                        validate(&k.source).unwrap_or_else(|e| panic!("{} on {}: {e}", v.name(), s.label()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vec4_stores_where_neighbours_lie_together() {
+        let s = shape([1, 3, 32, 32], [64, 3, 3, 3], 1, 1);
+        let v = Stem { wg: 128, unroll: 1, tk: 16, tw: 4 };
+        assert!(v.stores_vec4(&s) && v.stores_vec4(&s.with_layout(Layout::Nhwc)));
+        assert!(!Stem { tw: 2, ..v }.stores_vec4(&s), "two columns are half a vec4");
+        let odd = shape([1, 3, 31, 31], [6, 3, 3, 3], 1, 0);
+        assert!(!v.stores_vec4(&odd) && !v.stores_vec4(&odd.with_layout(Layout::Nhwc)));
+        assert!(v.generate(&s).unwrap().source.contains("y: array<vec4<DT>>"));
+        // Rows of x as vec4s: whole vec4s of every row, the same lead for every invocation.
+        assert!(v.loads_vec4(&s) && !v.loads_vec4(&s.with_layout(Layout::Nhwc)));
+        assert!(v.generate(&s).unwrap().source.contains("x: array<vec4<DT>>"));
+        assert_eq!(v.vec4_span(&s), (3, 3), "columns ow0 - 1 .. ow0 + 4 from the vec4 at ow0 - 4");
+        let stem7 = shape([1, 3, 32, 32], [64, 3, 7, 7], 2, 3);
+        assert_eq!(Stem { tw: 2, ..v }.vec4_span(&stem7), (1, 3));
+        assert!(!Stem { tw: 2, ..v }.loads_vec4(&s), "two columns at stride 1 start mid-vec4");
+    }
+
+    #[test]
+    fn deep_reductions_and_groups_are_left_to_other_families() {
+        let v = Stem { wg: 128, unroll: 0, tk: 16, tw: 4 };
+        assert!(v.suits(&shape([8, 3, 224, 224], [64, 3, 7, 7], 2, 3)));
+        assert!(!v.suits(&shape([8, 64, 56, 56], [64, 64, 3, 3], 1, 1)));
+        assert!(v.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)), "a 1x1 layer's 256 taps");
+        let grouped = ConvShape::new([1, 6, 8, 8], [6, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, None).unwrap();
+        assert!(!v.computes(&grouped) && v.generate(&grouped).is_err());
+        // 6 channels of 7x7: 294 taps, more than a workgroup stages.
+        assert!(!v.computes(&shape([1, 6, 32, 32], [64, 6, 7, 7], 2, 3)));
+        assert_eq!(Stem { tk: 16, ..v }.workgroup_bytes(), 16384);
+    }
+}
