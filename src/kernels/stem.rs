@@ -40,7 +40,12 @@ const TW: [u32; 3] = [2, 4, 8];
 /// 32, which adapters with less workgroup memory leave out). Deeper ones are the GEMM
 /// families'.
 const MAX_TAPS: u32 = 256;
-/// Written-out multiply-adds (vec4 statements) a variant with `unroll` 1 may emit.
+/// Rows (input channel, kernel row) a variant with `unroll` 1 writes out, and its written-out
+/// multiply-adds (vec4 statements). On an H200 the written-out variants won only the
+/// 3-channel 3x3 stem (9 rows); on the 7x7 stem (21 rows) and 1x1 layers they ran 1.1-4x
+/// slower than the looped ones, and took seconds to compile where their rows ran to hundreds
+/// (`BENCHMARKS.md`, "Stem family").
+const MAX_WRITTEN_ROWS: u32 = 16;
 const MAX_WRITTEN: u32 = 4096;
 /// Measured time per unit of this estimate relative to the GEMM family's; for ranking.
 const TIME_PER_COST: f64 = 1.0;
@@ -158,7 +163,7 @@ impl KernelVariant for Stem {
             && Self::taps(shape) <= MAX_TAPS
             && self.tk <= shape.kg().next_power_of_two().max(8)
             && self.tw <= shape.ow().next_power_of_two().max(2)
-            && (self.unroll == 0 || written <= MAX_WRITTEN)
+            && (self.unroll == 0 || (written <= MAX_WRITTEN && shape.cg() * shape.r <= MAX_WRITTEN_ROWS))
     }
 
     /// Multiply-adds executed (tile padding included) times what each costs with its share
@@ -415,6 +420,8 @@ mod tests {
         assert!(v.suits(&shape([8, 3, 224, 224], [64, 3, 7, 7], 2, 3)));
         assert!(!v.suits(&shape([8, 64, 56, 56], [64, 64, 3, 3], 1, 1)));
         assert!(v.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)), "a 1x1 layer's 256 taps");
+        assert!(!Stem { unroll: 1, ..v }.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)), "256 rows written out");
+        assert!(Stem { unroll: 1, ..v }.suits(&shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1)));
         let grouped = ConvShape::new([1, 6, 8, 8], [6, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, None).unwrap();
         assert!(!v.computes(&grouped) && v.generate(&grouped).is_err());
         // 6 channels of 7x7: 294 taps, more than a workgroup stages.
