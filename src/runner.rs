@@ -1094,6 +1094,8 @@ pub(crate) mod tests {
             ConvShape::new([2, 6, 9, 7], [4, 3, 3, 3], (1, 1), Padding::Explicit(1, 2), (1, 1), 2, Some(4)).unwrap(),
             // Transposed (the tconv family): stride phases, dilation, output padding, groups.
             ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 2], (2, 3), (1, 0), (1, 2), (1, 2), 2, Some(4)).unwrap(),
+            // One group (the stem family), strided and dilated.
+            ConvShape::new([2, 3, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 1, Some(4)).unwrap(),
         ];
         for v in all_variants().into_iter().filter(|v| v.fits(&e.caps)) {
             let s = shapes.iter().find(|s| v.computes(s)).unwrap();

@@ -10,7 +10,7 @@
 //! four neighbours of y lie together. Such layers (32,3,224,224 -> 64) write many bytes per
 //! multiply-add, so the store matters as much as the products.
 
-use super::cost::{ceil_to, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD};
+use super::cost::{ceil_to, parallel_efficiency, SHARED_LOAD};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
@@ -21,7 +21,8 @@ use std::fmt::Write as _;
 pub struct Stem {
     /// Invocations per workgroup.
     pub wg: u32,
-    /// 1: every (channel, kernel row) of the reduction written out; 0: looped over.
+    /// 1: every (channel, kernel row) of the reduction written out; 0: looped over one at a
+    /// time; 4: looped over four at a time, the four rows' loads issued first.
     pub unroll: u32,
     /// Output channels per invocation (a multiple of 4: whole vec4s) and neighbouring output
     /// columns per invocation.
@@ -30,7 +31,7 @@ pub struct Stem {
 }
 
 const WG: [u32; 3] = [64, 128, 256];
-const UNROLL: [u32; 2] = [0, 1];
+const UNROLL: [u32; 3] = [0, 1, 4];
 const TK: [u32; 3] = [8, 16, 32];
 const TW: [u32; 3] = [2, 4, 8];
 
@@ -49,8 +50,13 @@ const MAX_WRITTEN_ROWS: u32 = 16;
 const MAX_WRITTEN: u32 = 4096;
 /// Measured time per unit of this estimate relative to the GEMM family's; for ranking.
 const TIME_PER_COST: f64 = 1.0;
-/// Registers an invocation holds besides its accumulators and operands.
-const BASE_REGISTERS: f64 = 24.0;
+/// What a cache wavefront of a load costs, per multiply-add: as much as a load from
+/// workgroup memory (the same unit serves both).
+const WAVEFRONT: f64 = SHARED_LOAD;
+/// Accumulators an invocation holds before they cost it residency. On an H200, 64 (16
+/// channels x 4 columns) ran the suite's stems and 1x1 layers fastest; 128 ran 1.2-2x
+/// slower than 64 on every one (`BENCHMARKS.md`, "Stem family").
+const FREE_ACCUMULATORS: f64 = 64.0;
 
 impl Family for Stem {
     const NAME: &'static str = "stem";
@@ -91,8 +97,21 @@ impl Stem {
         shape.cg() * shape.r * shape.s
     }
 
-    fn registers(&self, shape: &ConvShape) -> f64 {
-        (self.tk * self.tw + self.span(shape) + self.tk) as f64 + BASE_REGISTERS
+    /// The cache wavefronts (128 bytes each) a subgroup's loads of one kernel row take: its
+    /// lanes' spans lie `tw x SW` columns apart, so a scalar load touches that many
+    /// wavefronts (up to 32) and a vec4 load four times a quarter of it, at least four.
+    fn x_wavefronts(&self, shape: &ConvShape) -> f64 {
+        let apart = self.tw * shape.stride.1;
+        if self.loads_vec4(shape) {
+            (self.vec4_span(shape).1 * apart.max(4)) as f64
+        } else {
+            (self.span(shape) * apart.min(32)) as f64
+        }
+    }
+
+    /// What holding more than `FREE_ACCUMULATORS` costs, as a factor on the time.
+    fn residency_cost(&self) -> f64 {
+        1.0 + ((self.tk * self.tw) as f64 - FREE_ACCUMULATORS).max(0.0) / (2.0 * FREE_ACCUMULATORS)
     }
 
     /// Whether x's rows are read as whole vec4s: NCHW rows of whole vec4s, and each
@@ -158,16 +177,21 @@ impl KernelVariant for Stem {
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
-        let written = shape.cg() * shape.r * shape.s * (self.tk / 4) * self.tw;
+        let rows = shape.cg() * shape.r;
+        let written = rows * shape.s * (self.tk / 4) * self.tw;
         self.computes(shape)
             && Self::taps(shape) <= MAX_TAPS
             && self.tk <= shape.kg().next_power_of_two().max(8)
             && self.tw <= shape.ow().next_power_of_two().max(2)
-            && (self.unroll == 0 || (written <= MAX_WRITTEN && shape.cg() * shape.r <= MAX_WRITTEN_ROWS))
+            && match self.unroll {
+                1 => written <= MAX_WRITTEN && rows <= MAX_WRITTEN_ROWS,
+                0 => true,
+                u => rows >= 2 * u,
+            }
     }
 
     /// Multiply-adds executed (tile padding included) times what each costs with its share
-    /// of loads, over how well the dispatch and the registers fill the GPU.
+    /// of loads, over how well the dispatch fills the GPU, times what many accumulators cost.
     fn cost(&self, shape: &ConvShape) -> f64 {
         let (n, oh, ow, k) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64, shape.k as u64);
         let (tk, tw) = (self.tk as u64, self.tw as u64);
@@ -175,13 +199,19 @@ impl KernelVariant for Stem {
         let fmas = outputs * Self::taps(shape) as f64;
         // A kernel row's `span` inputs feed s x tw x tk multiply-adds; a vec4 of weights
         // feeds 4 x tw.
+        // A kernel row's loads of x, in cache wavefronts, feed s x tw x tk multiply-adds; a
+        // vec4 of weights, one wavefront (a broadcast), feeds 4 x tw.
         let row_fmas = (shape.s as u64 * tw * tk) as f64;
-        let per_fma = 1.0 + GLOBAL_LOAD * self.span(shape) as f64 / row_fmas + SHARED_LOAD / (4 * tw) as f64;
-        let unroll = if self.unroll == 1 { 1.0 } else { 1.05 };
+        let per_fma = 1.0 + WAVEFRONT * self.x_wavefronts(shape) / row_fmas + WAVEFRONT / (4 * tw) as f64;
+        let unroll = match self.unroll {
+            1 => 1.0,
+            0 => 1.05,
+            _ => 1.02,
+        };
         let invocations = n * oh * ow.div_ceil(tw) * k.div_ceil(tk);
         fmas * per_fma * unroll * TIME_PER_COST
             / parallel_efficiency(ceil_to(invocations, self.wg as u64))
-            / register_occupancy(self.registers(shape)).sqrt()
+            * self.residency_cost()
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -212,54 +242,83 @@ fn setup(v: &Stem, shape: &ConvShape) -> String {
     s
 }
 
-/// One kernel row `r` of input channel `c` (`cr` = c * R + r): its inputs loaded once, then
-/// every tap of the row.
-fn row(v: &Stem, shape: &ConvShape, c: &str, r: &str, cr: &str, out: &mut String, ind: &str) {
-    writeln!(out, "{ind}{{").unwrap();
-    writeln!(out, "{ind}    let ih = ih_top + {r} * DH;").unwrap();
-    writeln!(out, "{ind}    let rok = ih >= 0 && ih < H;").unwrap();
-    writeln!(out, "{ind}    let xr = xn + {c} * XSC + select(0, ih * XSH, rok);").unwrap();
+/// The inputs of kernel row `r` of input channel `c`, loaded once for every tap of the row,
+/// as `xv{t}_{q}` (column q of the row's span); `t` tells apart rows loaded together.
+fn row_loads(v: &Stem, shape: &ConvShape, c: &str, r: &str, t: u32, out: &mut String, ind: &str) {
+    writeln!(out, "{ind}let ih{t} = ih_top + {r} * DH;").unwrap();
+    writeln!(out, "{ind}let rok{t} = ih{t} >= 0 && ih{t} < H;").unwrap();
+    writeln!(out, "{ind}let xr{t} = xn + {c} * XSC + select(0, ih{t} * XSH, rok{t});").unwrap();
     if v.loads_vec4(shape) {
         let (lead, quads) = v.vec4_span(shape);
         for i in 0..quads {
-            writeln!(out, "{ind}    let xq{i} = select(vec4<f32>(pad0), vec4<f32>(x[xr / 4 + co{i}]), rok && cok{i});").unwrap();
+            writeln!(out, "{ind}let xq{t}_{i} = select(vec4<f32>(pad0), vec4<f32>(x[xr{t} / 4 + co{i}]), rok{t} && cok{i});").unwrap();
         }
         for q in 0..v.span(shape) {
-            writeln!(out, "{ind}    let xv{q} = xq{}.{};", (lead + q) / 4, LANES[((lead + q) % 4) as usize]).unwrap();
+            writeln!(out, "{ind}let xv{t}_{q} = xq{t}_{}.{};", (lead + q) / 4, LANES[((lead + q) % 4) as usize]).unwrap();
         }
     } else {
         for q in 0..v.span(shape) {
-            writeln!(out, "{ind}    let xv{q} = select(pad0, f32(x[xr + co{q}]), rok && cok{q});").unwrap();
+            writeln!(out, "{ind}let xv{t}_{q} = select(pad0, f32(x[xr{t} + co{q}]), rok{t} && cok{q});").unwrap();
         }
     }
+}
+
+/// Every tap of row `cr` (= c * R + r) on the inputs `row_loads` gave as `xv{t}_*`.
+fn row_fmas(v: &Stem, shape: &ConvShape, cr: &str, t: u32, out: &mut String, ind: &str) {
     for s in 0..shape.s {
-        writeln!(out, "{ind}    {{").unwrap();
+        writeln!(out, "{ind}{{").unwrap();
         for m in 0..v.tk / 4 {
-            writeln!(out, "{ind}        let wv{m} = wsh[u32(({cr}) * S + {s}) * TK4 + {m}u];").unwrap();
+            writeln!(out, "{ind}    let wv{m} = wsh[u32(({cr}) * S + {s}) * TK4 + {m}u];").unwrap();
         }
         for j in 0..v.tw {
             let q = j * shape.stride.1 + s * shape.dilation.1;
             for m in 0..v.tk / 4 {
-                writeln!(out, "{ind}        a{m}_{j} = fma(vec4<f32>(xv{q}), wv{m}, a{m}_{j});").unwrap();
+                writeln!(out, "{ind}    a{m}_{j} = fma(vec4<f32>(xv{t}_{q}), wv{m}, a{m}_{j});").unwrap();
             }
         }
-        writeln!(out, "{ind}    }}").unwrap();
+        writeln!(out, "{ind}}}").unwrap();
     }
+}
+
+/// One row, its loads then its taps.
+fn row(v: &Stem, shape: &ConvShape, c: &str, r: &str, cr: &str, out: &mut String, ind: &str) {
+    writeln!(out, "{ind}{{").unwrap();
+    row_loads(v, shape, c, r, 0, out, &format!("{ind}    "));
+    row_fmas(v, shape, cr, 0, out, &format!("{ind}    "));
     writeln!(out, "{ind}}}").unwrap();
 }
 
 fn main_loop(v: &Stem, shape: &ConvShape) -> String {
     let mut s = String::new();
-    if v.unroll == 1 {
-        for c in 0..shape.cg() {
-            for r in 0..shape.r {
-                row(v, shape, &c.to_string(), &r.to_string(), &(c * shape.r + r).to_string(), &mut s, "    ");
+    match v.unroll {
+        1 => {
+            for c in 0..shape.cg() {
+                for r in 0..shape.r {
+                    row(v, shape, &c.to_string(), &r.to_string(), &(c * shape.r + r).to_string(), &mut s, "    ");
+                }
             }
         }
-    } else {
-        s.push_str("    for (var cr: i32 = 0; cr < CG * R; cr = cr + 1) {\n        let c = cr / R;\n        let r = cr - c * R;\n");
-        row(v, shape, "c", "r", "cr", &mut s, "        ");
-        s.push_str("    }\n");
+        0 => {
+            s.push_str("    for (var cr: i32 = 0; cr < CG * R; cr = cr + 1) {\n        let c = cr / R;\n        let r = cr - c * R;\n");
+            row(v, shape, "c", "r", "cr", &mut s, "        ");
+            s.push_str("    }\n");
+        }
+        u => {
+            // `u` rows per iteration, every row's loads issued before the first row's taps
+            // (in flight together, where one row at a time waits on each load), then the
+            // rows left over one at a time.
+            writeln!(s, "    var cr: i32 = 0;\n    for (; cr + {u} <= CG * R; cr = cr + {u}) {{").unwrap();
+            for t in 0..u {
+                writeln!(s, "        let cr{t} = cr + {t};\n        let c{t} = cr{t} / R;").unwrap();
+                row_loads(v, shape, &format!("c{t}"), &format!("(cr{t} - c{t} * R)"), t, &mut s, "        ");
+            }
+            for t in 0..u {
+                row_fmas(v, shape, &format!("cr{t}"), t, &mut s, "        ");
+            }
+            s.push_str("    }\n    for (; cr < CG * R; cr = cr + 1) {\n        let c = cr / R;\n        let r = cr - c * R;\n");
+            row(v, shape, "c", "r", "cr", &mut s, "        ");
+            s.push_str("    }\n");
+        }
     }
     s
 }
@@ -422,6 +481,8 @@ mod tests {
         assert!(v.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)), "a 1x1 layer's 256 taps");
         assert!(!Stem { unroll: 1, ..v }.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)), "256 rows written out");
         assert!(Stem { unroll: 1, ..v }.suits(&shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1)));
+        assert!(Stem { unroll: 4, ..v }.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)));
+        assert!(!Stem { unroll: 4, ..v }.suits(&shape([8, 3, 56, 56], [64, 3, 1, 1], 1, 0)), "3 rows");
         let grouped = ConvShape::new([1, 6, 8, 8], [6, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, None).unwrap();
         assert!(!v.computes(&grouped) && v.generate(&grouped).is_err());
         // 6 channels of 7x7: 294 taps, more than a workgroup stages.
