@@ -186,6 +186,23 @@ def nhwc(a) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
 
 
+def check_epilogue_in_both_layouts(rng, x, w, b, kw, rtol, acts=("silu", "relu"), **call) -> None:
+    """conv2d with bias + residual z (alpha1 0.5, alpha2 -2) + activation, on channels-first
+    and then channels-last x, y and z (activations ``acts``, one per layout), against the
+    float64 reference; ``rtol`` is scaled by how much the activation shrinks max |y|."""
+    import convtune
+    from convtune.reference import apply_epilogue, conv2d_reference
+
+    conv = conv2d_reference(x, w, **kw)
+    z = rng.standard_normal(conv.shape).astype(np.float32)
+    pre = np.abs(apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0)).max()
+    for layout, t, act in (("NCHW", lambda a: a, acts[0]), ("NHWC", nhwc, acts[1])):
+        want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation=act)
+        got = convtune.conv2d(t(x), w, bias=b, z=t(z), alpha1=0.5, alpha2=-2.0, activation=act,
+                              layout=layout, **kw, **call)
+        check_close(got, t(want), context=f"{call} {layout}", rtol=rtol * max(1.0, pre / np.abs(want).max()))
+
+
 # A sample of FMA variants: direct with and without unrolling and register tiles, GEMM tiles,
 # and a split-K GEMM.
 FMA_SAMPLE = [

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import convtune
-from convtune.reference import apply_epilogue, conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import check_close, nhwc
+from convtune.reference import conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
+from reference import check_close, check_epilogue_in_both_layouts, nhwc
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 STEM = [v for v in convtune.variant_space() if v.startswith("stem_")]
@@ -63,16 +63,8 @@ def test_every_variant_applies_the_epilogue_in_both_layouts(variant):
     and z; K = 8 stores whole vec4s of channels in NHWC, W = 12 whole vec4s of columns in
     NCHW where the variant's column tile is."""
     rng = np.random.default_rng(abs(hash(("epi", variant))) % 2**32)
-    xs, ws, kw = (2, 3, 7, 12), (8, 3, 3, 3), dict(padding=1)
-    x, w, b = _inputs(rng, xs, ws)
-    conv = conv2d_reference(x, w, **kw)
-    z = rng.standard_normal(conv.shape).astype(np.float32)
-    for layout, t, act in (("NCHW", lambda a: a, "silu"), ("NHWC", nhwc, "leaky_relu")):
-        want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation=act)
-        got = convtune.conv2d(t(x), w, bias=b, z=t(z), alpha1=0.5, alpha2=-2.0, activation=act,
-                              layout=layout, variant=variant, **kw)
-        pre = np.abs(apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0)).max()
-        check_close(got, t(want), context=f"{variant} {layout}", rtol=1e-5 * max(1.0, pre / np.abs(want).max()))
+    x, w, b = _inputs(rng, (2, 3, 7, 12), (8, 3, 3, 3))
+    check_epilogue_in_both_layouts(rng, x, w, b, dict(padding=1), 1e-5, ("silu", "leaky_relu"), variant=variant)
 
 
 @pytest.mark.skipif(not F16, reason="the adapter has no 16-bit shader floats")

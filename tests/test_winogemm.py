@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import convtune
-from convtune.reference import apply_epilogue, conv2d_reference, pixel_shuffle_reference
-from reference import check_close, nhwc
+from convtune.reference import conv2d_reference, pixel_shuffle_reference
+from reference import check_close, check_epilogue_in_both_layouts, nhwc
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 WGEMM = [v for v in convtune.variant_space() if v.startswith("wgemm_")]
@@ -76,17 +76,9 @@ def test_every_variant_applies_the_epilogue_in_both_layouts(variant):
     """bias + residual z + activation in finish's store, padding 1, on channels-first and
     channels-last x, y and z."""
     rng = np.random.default_rng(abs(hash(("epi", variant))) % 2**32)
-    xs, ws, kw = (2, 5, 7, 8), (6, 5, 3, 3), dict(padding=1)
-    x, w, b = _inputs(rng, xs, ws)
-    conv = conv2d_reference(x, w, **kw)
-    z = rng.standard_normal(conv.shape).astype(np.float32)
-    for layout, t, act in (("NCHW", lambda a: a, "silu"), ("NHWC", nhwc, "relu")):
-        want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation=act)
-        got = convtune.conv2d(t(x), w, bias=b, z=t(z), alpha1=0.5, alpha2=-2.0, activation=act,
-                              layout=layout, variant=variant, precision=_precision(variant), **kw)
-        pre = np.abs(apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0)).max()
-        check_close(got, t(want), context=f"{variant} {layout}",
-                    rtol=_bound(variant) * max(1.0, pre / np.abs(want).max()))
+    x, w, b = _inputs(rng, (2, 5, 7, 8), (6, 5, 3, 3))
+    check_epilogue_in_both_layouts(rng, x, w, b, dict(padding=1), _bound(variant), variant=variant,
+                                   precision=_precision(variant))
 
 
 @pytest.mark.parametrize("m", [2, 4, 6])
@@ -257,16 +249,8 @@ def test_chunked_runs_apply_the_epilogue_in_both_layouts(m, monkeypatch):
     monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(cap))
     rng = np.random.default_rng(30 + m)
     x, w, b = _inputs(rng, xs, ws)
-    conv = conv2d_reference(x, w, padding=padding, groups=groups)
-    z = rng.standard_normal(conv.shape).astype(np.float32)
-    for layout, t, act in (("NCHW", lambda a: a, "relu"), ("NHWC", nhwc, "silu")):
-        want = apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0, activation=act)
-        got = convtune.conv2d(t(x), w, bias=b, z=t(z), alpha1=0.5, alpha2=-2.0, activation=act,
-                              padding=padding, groups=groups, layout=layout, variant=variant,
-                              precision=_precision(variant))
-        pre = np.abs(apply_epilogue(conv, b, z=z, alpha1=0.5, alpha2=-2.0)).max()
-        check_close(got, t(want), context=f"{variant} {layout} in {chunks} chunks",
-                    rtol=_bound(variant) * max(1.0, pre / np.abs(want).max()))
+    check_epilogue_in_both_layouts(rng, x, w, b, dict(padding=padding, groups=groups), _bound(variant),
+                                   ("relu", "silu"), variant=variant, precision=_precision(variant))
 
 
 @pytest.mark.skipif(not F16, reason="the adapter has no 16-bit shader floats")
