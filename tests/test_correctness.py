@@ -597,6 +597,11 @@ def test_wgsl_for_every_variant():
             src = convtune.wgsl(name, V_X, (6, 3, 3, 3), bias=True, padding=1, groups=2)
             with pytest.raises(ValueError, match="cannot run on this shape"):
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
+        elif name.startswith("stem_"):
+            # One group, at most 256 taps (its weights staged per workgroup).
+            src = convtune.wgsl(name, (2, 3, 23, 19), (6, 3, 3, 2), bias=True, stride=(2, 1), dilation=(1, 2))
+            with pytest.raises(ValueError, match="cannot run on this shape"):
+                convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         elif name.startswith("wcoop_"):
             # Winograd on tensor cores: 3x3 filters at stride 1 and dilation 1; float32 data
             # scaled from its maxima.

@@ -511,6 +511,8 @@ def _fitting_variants():
                 fits = 2 * 4 * k["bk"] * (k["bm"] + k["bn"] + 1) <= limit
             elif k["family"] == "wino":
                 fits = (k["m"] + 2) ** 2 * k["bc"] * (k["bt"] + k["bn"]) * 4 <= limit
+            elif k["family"] == "stem":
+                fits = 256 * k["tk"] * 4 <= limit and k["wg"] <= 1024
             else:
                 fits = k["wg_x"] * k["wg_y"] <= 1024
             out[name] = (fits, k)
@@ -604,6 +606,8 @@ def expected_outcome(args, kwargs) -> Expect:
             e.value_problems.append(f"{e.named_variant} takes 3x3 filters at stride 1 and dilation 1 only")
         elif (m + 2) ** 2 * k * cg * 4 > 128 << 20:
             e.value_problems.append(f"{e.named_variant}'s transformed filters over 128 MiB")
+    if e.named_variant and e.named_variant.startswith("stem_") and (g != 1 or cg * r * s > 256):
+        e.value_problems.append(f"{e.named_variant} takes one group and at most 256 taps")
     if e.value_problems:
         return e
     (pt, pb), (pl, pr) = resolve_padding(padding, (r, s), dilation)
