@@ -126,7 +126,7 @@ impl Stem {
     /// With `loads_vec4`: how far an invocation's first column lies past its vec4's start,
     /// and the vec4s a kernel row's span takes.
     fn vec4_span(&self, shape: &ConvShape) -> (u32, u32) {
-        let lead = (4 - shape.pad.1 as u32 % 4) % 4;
+        let lead = (4 - shape.pad.1 % 4) % 4;
         (lead, (lead + self.span(shape)).div_ceil(4))
     }
 
