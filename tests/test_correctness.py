@@ -540,7 +540,8 @@ def test_variant_space_has_both_families():
     assert any(v.startswith("coop_") for v in VARIANTS)
     assert any(v.startswith("wino_") for v in VARIANTS)
     assert any(v.startswith("wgemm_") for v in VARIANTS)
-    assert all(v.startswith(("direct_", "gemm_", "coop_", "wino_", "wgemm_", "wcoop_")) for v in VARIANTS)
+    assert any(v.startswith("stem_") for v in VARIANTS)
+    assert all(v.startswith(("direct_", "stem_", "gemm_", "coop_", "wino_", "wgemm_", "wcoop_")) for v in VARIANTS)
     assert any(v.startswith("tconv_") for v in convtune.variant_space())
 
 
