@@ -61,7 +61,7 @@ def test_report_has_every_field_and_a_valid_winner(tuning_env):
         assert win["median_ms"] == r.tuned_ms == ok[0]["median_ms"]
     if r.default in finalists:
         assert cands[r.default]["runoff_ms"] == r.default_ms
-    assert win["knobs"]["family"] in {"direct", "gemm"}
+    assert win["knobs"]["family"] in {"direct", "stem", "gemm"}
     # The default is always timed; a 0.2 s budget cannot reach the whole space.
     assert cands[r.default]["status"] in {"ok", "pruned"}
     skipped = [c for c in r.candidates if c["status"] == "skipped (budget)"]
@@ -197,7 +197,7 @@ def test_explain_contents(tuning_env):
     e = explain(STRIDED, bias=True)
     assert isinstance(e, convtune.Explanation)
     assert e.source == "tuned" and e.mode == "auto"
-    assert e.knobs["family"] in {"direct", "gemm"} and len(e.knobs) > 1
+    assert e.knobs["family"] in {"direct", "stem", "gemm"} and len(e.knobs) > 1
     assert e.knobs == convtune.variant_knobs(e.variant)
     assert "@compute" in e.wgsl and e.variant in e.wgsl
     assert e.report is not None and e.report.winner == e.variant
