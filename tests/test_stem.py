@@ -11,7 +11,7 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import check_close, check_epilogue_in_both_layouts, nhwc
+from reference import check_close, check_epilogue_in_both_layouts, nhwc, random_conv_inputs
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 STEM = [v for v in convtune.variant_space() if v.startswith("stem_")]
@@ -27,11 +27,6 @@ CASES = [
     ((2, 2, 11, 13), (12, 2, 3, 3), dict(padding=(0, 2), dilation=(1, 2))),
     ((1, 4, 8, 12), (9, 4, 5, 5), dict(stride=(1, 2), padding=2)),
 ]
-
-
-def _inputs(rng, xs, ws):
-    return (rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32),
-            rng.standard_normal(ws[0]).astype(np.float32))
 
 
 def test_family_is_listed():
@@ -52,7 +47,7 @@ def test_every_variant_matches_the_reference(variant):
     k = convtune.variant_knobs(variant)
     cases = CASES[0::2] if k["unroll"] == 1 and k["tk"] * k["tw"] > 16 else CASES[STEM.index(variant) % 2::2]
     for xs, ws, kw in cases:
-        x, w, b = _inputs(rng, xs, ws)
+        x, w, b = random_conv_inputs(rng, xs, ws, True)
         got = convtune.conv2d(x, w, bias=b, variant=variant, precision="highest", **kw)
         check_close(got, conv2d_reference(x, w, bias=b, **kw), context=f"{variant} {xs} {ws} {kw}")
 
@@ -63,7 +58,7 @@ def test_every_variant_applies_the_epilogue_in_both_layouts(variant):
     and z; K = 8 stores whole vec4s of channels in NHWC, W = 12 whole vec4s of columns in
     NCHW where the variant's column tile is."""
     rng = np.random.default_rng(abs(hash(("epi", variant))) % 2**32)
-    x, w, b = _inputs(rng, (2, 3, 7, 12), (8, 3, 3, 3))
+    x, w, b = random_conv_inputs(rng, (2, 3, 7, 12), (8, 3, 3, 3), True)
     check_epilogue_in_both_layouts(rng, x, w, b, dict(padding=1), 1e-5, ("silu", "leaky_relu"), variant=variant)
 
 
@@ -89,12 +84,12 @@ def test_float16_data(variant, layout):
 def test_pixel_shuffle_and_transposed_convolutions_scatter_their_stores(variant, layout):
     rng = np.random.default_rng(abs(hash(("moved", variant, layout))) % 2**32)
     t = nhwc if layout == "NHWC" else (lambda a: a)
-    x, w, b = _inputs(rng, (2, 3, 6, 8), (12, 3, 3, 3))
+    x, w, b = random_conv_inputs(rng, (2, 3, 6, 8), (12, 3, 3, 3), True)
     want = pixel_shuffle_reference(conv2d_reference(x, w, bias=b, padding=1), 2)
     got = convtune.conv2d(t(x), w, bias=b, padding=1, pixel_shuffle=2, layout=layout, variant=variant)
     check_close(got, t(want), context=f"{variant} shuffle {layout}")
     # A 4x4 stride-2 decoder of 3 input channels: lowered to 2x2 over 4 phases, 12 taps.
-    x, w, _ = _inputs(rng, (1, 3, 5, 7), (3, 4, 4, 4))
+    x, w, _ = random_conv_inputs(rng, (1, 3, 5, 7), (3, 4, 4, 4), False)
     b = rng.standard_normal(4).astype(np.float32)
     want = conv_transpose2d_reference(x, w, bias=b, stride=2, padding=1)
     got = convtune.conv_transpose2d(t(x), w, bias=b, stride=2, padding=1, layout=layout, variant=variant)

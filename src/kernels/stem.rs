@@ -48,8 +48,6 @@ const MAX_TAPS: u32 = 256;
 /// (`BENCHMARKS.md`, "Stem family").
 const MAX_WRITTEN_ROWS: u32 = 16;
 const MAX_WRITTEN: u32 = 4096;
-/// Measured time per unit of this estimate relative to the GEMM family's; for ranking.
-const TIME_PER_COST: f64 = 1.0;
 /// What a cache wavefront of a load costs, per multiply-add: as much as a load from
 /// workgroup memory (the same unit serves both).
 const WAVEFRONT: f64 = SHARED_LOAD;
@@ -180,7 +178,6 @@ impl KernelVariant for Stem {
         let rows = shape.cg() * shape.r;
         let written = rows * shape.s * (self.tk / 4) * self.tw;
         self.computes(shape)
-            && Self::taps(shape) <= MAX_TAPS
             && self.tk <= shape.kg().next_power_of_two().max(8)
             && self.tw <= shape.ow().next_power_of_two().max(2)
             && match self.unroll {
@@ -197,8 +194,6 @@ impl KernelVariant for Stem {
         let (tk, tw) = (self.tk as u64, self.tw as u64);
         let outputs = (n * oh * ceil_to(ow, tw) * ceil_to(k, tk)) as f64;
         let fmas = outputs * Self::taps(shape) as f64;
-        // A kernel row's `span` inputs feed s x tw x tk multiply-adds; a vec4 of weights
-        // feeds 4 x tw.
         // A kernel row's loads of x, in cache wavefronts, feed s x tw x tk multiply-adds; a
         // vec4 of weights, one wavefront (a broadcast), feeds 4 x tw.
         let row_fmas = (shape.s as u64 * tw * tk) as f64;
@@ -209,7 +204,7 @@ impl KernelVariant for Stem {
             _ => 1.02,
         };
         let invocations = n * oh * ow.div_ceil(tw) * k.div_ceil(tk);
-        fmas * per_fma * unroll * TIME_PER_COST
+        fmas * per_fma * unroll
             / parallel_efficiency(ceil_to(invocations, self.wg as u64))
             * self.residency_cost()
     }
@@ -229,10 +224,11 @@ fn setup(v: &Stem, shape: &ConvShape) -> String {
             writeln!(s, "    let cok{i} = first + {} >= 0 && first + {} < W;", 4 * i, 4 * i).unwrap();
             writeln!(s, "    let co{i} = select(0, (first + {}) / 4, cok{i});", 4 * i).unwrap();
         }
-    }
-    for q in 0..if v.loads_vec4(shape) { 0 } else { v.span(shape) } {
-        writeln!(s, "    let cok{q} = iw_left + {q} >= 0 && iw_left + {q} < W;").unwrap();
-        writeln!(s, "    let co{q} = select(0, (iw_left + {q}) * XSW, cok{q});").unwrap();
+    } else {
+        for q in 0..v.span(shape) {
+            writeln!(s, "    let cok{q} = iw_left + {q} >= 0 && iw_left + {q} < W;").unwrap();
+            writeln!(s, "    let co{q} = select(0, (iw_left + {q}) * XSW, cok{q});").unwrap();
+        }
     }
     for m in 0..v.tk / 4 {
         for j in 0..v.tw {
@@ -288,6 +284,13 @@ fn row(v: &Stem, shape: &ConvShape, c: &str, r: &str, cr: &str, out: &mut String
     writeln!(out, "{ind}}}").unwrap();
 }
 
+/// The loop over rows one at a time, from `cr` as `init` leaves it to the last row.
+fn one_row_loop(v: &Stem, shape: &ConvShape, init: &str, out: &mut String) {
+    out.push_str(&format!("    for ({init}; cr < CG * R; cr = cr + 1) {{\n        let c = cr / R;\n        let r = cr - c * R;\n"));
+    row(v, shape, "c", "r", "cr", out, "        ");
+    out.push_str("    }\n");
+}
+
 fn main_loop(v: &Stem, shape: &ConvShape) -> String {
     let mut s = String::new();
     match v.unroll {
@@ -298,11 +301,7 @@ fn main_loop(v: &Stem, shape: &ConvShape) -> String {
                 }
             }
         }
-        0 => {
-            s.push_str("    for (var cr: i32 = 0; cr < CG * R; cr = cr + 1) {\n        let c = cr / R;\n        let r = cr - c * R;\n");
-            row(v, shape, "c", "r", "cr", &mut s, "        ");
-            s.push_str("    }\n");
-        }
+        0 => one_row_loop(v, shape, "var cr: i32 = 0", &mut s),
         u => {
             // `u` rows per iteration, every row's loads issued before the first row's taps
             // (in flight together, where one row at a time waits on each load), then the
@@ -315,9 +314,8 @@ fn main_loop(v: &Stem, shape: &ConvShape) -> String {
             for t in 0..u {
                 row_fmas(v, shape, &format!("cr{t}"), t, &mut s, "        ");
             }
-            s.push_str("    }\n    for (; cr < CG * R; cr = cr + 1) {\n        let c = cr / R;\n        let r = cr - c * R;\n");
-            row(v, shape, "c", "r", "cr", &mut s, "        ");
             s.push_str("    }\n");
+            one_row_loop(v, shape, "", &mut s);
         }
     }
     s
@@ -325,50 +323,51 @@ fn main_loop(v: &Stem, shape: &ConvShape) -> String {
 
 const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
-/// The epilogue of four outputs at y elements `base` + 0..3 (channel `k` + `dk`), packed.
+/// The epilogue of four outputs at y elements `base` + 0..3 (channels `ks`), packed.
 fn quad(values: [String; 4], ks: [String; 4], base: &str) -> String {
     let parts: Vec<String> =
         (0..4).map(|e| format!("DT(epilogue({}, {}, {base} + {e}))", values[e], ks[e])).collect();
     format!("vec4<DT>({})", parts.join(", "))
 }
 
+/// For each of an invocation's channels (accumulator `m`, lane `lane`), `body` within `k`'s
+/// scope and its bound check.
+fn per_channel(v: &Stem, s: &mut String, body: impl Fn(&mut String, u32, &str)) {
+    for m in 0..v.tk / 4 {
+        for (e, lane) in LANES.iter().enumerate() {
+            writeln!(s, "    {{\n        let k = k0 + {};", 4 * m + e as u32).unwrap();
+            writeln!(s, "        if (k < K) {{").unwrap();
+            body(s, m, lane);
+            writeln!(s, "        }}\n    }}").unwrap();
+        }
+    }
+}
+
 fn store(v: &Stem, shape: &ConvShape) -> String {
     let mut s = String::new();
     let pixel = |j: &str| format!("(oh * OW + ow0 + {j}) * YSP");
     if !v.stores_vec4(shape) {
-        for m in 0..v.tk / 4 {
-            for (e, lane) in LANES.iter().enumerate() {
-                writeln!(s, "    {{\n        let k = k0 + {};", 4 * m + e as u32).unwrap();
-                writeln!(s, "        if (k < K) {{").unwrap();
-                for j in 0..v.tw {
-                    let at = format!("n * YSN + k * YSK + {}", pixel(&j.to_string()));
-                    let put = store_stmt(shape, &at, &format!("a{m}_{j}.{lane}"), "k");
-                    writeln!(s, "            if (ow0 + {j} < OW) {{ {put} }}").unwrap();
-                }
-                writeln!(s, "        }}\n    }}").unwrap();
+        per_channel(v, &mut s, |s, m, lane| {
+            for j in 0..v.tw {
+                let at = format!("n * YSN + k * YSK + {}", pixel(&j.to_string()));
+                let put = store_stmt(shape, &at, &format!("a{m}_{j}.{lane}"), "k");
+                writeln!(s, "            if (ow0 + {j} < OW) {{ {put} }}").unwrap();
             }
-        }
+        });
         return s;
     }
     match shape.layout {
         // Four columns of one row per vec4: OW and the column tiles are whole vec4s.
-        Layout::Nchw => {
-            for m in 0..v.tk / 4 {
-                for (e, lane) in LANES.iter().enumerate() {
-                    writeln!(s, "    {{\n        let k = k0 + {};", 4 * m + e as u32).unwrap();
-                    writeln!(s, "        if (k < K) {{").unwrap();
-                    for jq in 0..v.tw / 4 {
-                        let values = [0, 1, 2, 3].map(|d| format!("a{m}_{}.{lane}", 4 * jq + d));
-                        let ks = [0, 1, 2, 3].map(|_| "k".to_string());
-                        writeln!(s, "            if (ow0 + {} < OW) {{", 4 * jq).unwrap();
-                        writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&(4 * jq).to_string())).unwrap();
-                        writeln!(s, "                y[yi / 4] = {};", quad(values, ks, "yi")).unwrap();
-                        writeln!(s, "            }}").unwrap();
-                    }
-                    writeln!(s, "        }}\n    }}").unwrap();
-                }
+        Layout::Nchw => per_channel(v, &mut s, |s, m, lane| {
+            for jq in 0..v.tw / 4 {
+                let values = [0, 1, 2, 3].map(|d| format!("a{m}_{}.{lane}", 4 * jq + d));
+                let ks = [0, 1, 2, 3].map(|_| "k".to_string());
+                writeln!(s, "            if (ow0 + {} < OW) {{", 4 * jq).unwrap();
+                writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&(4 * jq).to_string())).unwrap();
+                writeln!(s, "                y[yi / 4] = {};", quad(values, ks, "yi")).unwrap();
+                writeln!(s, "            }}").unwrap();
             }
-        }
+        }),
         // Four channels of one pixel per vec4: K and the channel tiles are whole vec4s.
         Layout::Nhwc => {
             for j in 0..v.tw {
