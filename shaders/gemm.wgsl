@@ -20,12 +20,13 @@
 // Shape:   {{SHAPE}}
 
 {{ENABLES}}
-// x, w, y (and z) hold {{DT}}: loads convert to f32, sums are f32, stores convert back.
+// x, w, y (and z) hold {{DT}}, where they can, four to an element (vec4s of neighbouring
+// pixels, reduction terms, outputs): loads convert to f32, sums are f32, stores convert back.
 alias DT = {{DT}};
-@group(0) @binding(0) var<storage, read> x: array<DT>;
-@group(0) @binding(1) var<storage, read> w: array<DT>;
+@group(0) @binding(0) var<storage, read> x: array<{{X_ELEM}}>;
+@group(0) @binding(1) var<storage, read> w: array<{{W_ELEM}}>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<DT>;
+@group(0) @binding(3) var<storage, read_write> y: array<{{Y_ELEM}}>;
 // Split-K partial outputs, SPLITS x YLEN.
 @group(0) @binding(5) var<storage, read_write> ws: array<f32>;
 
@@ -154,6 +155,6 @@ fn finish(
     // A lowered transposed convolution's outputs past y's edges have nowhere to go.
     let yi = ystore(i);
     if (yi >= 0) {
-        y[yi] = DT(epilogue(sum, (i / YSK) % K, yi));
+        {{Y_AT}} = DT(epilogue(sum, (i / YSK) % K, yi));
     }
 }

@@ -124,9 +124,8 @@ fn main(
     let a_src = VOFF + gx * CP * TP + m0;
     let b_src = gx * CP * NP + n0;
 
-    // Per load slot: which element of a staged step this invocation copies.
-{{A_SETUP}}
-{{B_SETUP}}
+    // Per load slot: which vec4 of a staged step this invocation copies.
+{{SETUP}}
 {{ACC_DECL}}
 
     // Stage the first step.

@@ -270,6 +270,14 @@ pub fn store_stmt(s: &ConvShape, at: &str, value: &str, k: &str) -> String {
     }
 }
 
+/// The epilogue of four outputs at y elements `base` + 0..3 (channels `ks`), packed for one
+/// vec4 store.
+pub fn epilogue_quad(values: [String; 4], ks: [String; 4], base: &str) -> String {
+    let parts: Vec<String> =
+        (0..4).map(|e| format!("DT(epilogue({}, {}, {base} + {e}))", values[e], ks[e])).collect();
+    format!("vec4<DT>({})", parts.join(", "))
+}
+
 /// `store_stmt` for a scatter ([`crate::params::Scatter`]) whose caller holds the two halves
 /// of the mapping: `pixel` (`ypix`'s vec3 for the output's lowered pixel) and `chan` (`ychan`'s
 /// for its channel), so that no element divides by the image and row sizes as `ystore` does.

@@ -6,7 +6,7 @@ use super::cost::{
 };
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, store_stmt, Kernel};
+use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -43,6 +43,13 @@ const BASE_REGISTERS: f64 = 16.0;
 const SETUP: f64 = 32.0;
 
 impl Gemm {
+    /// Whether y is stored four outputs at a time: NCHW channel planes of whole vec4s (four
+    /// neighbouring pixels of a register tile's rows are four neighbouring values of one
+    /// plane), stored in place by this pass (no split-K partials, no moved outputs).
+    fn stores_vec4(&self, shape: &ConvShape) -> bool {
+        self.splits == 1 && !shape.moves_y() && shape.layout == Layout::Nchw && (shape.oh() * shape.ow()) % 4 == 0
+    }
+
     /// Registers per invocation: accumulators, one step's operands, and the next step's
     /// loads held in flight (counted twice: loaded, then stored to workgroup memory).
     fn registers(&self) -> f64 {
@@ -157,6 +164,30 @@ impl KernelVariant for Gemm {
     }
 }
 
+/// Whether w's rows (one output channel's reduction, contiguous) are read four terms at a
+/// time: rows of whole vec4s.
+fn loads_w_vec4(shape: &ConvShape) -> bool {
+    View::of(shape).red % 4 == 0
+}
+
+/// Whether x is read four output pixels at a time: a 1x1 NCHW problem at stride 1 without
+/// padding, whose channel planes are whole vec4s, so four neighbouring output pixels read
+/// four neighbouring values of one plane.
+fn loads_x_vec4(shape: &ConvShape) -> bool {
+    shape.layout == Layout::Nchw
+        && (shape.r, shape.s) == (1, 1)
+        && shape.stride == (1, 1)
+        && shape.pad == (0, 0)
+        && shape.pad_end == (0, 0)
+        && (shape.h * shape.w) % 4 == 0
+}
+
+/// `if (slot < count) ` where the last of `slots` rounds of `threads` invocations passes the
+/// `count` vec4s of a staged step, else nothing.
+fn slot_guard(round: u32, threads: u32, count: u32) -> String {
+    if (round + 1) * threads > count { format!("if (lid + {} < {count}) ", round * threads) } else { String::new() }
+}
+
 fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     if gm.splits > 1 && implicit::partial_bytes(shape, gm.splits) > 4 * SPLIT_WORKSPACE {
         return Err(Error::invalid(format!(
@@ -183,71 +214,96 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     // 0.152 ms with the padding on 32,256,56,56 -> 64 NHWC, H100); NCHW tiles, stored
     // along pixels, ran 3% slower padded and keep whole rows.
     let a_row = gm.bm / 4 + u32::from(channel_lanes);
+    let (vec_x, vec_w, vec_y) = (loads_x_vec4(shape), loads_w_vec4(shape), gm.stores_vec4(shape));
     let mut a_setup = String::new();
-    for i in 0..a_slots {
-        let off = i * threads;
-        let s = &mut a_setup;
-        if channel_lanes {
-            writeln!(s, "    let am{i} = (lid + {off}) / BK;").unwrap();
-            writeln!(s, "    let ak{i} = (lid + {off}) % BK;").unwrap();
-        } else {
-            writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
-            writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
+    let mut fetch = String::new();
+    let mut stage_store = String::new();
+    if vec_x {
+        // A slots of four neighbouring pixels of one channel plane (M is whole vec4s: every
+        // image's plane is), their reduction index (the channel) k_next + ak.
+        let quads = gm.bm * gm.bk / 4;
+        for i in 0..quads.div_ceil(threads) {
+            let (off, guard) = (i * threads, slot_guard(i, threads, quads));
+            writeln!(a_setup, "    let aq{i} = (lid + {off}) % (BM / 4);\n    let ak{i} = (lid + {off}) / (BM / 4);").unwrap();
+            implicit::write_pixel(&mut a_setup, &i.to_string(), &format!("m0 + 4 * aq{i}"), ("XSN", "XSH", " * XSW"));
+            writeln!(a_setup, "    var pa{i}: vec4<f32>;").unwrap();
+            writeln!(
+                fetch,
+                "    {guard}{{\n        let kc = k_next + ak{i};\n        let ok = aok{i} && kc < CG;\n        \
+                 pa{i} = select(vec4<f32>(pad0), vec4<f32>(x[select(0, abase{i} + kc * XSC, ok) / 4]), ok);\n    }}"
+            )
+            .unwrap();
+            writeln!(stage_store, "    {guard}{{ a_tile[stage * A_STAGE + ak{i} * A_ROW + aq{i}] = pa{i}; }}").unwrap();
         }
-        implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), ("XSN", "XSH", " * XSW"));
-        implicit::write_reduction_index(s, i, &format!("ak{i} + k_begin"));
-        writeln!(s, "    var pa{i}: f32;").unwrap();
+    } else {
+        for i in 0..a_slots {
+            let off = i * threads;
+            let s = &mut a_setup;
+            if channel_lanes {
+                writeln!(s, "    let am{i} = (lid + {off}) / BK;").unwrap();
+                writeln!(s, "    let ak{i} = (lid + {off}) % BK;").unwrap();
+            } else {
+                writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
+                writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
+            }
+            implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), ("XSN", "XSH", " * XSW"));
+            implicit::write_reduction_index(s, i, &format!("ak{i} + k_begin"));
+            writeln!(s, "    var pa{i}: f32;").unwrap();
+        }
+        for i in 0..a_slots {
+            let s = &mut fetch;
+            writeln!(s, "    {{").unwrap();
+            writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
+            writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
+            writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
+            writeln!(s, "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;").unwrap();
+            writeln!(s, "        pa{i} = select(pad0, f32(x[select(0, idx, ok)]), ok);").unwrap();
+            writeln!(s, "    }}").unwrap();
+            writeln!(
+                stage_store,
+                "    a_tile[stage * A_STAGE + ak{i} * A_ROW + am{i} / 4][am{i} % 4] = pa{i};"
+            )
+            .unwrap();
+        }
     }
     // B slots: consecutive invocations take consecutive reduction indices of one weight
-    // row, which is contiguous in w.
+    // row, which is contiguous in w (four at a time where its rows are whole vec4s).
     let mut b_setup = String::new();
-    for i in 0..b_slots {
+    let (b_width, b_rounds) = if vec_w { (gm.bk / 4, (gm.bn * gm.bk / 4).div_ceil(threads)) } else { (gm.bk, b_slots) };
+    for i in 0..b_rounds {
         let off = i * threads;
         let s = &mut b_setup;
-        writeln!(s, "    let bk{i} = (lid + {off}) % BK;").unwrap();
-        writeln!(s, "    let bn{i} = (lid + {off}) / BK;").unwrap();
+        writeln!(s, "    let bk{i} = (lid + {off}) % {b_width};").unwrap();
+        writeln!(s, "    let bn{i} = (lid + {off}) / {b_width};").unwrap();
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
         writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KR;").unwrap();
-        writeln!(s, "    var pb{i}: f32;").unwrap();
+        writeln!(s, "    var pb{i}: {};", if vec_w { "vec4<f32>" } else { "f32" }).unwrap();
+        let b_at = |k: &str| format!("b_tile[stage * B_STAGE + ({k}) * (BN / 4) + bn{i} / 4][bn{i} % 4]");
+        if vec_w {
+            let guard = slot_guard(i, threads, gm.bn * gm.bk / 4);
+            writeln!(
+                fetch,
+                "    {guard}{{\n        let kr = k_next + 4 * bk{i};\n        let ok = bok{i} && kr < KR;\n        \
+                 pb{i} = select(vec4<f32>(0.0), vec4<f32>(w[select(0, bbase{i} + kr, ok) / 4]), ok);\n    }}"
+            )
+            .unwrap();
+            let stores: Vec<String> =
+                LANES.iter().enumerate().map(|(e, l)| format!("{} = pb{i}.{l};", b_at(&format!("4 * bk{i} + {e}")))).collect();
+            writeln!(stage_store, "    {guard}{{ {} }}", stores.join(" ")).unwrap();
+        } else {
+            writeln!(
+                fetch,
+                "    {{\n        let kr = k_next + bk{i};\n        let ok = bok{i} && kr < KR;\n        \
+                 pb{i} = select(0.0, f32(w[select(0, bbase{i} + kr, ok)]), ok);\n    }}"
+            )
+            .unwrap();
+            writeln!(stage_store, "    {} = pb{i};", b_at(&format!("bk{i}"))).unwrap();
+        }
     }
     let mut acc = String::new();
     write_accumulators(&mut acc, gm.tm, gm.tn);
-    let mut fetch = String::new();
-    for i in 0..a_slots {
-        let s = &mut fetch;
-        writeln!(s, "    {{").unwrap();
-        writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
-        writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
-        writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;").unwrap();
-        writeln!(s, "        pa{i} = select(pad0, f32(x[select(0, idx, ok)]), ok);").unwrap();
-        writeln!(s, "    }}").unwrap();
-    }
-    for i in 0..b_slots {
-        let s = &mut fetch;
-        writeln!(s, "    {{").unwrap();
-        writeln!(s, "        let kr = k_next + bk{i};").unwrap();
-        writeln!(s, "        let ok = bok{i} && kr < KR;").unwrap();
-        writeln!(s, "        pb{i} = select(0.0, f32(w[select(0, bbase{i} + kr, ok)]), ok);").unwrap();
-        writeln!(s, "    }}").unwrap();
-    }
     let mut advance = String::new();
-    implicit::write_reduction_advance(&mut advance, a_slots, gm.bk, shape, "    ");
-    let mut stage_store = String::new();
-    for i in 0..a_slots {
-        writeln!(
-            stage_store,
-            "    a_tile[stage * A_STAGE + ak{i} * A_ROW + am{i} / 4][am{i} % 4] = pa{i};"
-        )
-        .unwrap();
-    }
-    for i in 0..b_slots {
-        writeln!(
-            stage_store,
-            "    b_tile[stage * B_STAGE + bk{i} * (BN / 4) + bn{i} / 4][bn{i} % 4] = pb{i};"
-        )
-        .unwrap();
-    }
+    implicit::write_reduction_advance(&mut advance, if vec_x { 0 } else { a_slots }, gm.bk, shape, "    ");
     // The reduction over one staged step, written out.
     let mut inner = String::new();
     write_inner(&mut inner, gm.bk, (gm.tm, gm.tn), (tx, ty), a_row, gm.bn);
@@ -269,6 +325,17 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             for i in 0..gm.tm {
                 writeln!(s, "            if (om{i} < M) {{ ws[sp * YLEN + ym{i} + k * YSK] = acc{i}_{j}; }}").unwrap();
             }
+        } else if vec_y {
+            // Rows 4q..4q+3: four neighbouring pixels of one image (its plane is whole vec4s).
+            for q in 0..gm.tm / 4 {
+                let i = 4 * q;
+                let quad = epilogue_quad(
+                    std::array::from_fn(|e| format!("acc{}_{j}", i + e as u32)),
+                    std::array::from_fn(|_| "k".to_string()),
+                    "yi",
+                );
+                writeln!(s, "            if (om{i} < M) {{ let yi = ym{i} + k * YSK; y[yi / 4] = {quad}; }}").unwrap();
+            }
         } else {
             for i in 0..gm.tm {
                 let put = store_stmt(shape, &format!("ym{i} + k * YSK"), &format!("acc{i}_{j}"), "k");
@@ -284,7 +351,13 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     // Each split's share of the reduction, whole steps, so only the last one has a tail.
     let ks = implicit::split_share(view.red, gm.splits, gm.bk);
     let finish_groups = shape.y_len().div_ceil(256);
+    let elem = |vec: bool| if vec { "vec4<DT>" } else { "DT" }.to_string();
     vars.extend([
+        ("X_ELEM", elem(vec_x)),
+        ("W_ELEM", elem(vec_w)),
+        ("Y_ELEM", elem(vec_y)),
+        // `finish` (split-K only, never with vec4 stores) stays valid WGSL either way.
+        ("Y_AT", if vec_y { "y[yi / 4][yi % 4]" } else { "y[yi]" }.to_string()),
         ("SPLITS", gm.splits.to_string()),
         ("KS", ks.to_string()),
         ("YLEN", shape.y_len().to_string()),
@@ -322,6 +395,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     }
     Ok(kernel)
 }
+
+const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
 /// The `tm` x `tn` scalar accumulators `acc{i}_{j}` of a register tile, zeroed.
 pub(crate) fn write_accumulators(s: &mut String, tm: u32, tn: u32) {

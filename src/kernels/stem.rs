@@ -12,7 +12,7 @@
 
 use super::cost::{ceil_to, parallel_efficiency, SHARED_LOAD};
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, store_stmt, Kernel};
+use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -323,13 +323,6 @@ fn main_loop(v: &Stem, shape: &ConvShape) -> String {
 
 const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
-/// The epilogue of four outputs at y elements `base` + 0..3 (channels `ks`), packed.
-fn quad(values: [String; 4], ks: [String; 4], base: &str) -> String {
-    let parts: Vec<String> =
-        (0..4).map(|e| format!("DT(epilogue({}, {}, {base} + {e}))", values[e], ks[e])).collect();
-    format!("vec4<DT>({})", parts.join(", "))
-}
-
 /// For each of an invocation's channels (accumulator `m`, lane `lane`), `body` within `k`'s
 /// scope and its bound check.
 fn per_channel(v: &Stem, s: &mut String, body: impl Fn(&mut String, u32, &str)) {
@@ -364,7 +357,7 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
                 let ks = [0, 1, 2, 3].map(|_| "k".to_string());
                 writeln!(s, "            if (ow0 + {} < OW) {{", 4 * jq).unwrap();
                 writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&(4 * jq).to_string())).unwrap();
-                writeln!(s, "                y[yi / 4] = {};", quad(values, ks, "yi")).unwrap();
+                writeln!(s, "                y[yi / 4] = {};", epilogue_quad(values, ks, "yi")).unwrap();
                 writeln!(s, "            }}").unwrap();
             }
         }),
@@ -378,7 +371,7 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
                     writeln!(s, "        {{\n            let k = k0 + {};", 4 * m).unwrap();
                     writeln!(s, "            if (k < K) {{").unwrap();
                     writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&j.to_string())).unwrap();
-                    writeln!(s, "                y[yi / 4] = {};", quad(values, ks, "yi")).unwrap();
+                    writeln!(s, "                y[yi / 4] = {};", epilogue_quad(values, ks, "yi")).unwrap();
                     writeln!(s, "            }}\n        }}").unwrap();
                 }
                 writeln!(s, "    }}").unwrap();

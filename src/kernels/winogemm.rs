@@ -717,78 +717,93 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         let decl = format!(
             "// The chunk's V (GROUPS x P2 x CP x TP), written by `prologue`, then from MOFF on its M\n\
              // (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.\n\
-             @group(0) @binding(5) var<storage, read_write> ws: array<f32>;\n\
+             @group(0) @binding(5) var<storage, read_write> ws: array<vec4<f32>>;\n\
              // U (GROUPS x P2 x CP x NP): alone in its binding, where a copy kept with resident\n\
              // weights may stand in for it.\n\
-             @group(0) @binding(6) var<storage, read_write> uw: array<f32>;\n\
+             @group(0) @binding(6) var<storage, read_write> uw: array<vec4<f32>>;\n\
              const MOFF: i32 = {m_off};\n\n\
              // M's value i, as `finish` reads it.\n\
-             fn mval(i: i32) -> f32 {{\n    return ws[MOFF + i];\n}}\n"
+             fn mval(i: i32) -> f32 {{\n    let j = MOFF + i;\n    return ws[j >> 2u][j & 3];\n}}\n"
         );
-        ("uw", "ws[MOFF + ", decl)
+        ("uw", "MOFF + ", decl)
     } else {
         let decl = "// U (GROUPS x P2 x CP x NP) then the chunk's V (GROUPS x P2 x CP x TP), written by `prologue`.\n\
-                    @group(0) @binding(5) var<storage, read_write> ws: array<f32>;\n\
+                    @group(0) @binding(5) var<storage, read_write> ws: array<vec4<f32>>;\n\
                     // M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.\n\
-                    @group(0) @binding(6) var<storage, read_write> mw: array<f32>;\n\n\
+                    @group(0) @binding(6) var<storage, read_write> mw: array<vec4<f32>>;\n\n\
                     // M's value i, as `finish` reads it.\n\
-                    fn mval(i: i32) -> f32 {\n    return mw[i];\n}\n";
-        ("ws", "mw[", decl.to_string())
+                    fn mval(i: i32) -> f32 {\n    return mw[i >> 2u][i & 3];\n}\n";
+        ("ws", "", decl.to_string())
     };
+    // The workspaces are read and written as vec4s by the GEMMs (every row of U, V and M
+    // starts on a vec4: NP, TP and CP are whole tiles, VOFF and MOFF whole planes), one
+    // value at a time by the transforms.
+    let m_buf = if t.u_apart { "ws" } else { "mw" };
 
     // The transforms, each plane's value stored at its own place in U's or V's workspace.
     let mut filter = filter_transform(&tr, "", None);
     let mut input = input_transform(&tr, "", None);
     for xi in 0..p2 {
-        writeln!(filter, "        {u_buf}[dst + {}] = u_{xi};", xi * cp * np).unwrap();
-        writeln!(input, "    ws[dst + {}] = v_{xi};", xi * cp * tp).unwrap();
+        writeln!(filter, "        {{ let q = dst + {}; {u_buf}[q >> 2u][q & 3] = u_{xi}; }}", xi * cp * np).unwrap();
+        writeln!(input, "    {{ let q = dst + {}; ws[q >> 2u][q & 3] = v_{xi}; }}", xi * cp * tp).unwrap();
     }
 
-    // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced).
-    let a_slots = v.bm * v.bk / threads;
-    let b_slots = v.bn * v.bk / threads;
-    let mut a_setup = String::new();
-    for i in 0..a_slots {
-        writeln!(a_setup, "    let am{i} = (lid + {}) % BM;", i * threads).unwrap();
-        writeln!(a_setup, "    let ak{i} = (lid + {}) / BM;", i * threads).unwrap();
-        writeln!(a_setup, "    var pa{i}: f32;").unwrap();
-    }
-    let mut b_setup = String::new();
-    for i in 0..b_slots {
-        writeln!(b_setup, "    let bn{i} = (lid + {}) % BN;", i * threads).unwrap();
-        writeln!(b_setup, "    let bk{i} = (lid + {}) / BN;", i * threads).unwrap();
-        writeln!(b_setup, "    var pb{i}: f32;").unwrap();
+    // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced) four values
+    // at a time, in the staged tiles' own order; where a step has fewer vec4s than the
+    // workgroup has invocations, the last slot's extra invocations sit out.
+    let a_quads = v.bm * v.bk / 4;
+    let b_quads = v.bn * v.bk / 4;
+    let mut setup = String::new();
+    let mut fetch = String::new();
+    let mut stage_store = String::new();
+    for (side, quads, row, src, buf, tile, stage) in [
+        ("a", a_quads, "TP", "a_src", "ws", "a_tile", "A_STAGE"),
+        ("b", b_quads, "NP", "b_src", u_buf, "b_tile", "B_STAGE"),
+    ] {
+        let width = if side == "a" { v.bm / 4 } else { v.bn / 4 };
+        writeln!(setup, "    let {side}_src4 = {src} / 4;").unwrap();
+        for i in 0..quads.div_ceil(threads) {
+            let slot = format!("lid + {}", i * threads);
+            writeln!(setup, "    let {side}q{i} = ({slot}) % {width};").unwrap();
+            writeln!(setup, "    let {side}k{i} = ({slot}) / {width};").unwrap();
+            writeln!(setup, "    var p{side}{i}: vec4<f32>;").unwrap();
+            let guard = if (i + 1) * threads > quads { format!("if ({slot} < {quads}) ") } else { String::new() };
+            writeln!(fetch, "    {guard}{{ p{side}{i} = {buf}[{side}_src4 + (k_next + {side}k{i}) * ({row} / 4) + {side}q{i}]; }}")
+                .unwrap();
+            writeln!(stage_store, "    {guard}{{ {tile}[stage * {stage} + {side}k{i} * {width} + {side}q{i}] = p{side}{i}; }}")
+                .unwrap();
+        }
     }
     let mut acc = String::new();
     write_accumulators(&mut acc, v.tm, v.tn);
-    let mut fetch = String::new();
-    for i in 0..a_slots {
-        writeln!(fetch, "    pa{i} = ws[a_src + (k_next + ak{i}) * TP + am{i}];").unwrap();
-    }
-    for i in 0..b_slots {
-        writeln!(fetch, "    pb{i} = {u_buf}[b_src + (k_next + bk{i}) * NP + bn{i}];").unwrap();
-    }
-    let mut stage_store = String::new();
-    for i in 0..a_slots {
-        writeln!(stage_store, "    a_tile[stage * A_STAGE + ak{i} * A_ROW + am{i} / 4][am{i} % 4] = pa{i};").unwrap();
-    }
-    for i in 0..b_slots {
-        writeln!(stage_store, "    b_tile[stage * B_STAGE + bk{i} * (BN / 4) + bn{i} / 4][bn{i} % 4] = pb{i};").unwrap();
-    }
     let a_row = v.bm / 4;
     let mut inner = String::new();
     write_inner(&mut inner, v.bk, (v.tm, v.tn), (tx, ty), a_row, v.bn);
+    // Register (i, j) holds tile m0 + 4*TX*(i/4) + 4*tx + i%4 and channel n0 + 4*TY*(j/4) +
+    // 4*ty + j%4: four neighbouring tiles of a channel (NCHW: M along tiles) or four
+    // neighbouring channels of a tile (NHWC: M along channels) go out as one vec4.
     let mut store = String::new();
-    for i in 0..v.tm {
-        writeln!(store, "    let st{i} = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
-    }
-    for j in 0..v.tn {
-        writeln!(store, "    {{").unwrap();
-        writeln!(store, "        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
+    let quad = |s: &mut String, at: &str, values: [String; 4]| {
+        writeln!(s, "        {m_buf}[({m_at}{at}) >> 2u] = vec4<f32>({});", values.join(", ")).unwrap();
+    };
+    if nhwc {
         for i in 0..v.tm {
-            writeln!(store, "        {m_at}sn + st{i}] = acc{i}_{j};").unwrap();
+            writeln!(store, "    {{\n        let st = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
+            for q in 0..v.tn / 4 {
+                let at = format!("m_dst + st + n0 + {} + 4 * ty", q * 4 * ty);
+                quad(&mut store, &at, std::array::from_fn(|e| format!("acc{i}_{}", 4 * q + e as u32)));
+            }
+            writeln!(store, "    }}").unwrap();
         }
-        writeln!(store, "    }}").unwrap();
+    } else {
+        for j in 0..v.tn {
+            writeln!(store, "    {{\n        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
+            for q in 0..v.tm / 4 {
+                let at = format!("sn + m0 + {} + 4 * tx", q * 4 * tx);
+                quad(&mut store, &at, std::array::from_fn(|e| format!("acc{}_{j}", 4 * q + e as u32)));
+            }
+            writeln!(store, "    }}").unwrap();
+        }
     }
     // The GEMM's invocations go along M's fastest axis.
     let lanes = if nhwc { "    let ty = lid % TY;\n    let tx = lid / TY;" } else { "    let tx = lid % TX;\n    let ty = lid / TX;" };
@@ -813,8 +828,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         ("LANES", lanes.to_string()),
         ("FILTER_TRANSFORM", filter),
         ("INPUT_TRANSFORM", input),
-        ("A_SETUP", a_setup),
-        ("B_SETUP", b_setup),
+        ("SETUP", setup),
         ("ACC_DECL", acc),
         ("FETCH", fetch),
         ("STAGE_STORE", stage_store),
@@ -1072,14 +1086,15 @@ mod tests {
         assert_eq!(k.workgroups, 36 * 2);
         assert_eq!(k.prologue, Some((40 * 64u64).div_ceil(256) + (40 * 32u64).div_ceil(256)));
         assert_eq!(k.w_blocks, (40 * 64u64).div_ceil(256));
-        assert!(k.source.contains("uw[dst + 0] = u_0;") && k.source.contains("ws[MOFF + sn + st0] = acc0_0;"));
+        assert!(k.source.contains("uw[q >> 2u][q & 3] = u_0;"));
+        assert!(k.source.contains("ws[(MOFF + sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
         assert_eq!(k.finish, Some((41 * 18u64).div_ceil(256)));
         // The EDSR body at 720p: U apart would take 8 chunks where U before V takes 4.
         let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], 1, 1, 1);
         let f4 = WinoGemm { m: 4, bm: 64, bn: 64, bk: 8, tm: 4, tn: 4 };
         let k = f4.generate(&edsr).unwrap();
         assert_eq!((k.chunks, k.w_blocks), (4, 0));
-        assert!(k.source.contains("mw[sn + st0] = acc0_0;"));
+        assert!(k.source.contains("mw[(sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
     }
 
     /// Each family's likeliest variant on a large 3x3 body: F(4x4) or F(6x6) ranks ahead of
