@@ -182,12 +182,6 @@ fn loads_x_vec4(shape: &ConvShape) -> bool {
         && (shape.h * shape.w) % 4 == 0
 }
 
-/// `if (slot < count) ` where the last of `slots` rounds of `threads` invocations passes the
-/// `count` vec4s of a staged step, else nothing.
-fn slot_guard(round: u32, threads: u32, count: u32) -> String {
-    if (round + 1) * threads > count { format!("if (lid + {} < {count}) ", round * threads) } else { String::new() }
-}
-
 fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     if gm.splits > 1 && implicit::partial_bytes(shape, gm.splits) > 4 * SPLIT_WORKSPACE {
         return Err(Error::invalid(format!(
@@ -214,7 +208,10 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     // 0.152 ms with the padding on 32,256,56,56 -> 64 NHWC, H100); NCHW tiles, stored
     // along pixels, ran 3% slower padded and keep whole rows.
     let a_row = gm.bm / 4 + u32::from(channel_lanes);
-    let (vec_x, vec_w, vec_y) = (loads_x_vec4(shape), loads_w_vec4(shape), gm.stores_vec4(shape));
+    // A side of vec4 loads only where every invocation copies the same number of vec4s.
+    let whole = |quads: u32| quads % threads == 0;
+    let vec_x = loads_x_vec4(shape) && whole(gm.bm * gm.bk / 4);
+    let (vec_w, vec_y) = (loads_w_vec4(shape) && whole(gm.bn * gm.bk / 4), gm.stores_vec4(shape));
     let mut a_setup = String::new();
     let mut fetch = String::new();
     let mut stage_store = String::new();
@@ -222,18 +219,18 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         // A slots of four neighbouring pixels of one channel plane (M is whole vec4s: every
         // image's plane is), their reduction index (the channel) k_next + ak.
         let quads = gm.bm * gm.bk / 4;
-        for i in 0..quads.div_ceil(threads) {
-            let (off, guard) = (i * threads, slot_guard(i, threads, quads));
+        for i in 0..quads / threads {
+            let off = i * threads;
             writeln!(a_setup, "    let aq{i} = (lid + {off}) % (BM / 4);\n    let ak{i} = (lid + {off}) / (BM / 4);").unwrap();
             implicit::write_pixel(&mut a_setup, &i.to_string(), &format!("m0 + 4 * aq{i}"), ("XSN", "XSH", " * XSW"));
             writeln!(a_setup, "    var pa{i}: vec4<f32>;").unwrap();
             writeln!(
                 fetch,
-                "    {guard}{{\n        let kc = k_next + ak{i};\n        let ok = aok{i} && kc < CG;\n        \
+                "    {{\n        let kc = k_next + ak{i};\n        let ok = aok{i} && kc < CG;\n        \
                  pa{i} = select(vec4<f32>(pad0), vec4<f32>(x[select(0, abase{i} + kc * XSC, ok) / 4]), ok);\n    }}"
             )
             .unwrap();
-            writeln!(stage_store, "    {guard}{{ a_tile[stage * A_STAGE + ak{i} * A_ROW + aq{i}] = pa{i}; }}").unwrap();
+            writeln!(stage_store, "    a_tile[stage * A_STAGE + ak{i} * A_ROW + aq{i}] = pa{i};").unwrap();
         }
     } else {
         for i in 0..a_slots {
@@ -269,7 +266,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     // B slots: consecutive invocations take consecutive reduction indices of one weight
     // row, which is contiguous in w (four at a time where its rows are whole vec4s).
     let mut b_setup = String::new();
-    let (b_width, b_rounds) = if vec_w { (gm.bk / 4, (gm.bn * gm.bk / 4).div_ceil(threads)) } else { (gm.bk, b_slots) };
+    let (b_width, b_rounds) = if vec_w { (gm.bk / 4, gm.bn * gm.bk / 4 / threads) } else { (gm.bk, b_slots) };
     for i in 0..b_rounds {
         let off = i * threads;
         let s = &mut b_setup;
@@ -280,16 +277,15 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    var pb{i}: {};", if vec_w { "vec4<f32>" } else { "f32" }).unwrap();
         let b_at = |k: &str| format!("b_tile[stage * B_STAGE + ({k}) * (BN / 4) + bn{i} / 4][bn{i} % 4]");
         if vec_w {
-            let guard = slot_guard(i, threads, gm.bn * gm.bk / 4);
             writeln!(
                 fetch,
-                "    {guard}{{\n        let kr = k_next + 4 * bk{i};\n        let ok = bok{i} && kr < KR;\n        \
+                "    {{\n        let kr = k_next + 4 * bk{i};\n        let ok = bok{i} && kr < KR;\n        \
                  pb{i} = select(vec4<f32>(0.0), vec4<f32>(w[select(0, bbase{i} + kr, ok) / 4]), ok);\n    }}"
             )
             .unwrap();
             let stores: Vec<String> =
                 LANES.iter().enumerate().map(|(e, l)| format!("{} = pb{i}.{l};", b_at(&format!("4 * bk{i} + {e}")))).collect();
-            writeln!(stage_store, "    {guard}{{ {} }}", stores.join(" ")).unwrap();
+            writeln!(stage_store, "    {}", stores.join(" ")).unwrap();
         } else {
             writeln!(
                 fetch,

@@ -713,65 +713,80 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // after V in `ws`, from MOFF on.
     let groups_planes = groups * p2;
     let m_off = groups_planes * cp * tp;
+    // The GEMM pass may read U and V and write M as vec4s (every row of them starts on a
+    // vec4: NP, TP and CP are whole tiles, VOFF and MOFF whole planes) through vec4 views of
+    // the workspaces, `*v`, bound at the same bindings as the scalar views the transforms
+    // use (one value per invocation).
     let (u_buf, m_at, workspaces) = if t.u_apart {
         let decl = format!(
             "// The chunk's V (GROUPS x P2 x CP x TP), written by `prologue`, then from MOFF on its M\n\
              // (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.\n\
-             @group(0) @binding(5) var<storage, read_write> ws: array<vec4<f32>>;\n\
+             @group(0) @binding(5) var<storage, read_write> ws: array<f32>;\n\
+             @group(0) @binding(5) var<storage, read_write> wsv: array<vec4<f32>>;\n\
              // U (GROUPS x P2 x CP x NP): alone in its binding, where a copy kept with resident\n\
              // weights may stand in for it.\n\
-             @group(0) @binding(6) var<storage, read_write> uw: array<vec4<f32>>;\n\
+             @group(0) @binding(6) var<storage, read_write> uw: array<f32>;\n\
+             @group(0) @binding(6) var<storage, read_write> uwv: array<vec4<f32>>;\n\
              const MOFF: i32 = {m_off};\n\n\
              // M's value i, as `finish` reads it.\n\
-             fn mval(i: i32) -> f32 {{\n    let j = MOFF + i;\n    return ws[j >> 2u][j & 3];\n}}\n"
+             fn mval(i: i32) -> f32 {{\n    return ws[MOFF + i];\n}}\n"
         );
         ("uw", "MOFF + ", decl)
     } else {
         let decl = "// U (GROUPS x P2 x CP x NP) then the chunk's V (GROUPS x P2 x CP x TP), written by `prologue`.\n\
-                    @group(0) @binding(5) var<storage, read_write> ws: array<vec4<f32>>;\n\
+                    @group(0) @binding(5) var<storage, read_write> ws: array<f32>;\n\
+                    @group(0) @binding(5) var<storage, read_write> wsv: array<vec4<f32>>;\n\
                     // M (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.\n\
-                    @group(0) @binding(6) var<storage, read_write> mw: array<vec4<f32>>;\n\n\
+                    @group(0) @binding(6) var<storage, read_write> mw: array<f32>;\n\
+                    @group(0) @binding(6) var<storage, read_write> mwv: array<vec4<f32>>;\n\n\
                     // M's value i, as `finish` reads it.\n\
-                    fn mval(i: i32) -> f32 {\n    return mw[i >> 2u][i & 3];\n}\n";
+                    fn mval(i: i32) -> f32 {\n    return mw[i];\n}\n";
         ("ws", "", decl.to_string())
     };
-    // The workspaces are read and written as vec4s by the GEMMs (every row of U, V and M
-    // starts on a vec4: NP, TP and CP are whole tiles, VOFF and MOFF whole planes), one
-    // value at a time by the transforms.
-    let m_buf = if t.u_apart { "ws" } else { "mw" };
+    let m_buf = if t.u_apart { "wsv" } else { "mwv" };
 
     // The transforms, each plane's value stored at its own place in U's or V's workspace.
     let mut filter = filter_transform(&tr, "", None);
     let mut input = input_transform(&tr, "", None);
     for xi in 0..p2 {
-        writeln!(filter, "        {{ let q = dst + {}; {u_buf}[q >> 2u][q & 3] = u_{xi}; }}", xi * cp * np).unwrap();
-        writeln!(input, "    {{ let q = dst + {}; ws[q >> 2u][q & 3] = v_{xi}; }}", xi * cp * tp).unwrap();
+        writeln!(filter, "        {u_buf}[dst + {}] = u_{xi};", xi * cp * np).unwrap();
+        writeln!(input, "    ws[dst + {}] = v_{xi};", xi * cp * tp).unwrap();
     }
 
-    // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced) four values
-    // at a time, in the staged tiles' own order; where a step has fewer vec4s than the
-    // workgroup has invocations, the last slot's extra invocations sit out.
-    let a_quads = v.bm * v.bk / 4;
-    let b_quads = v.bn * v.bk / 4;
+    // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced), in the
+    // staged tiles' own order: four values at a time where every invocation copies the same
+    // number of vec4s of a step, else one.
+    // One entry point may not use both views of a binding: binding 5 holds V, and U or M.
+    let whole = |width: u32| (width * v.bk / 4) % threads == 0;
+    let ws_vec = whole(v.bm) && (t.u_apart || whole(v.bn));
+    let b_vec = if t.u_apart { whole(v.bn) } else { ws_vec };
+    let m_vec = !t.u_apart || ws_vec;
     let mut setup = String::new();
     let mut fetch = String::new();
     let mut stage_store = String::new();
-    for (side, quads, row, src, buf, tile, stage) in [
-        ("a", a_quads, "TP", "a_src", "ws", "a_tile", "A_STAGE"),
-        ("b", b_quads, "NP", "b_src", u_buf, "b_tile", "B_STAGE"),
+    for (side, vec, width, row, src, buf, tile, stage) in [
+        ("a", ws_vec, v.bm, "TP", "a_src", "ws", "a_tile", "A_STAGE"),
+        ("b", b_vec, v.bn, "NP", "b_src", u_buf, "b_tile", "B_STAGE"),
     ] {
-        let width = if side == "a" { v.bm / 4 } else { v.bn / 4 };
-        writeln!(setup, "    let {side}_src4 = {src} / 4;").unwrap();
-        for i in 0..quads.div_ceil(threads) {
-            let slot = format!("lid + {}", i * threads);
-            writeln!(setup, "    let {side}q{i} = ({slot}) % {width};").unwrap();
-            writeln!(setup, "    let {side}k{i} = ({slot}) / {width};").unwrap();
-            writeln!(setup, "    var p{side}{i}: vec4<f32>;").unwrap();
-            let guard = if (i + 1) * threads > quads { format!("if ({slot} < {quads}) ") } else { String::new() };
-            writeln!(fetch, "    {guard}{{ p{side}{i} = {buf}[{side}_src4 + (k_next + {side}k{i}) * ({row} / 4) + {side}q{i}]; }}")
-                .unwrap();
-            writeln!(stage_store, "    {guard}{{ {tile}[stage * {stage} + {side}k{i} * {width} + {side}q{i}] = p{side}{i}; }}")
-                .unwrap();
+        let quads = width * v.bk / 4;
+        if vec {
+            writeln!(setup, "    let {side}_src4 = {src} / 4;").unwrap();
+            for i in 0..quads / threads {
+                let slot = format!("lid + {}", i * threads);
+                writeln!(setup, "    let {side}q{i} = ({slot}) % {};\n    let {side}k{i} = ({slot}) / {};", width / 4, width / 4).unwrap();
+                writeln!(setup, "    var p{side}{i}: vec4<f32>;").unwrap();
+                writeln!(fetch, "    p{side}{i} = {buf}v[{side}_src4 + (k_next + {side}k{i}) * ({row} / 4) + {side}q{i}];").unwrap();
+                writeln!(stage_store, "    {tile}[stage * {stage} + {side}k{i} * {} + {side}q{i}] = p{side}{i};", width / 4).unwrap();
+            }
+        } else {
+            for i in 0..width * v.bk / threads {
+                let slot = format!("lid + {}", i * threads);
+                writeln!(setup, "    let {side}m{i} = ({slot}) % {width};\n    let {side}k{i} = ({slot}) / {width};").unwrap();
+                writeln!(setup, "    var p{side}{i}: f32;").unwrap();
+                writeln!(fetch, "    p{side}{i} = {buf}[{src} + (k_next + {side}k{i}) * {row} + {side}m{i}];").unwrap();
+                writeln!(stage_store, "    {tile}[stage * {stage} + {side}k{i} * {} + {side}m{i} / 4][{side}m{i} % 4] = p{side}{i};", width / 4)
+                    .unwrap();
+            }
         }
     }
     let mut acc = String::new();
@@ -786,7 +801,19 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let quad = |s: &mut String, at: &str, values: [String; 4]| {
         writeln!(s, "        {m_buf}[({m_at}{at}) >> 2u] = vec4<f32>({});", values.join(", ")).unwrap();
     };
-    if nhwc {
+    let m_scalar = if t.u_apart { "ws" } else { "mw" };
+    if !m_vec {
+        for i in 0..v.tm {
+            writeln!(store, "    let st{i} = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
+        }
+        for j in 0..v.tn {
+            writeln!(store, "    {{\n        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
+            for i in 0..v.tm {
+                writeln!(store, "        {m_scalar}[{m_at}sn + st{i}] = acc{i}_{j};").unwrap();
+            }
+            writeln!(store, "    }}").unwrap();
+        }
+    } else if nhwc {
         for i in 0..v.tm {
             writeln!(store, "    {{\n        let st = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
             for q in 0..v.tn / 4 {
@@ -1086,15 +1113,15 @@ mod tests {
         assert_eq!(k.workgroups, 36 * 2);
         assert_eq!(k.prologue, Some((40 * 64u64).div_ceil(256) + (40 * 32u64).div_ceil(256)));
         assert_eq!(k.w_blocks, (40 * 64u64).div_ceil(256));
-        assert!(k.source.contains("uw[q >> 2u][q & 3] = u_0;"));
-        assert!(k.source.contains("ws[(MOFF + sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
+        assert!(k.source.contains("uw[dst + 0] = u_0;"));
+        assert!(k.source.contains("wsv[(MOFF + sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
         assert_eq!(k.finish, Some((41 * 18u64).div_ceil(256)));
         // The EDSR body at 720p: U apart would take 8 chunks where U before V takes 4.
         let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], 1, 1, 1);
         let f4 = WinoGemm { m: 4, bm: 64, bn: 64, bk: 8, tm: 4, tn: 4 };
         let k = f4.generate(&edsr).unwrap();
         assert_eq!((k.chunks, k.w_blocks), (4, 0));
-        assert!(k.source.contains("mw[(sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
+        assert!(k.source.contains("mwv[(sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
     }
 
     /// Each family's likeliest variant on a large 3x3 body: F(4x4) or F(6x6) ranks ahead of
