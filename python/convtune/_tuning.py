@@ -17,7 +17,7 @@ class TuneReport:
     one of ``ok``, ``pruned``, ``wrong``, ``compile error``, ``out of memory``, ``error`` or
     ``skipped (budget)``; ``samples`` are GPU milliseconds; ``compile_ms`` is the wall time
     of the candidate's compilation on its own thread (``None`` where it was not compiled);
-    ``runoff_ms`` is the median of the runoff for the three fastest and the default (timed
+    ``runoff_ms`` is the median of the runoff for the default and the three fastest others (timed
     again in turns after the others; the fastest there wins, and ``tuned_ms`` and
     ``default_ms`` are its times), ``None`` for the rest.
     """
