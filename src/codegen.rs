@@ -270,6 +270,9 @@ pub fn store_stmt(s: &ConvShape, at: &str, value: &str, k: &str) -> String {
     }
 }
 
+/// A WGSL vec4's components, by index.
+pub const LANES: [&str; 4] = ["x", "y", "z", "w"];
+
 /// The epilogue of four outputs at y elements `base` + 0..3 (channels `ks`), packed for one
 /// vec4 store.
 pub fn epilogue_quad(values: [String; 4], ks: [String; 4], base: &str) -> String {

@@ -6,7 +6,7 @@ use super::cost::{
 };
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{Family, KernelVariant};
-use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel};
+use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -50,15 +50,12 @@ impl Gemm {
         self.splits == 1 && !shape.moves_y() && shape.layout == Layout::Nchw && (shape.oh() * shape.ow()) % 4 == 0
     }
 
-    /// Which of x, w and y this variant moves four values at a time on `shape`: a side of
-    /// loads only where every invocation copies the same number of vec4s of a step (with a
-    /// last slot of vec4s for some invocations only, `gemm_b128x64x8_t4x8` ran the stride-2
-    /// layer of the public suite in 0.44 ms where scalar w loads take 0.29).
+    /// Which of x, w and y this variant moves four values at a time on `shape` (a side of
+    /// loads only with `whole_vec4_slots`).
     fn vec4_sides(&self, shape: &ConvShape) -> (bool, bool, bool) {
-        let whole = |quads: u32| quads % self.invocations() == 0;
         (
-            loads_x_vec4(shape) && whole(self.bm * self.bk / 4),
-            loads_w_vec4(shape) && whole(self.bn * self.bk / 4),
+            loads_x_vec4(shape) && whole_vec4_slots(self.bm * self.bk, self.invocations()),
+            loads_w_vec4(shape) && whole_vec4_slots(self.bn * self.bk, self.invocations()),
             self.stores_vec4(shape),
         )
     }
@@ -178,6 +175,14 @@ impl KernelVariant for Gemm {
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
         generate(self, shape)
     }
+}
+
+/// Whether a staged step of `values` is copied as vec4s: only where every one of `threads`
+/// invocations copies the same number of them (with a last slot of vec4s for some invocations
+/// only, `gemm_b128x64x8_t4x8` ran the stride-2 layer of the public suite in 0.44 ms where
+/// scalar w loads take 0.29; wgemm's 7x7-layer tiles lost 7-11%).
+pub(crate) fn whole_vec4_slots(values: u32, threads: u32) -> bool {
+    (values / 4) % threads == 0
 }
 
 /// Whether w's rows (one output channel's reduction, contiguous) are read four terms at a
@@ -405,8 +410,6 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     Ok(kernel)
 }
 
-const LANES: [&str; 4] = ["x", "y", "z", "w"];
-
 /// The `tm` x `tn` scalar accumulators `acc{i}_{j}` of a register tile, zeroed.
 pub(crate) fn write_accumulators(s: &mut String, tm: u32, tn: u32) {
     for i in 0..tm {
@@ -423,7 +426,6 @@ pub(crate) fn write_accumulators(s: &mut String, tm: u32, tn: u32) {
 /// 4*TX*(i/4) + 4*tx + i%4 and column 4*TY*(j/4) + 4*ty + j%4 of the tile: conflict-free
 /// vec4 reads. The `gemm` family's inner loop, and the batched GEMMs of `wgemm`'s.
 pub(crate) fn write_inner(s: &mut String, bk: u32, (tm, tn): (u32, u32), (tx, ty): (u32, u32), a_row: u32, bn: u32) {
-    let lanes = ["x", "y", "z", "w"];
     for kk in 0..bk {
         writeln!(s, "        {{").unwrap();
         for q in 0..tm / 4 {
@@ -438,9 +440,9 @@ pub(crate) fn write_inner(s: &mut String, bk: u32, (tm, tn): (u32, u32), (tx, ty
                     s,
                     "            acc{i}_{j} = fma(a{}.{}, b{}.{}, acc{i}_{j});",
                     i / 4,
-                    lanes[(i % 4) as usize],
+                    LANES[(i % 4) as usize],
                     j / 4,
-                    lanes[(j % 4) as usize]
+                    LANES[(j % 4) as usize]
                 )
                 .unwrap();
             }

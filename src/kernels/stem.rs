@@ -12,7 +12,7 @@
 
 use super::cost::{ceil_to, parallel_efficiency, SHARED_LOAD};
 use super::{Family, KernelVariant};
-use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel};
+use crate::codegen::{epilogue_quad, render, LANES, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -320,8 +320,6 @@ fn main_loop(v: &Stem, shape: &ConvShape) -> String {
     }
     s
 }
-
-const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
 /// For each of an invocation's channels (accumulator `m`, lane `lane`), `body` within `k`'s
 /// scope and its bound check.

@@ -7,7 +7,7 @@
 
 use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, store_stmt, Kernel};
+use crate::codegen::{render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use std::fmt::Write as _;
@@ -404,7 +404,6 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     // The chunk's p*p GEMM steps per channel, all written out (a loop over the chunk's
     // channels indexes no register): register (i, j) holds tile tx + TX*i and channel
     // 4*ty + 4*TY*(j/4) + j%4 (conflict-free reads, as in gemm).
-    let lanes = ["x", "y", "z", "w"];
     let mut inner = String::new();
     writeln!(inner, "        for (var cc: i32 = 0; cc < BC; cc = cc + 1) {{").unwrap();
     writeln!(inner, "            let vrow = cc * BT + tx;").unwrap();
@@ -424,7 +423,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
                     s,
                     "                acc{i}_{j}_{xi} = fma(v{i}, u{}.{}, acc{i}_{j}_{xi});",
                     j / 4,
-                    lanes[(j % 4) as usize]
+                    LANES[(j % 4) as usize]
                 )
                 .unwrap();
             }

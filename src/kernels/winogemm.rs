@@ -54,7 +54,7 @@
 //! candidate); m = 6 only "high" (4e-3).
 
 use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD};
-use super::gemm::{write_accumulators, write_inner};
+use super::gemm::{whole_vec4_slots, write_accumulators, write_inner};
 use super::wino::lincomb;
 use super::{Family, KernelVariant};
 use crate::codegen::{render, scatter_store_stmt, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE};
@@ -716,8 +716,8 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // The GEMM pass may read U and V and write M as vec4s (every row of them starts on a
     // vec4: NP, TP and CP are whole tiles, VOFF and MOFF whole planes) through vec4 views of
     // the workspaces, `*v`, bound at the same bindings as the scalar views the transforms
-    // use (one value per invocation).
-    let (u_buf, m_at, workspaces) = if t.u_apart {
+    // use (one value per invocation); a buffer's vec4 view is its name and `v`.
+    let (u_buf, m_buf, m_at, workspaces) = if t.u_apart {
         let decl = format!(
             "// The chunk's V (GROUPS x P2 x CP x TP), written by `prologue`, then from MOFF on its M\n\
              // (GROUPS x P2, each NP x TP), written by `main`, read by `finish`.\n\
@@ -731,7 +731,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
              // M's value i, as `finish` reads it.\n\
              fn mval(i: i32) -> f32 {{\n    return ws[MOFF + i];\n}}\n"
         );
-        ("uw", "MOFF + ", decl)
+        ("uw", "ws", "MOFF + ", decl)
     } else {
         let decl = "// U (GROUPS x P2 x CP x NP) then the chunk's V (GROUPS x P2 x CP x TP), written by `prologue`.\n\
                     @group(0) @binding(5) var<storage, read_write> ws: array<f32>;\n\
@@ -741,9 +741,8 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
                     @group(0) @binding(6) var<storage, read_write> mwv: array<vec4<f32>>;\n\n\
                     // M's value i, as `finish` reads it.\n\
                     fn mval(i: i32) -> f32 {\n    return mw[i];\n}\n";
-        ("ws", "", decl.to_string())
+        ("ws", "mw", "", decl.to_string())
     };
-    let m_buf = if t.u_apart { "wsv" } else { "mwv" };
 
     // The transforms, each plane's value stored at its own place in U's or V's workspace.
     let mut filter = filter_transform(&tr, "", None);
@@ -757,7 +756,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // staged tiles' own order: four values at a time where every invocation copies the same
     // number of vec4s of a step, else one.
     // One entry point may not use both views of a binding: binding 5 holds V, and U or M.
-    let whole = |width: u32| (width * v.bk / 4) % threads == 0;
+    let whole = |width: u32| whole_vec4_slots(width * v.bk, threads);
     let ws_vec = whole(v.bm) && (t.u_apart || whole(v.bn));
     let b_vec = if t.u_apart { whole(v.bn) } else { ws_vec };
     let m_vec = !t.u_apart || ws_vec;
@@ -799,9 +798,8 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // neighbouring channels of a tile (NHWC: M along channels) go out as one vec4.
     let mut store = String::new();
     let quad = |s: &mut String, at: &str, values: [String; 4]| {
-        writeln!(s, "        {m_buf}[({m_at}{at}) >> 2u] = vec4<f32>({});", values.join(", ")).unwrap();
+        writeln!(s, "        {m_buf}v[({m_at}{at}) >> 2u] = vec4<f32>({});", values.join(", ")).unwrap();
     };
-    let m_scalar = if t.u_apart { "ws" } else { "mw" };
     if !m_vec {
         for i in 0..v.tm {
             writeln!(store, "    let st{i} = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
@@ -809,7 +807,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         for j in 0..v.tn {
             writeln!(store, "    {{\n        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
             for i in 0..v.tm {
-                writeln!(store, "        {m_scalar}[{m_at}sn + st{i}] = acc{i}_{j};").unwrap();
+                writeln!(store, "        {m_buf}[{m_at}sn + st{i}] = acc{i}_{j};").unwrap();
             }
             writeln!(store, "    }}").unwrap();
         }

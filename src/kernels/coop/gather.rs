@@ -2,6 +2,7 @@
 //! needs where tiles can run past the problem's edges.
 
 use super::variant::*;
+use crate::codegen::LANES;
 use crate::kernels::implicit::{self, View};
 use crate::params::ConvShape;
 use std::fmt::Write as _;
@@ -43,7 +44,6 @@ pub(super) fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
 
 /// Layout 0's gathers: each slot's four pixels at its reduction index, one element each.
 pub(super) fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, quads: bool) {
-    let lanes = ["x", "y", "z", "w"];
     for i in 0..a_slots {
         if quads {
             // A 1x1 window at stride 1: the slot's term is channel kc of the four pixels.
@@ -58,7 +58,7 @@ pub(super) fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, qu
         writeln!(s, "        let kwd = kw{i} * DW;").unwrap();
         writeln!(s, "        let koff = kc{i} * H * W + khd * W + kwd;").unwrap();
         writeln!(s, "        let kok = kc{i} < CG;").unwrap();
-        for (p, lane) in lanes.iter().enumerate() {
+        for (p, lane) in LANES.iter().enumerate() {
             writeln!(s, "        {{").unwrap();
             writeln!(s, "            let ih = aih{p} + khd;").unwrap();
             writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();

@@ -8,7 +8,7 @@
 use super::cost::{multiprocessor_fill, parallel_efficiency, residency, GATHER_LOAD, LONG_GRID};
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, Kernel};
+use crate::codegen::{render, shape_vars, Kernel, LANES};
 use crate::error::{Error, Result};
 use crate::dtype::DType;
 use crate::params::{ConvShape, Layout};
@@ -449,7 +449,6 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         }
     }
 
-    let lanes = ["x", "y", "z", "w"];
     // Weight rows of a multiple of four values are bound as vec4s; layout 1 reads its
     // channels-last copy, whose rows are always whole vec4s.
     let vec_w = view.red % 4 == 0;
@@ -500,7 +499,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                 writeln!(s, "    }}").unwrap();
                 continue;
             }
-            for (q, lane) in lanes.iter().enumerate() {
+            for (q, lane) in LANES.iter().enumerate() {
                 writeln!(s, "        {{").unwrap();
                 writeln!(s, "            let ok = bok{i} && kr + {q} < k_end;").unwrap();
                 writeln!(s, "            {pb}.{lane} = select(0.0, f32(w[select(0, bbase{i} + kr + {q}, ok)]), ok);").unwrap();
