@@ -27,7 +27,9 @@ pub struct Gemm {
 }
 
 const TILES: [(u32, u32); 8] = [(32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (128, 64), (128, 128), (256, 64)];
-const BK: [u32; 3] = [8, 16, 32];
+/// Reduction steps: powers of two, and multiples of three taps for 3-wide kernels whose x is
+/// read in rows of the window (`Rows`): those suit such problems only.
+const BK: [u32; 6] = [8, 16, 32, 12, 24, 48];
 const THREAD: [(u32, u32); 4] = [(4, 4), (8, 4), (4, 8), (8, 8)];
 const SPLITS: [u32; 3] = [1, 4, 16];
 
@@ -48,6 +50,14 @@ impl Gemm {
     /// plane), stored in place by this pass (no split-K partials, no moved outputs).
     fn stores_vec4(&self, shape: &ConvShape) -> bool {
         self.splits == 1 && !shape.moves_y() && shape.layout == Layout::Nchw && (shape.oh() * shape.ow()) % 4 == 0
+    }
+
+    /// How this variant reads x in rows of the kernel window on `shape`, if it does: its steps
+    /// hold whole rows (`bk` a multiple of S) and every invocation copies the same number.
+    fn rows(&self, shape: &ConvShape) -> Option<Rows> {
+        let rows = Rows::of(shape)?;
+        let slots = (self.bm / 4) * (self.bk / shape.s);
+        (self.bk % shape.s == 0 && slots % self.invocations() == 0).then_some(rows)
     }
 
     /// Which of x, w and y this variant moves four values at a time on `shape` (a side of
@@ -127,6 +137,8 @@ impl KernelVariant for Gemm {
             // Splits only on the mid-size tiles with 16-deep steps: enough to fill a GPU
             // without multiplying the variant space.
             && (self.splits == 1 || (self.bk == 16 && self.bm * self.bn <= 64 * 64))
+            // Steps of whole 3-tap rows: only where every invocation copies the same number.
+            && (self.bk.is_power_of_two() || ((self.bm / 4) * (self.bk / 3)) % self.invocations() == 0)
     }
 
     fn invocations(&self) -> u32 {
@@ -147,7 +159,8 @@ impl KernelVariant for Gemm {
             || (view.red >= 2 * (self.splits * self.bk) as u64
                 && implicit::partial_bytes(shape, self.splits) <= SPLIT_WORKSPACE
                 && view.grid(self.bm, self.bn).2 * (self.invocations() as u64) < 4 * BUSY_INVOCATIONS as u64);
-        split_ok && view.tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
+        let rows_ok = self.bk.is_power_of_two() || self.rows(shape).is_some();
+        split_ok && rows_ok && view.tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -157,9 +170,14 @@ impl KernelVariant for Gemm {
         // A side read as vec4s computes one address and issues one load per four values.
         let (vec_x, vec_w, _) = self.vec4_sides(shape);
         let gather = |vec: bool| if vec { 0.25 } else { 1.0 };
+        // Rows: `count` vec4 loads per four outputs' S taps.
+        let x_gather = match self.rows(shape) {
+            Some(rows) => rows.count as f64 / (4 * shape.s) as f64,
+            None => gather(vec_x),
+        };
         let per_fma = 1.0
             + SHARED_LOAD * (tm + tn) / (tm * tn)
-            + GATHER_LOAD * (gather(vec_w) / self.bm as f64 + gather(vec_x) / self.bn as f64)
+            + GATHER_LOAD * (gather(vec_w) / self.bm as f64 + x_gather / self.bn as f64)
             + GEMM_BARRIER * 2.0 / (self.bk as f64 * tm * tn)
             + SETUP / view.red.max(1) as f64;
         // Each split writes its partial tile and the finishing pass reads them all back.
@@ -203,6 +221,97 @@ fn loads_x_vec4(shape: &ConvShape) -> bool {
         && (shape.h * shape.w) % 4 == 0
 }
 
+/// x read in rows of the kernel window (NCHW): a load slot is four neighbouring output
+/// pixels of one output row and one (channel, kernel row) of the reduction; the S taps of
+/// those four pixels lie in one stretch of an input row, read as `count` aligned vec4s from
+/// vec4 `first` of the quad's first column (ow * SW, a multiple of 4), and staged as S rows
+/// of the A tile. 3x3 stride 2: three vec4s for twelve values, where pixel-wise gathers take
+/// twelve loads at addresses two apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rows {
+    first: i64,
+    count: u32,
+}
+
+impl Rows {
+    /// Where x's rows are whole vec4s and output rows whole quads (so a quad's pixels share
+    /// a row and its stretch starts on a vec4), and the stretch is at most twice the values
+    /// used. Not where the 1x1 path reads four pixels of a plane at once already.
+    fn of(shape: &ConvShape) -> Option<Rows> {
+        if shape.layout != Layout::Nchw || loads_x_vec4(shape) || shape.w % 4 != 0 || shape.ow() % 4 != 0 {
+            return None;
+        }
+        let (sw, dw, pw) = (shape.stride.1 as i64, shape.dilation.1 as i64, shape.pad.1 as i64);
+        let (lo, hi) = (-pw, 3 * sw + (shape.s as i64 - 1) * dw - pw);
+        let first = lo.div_euclid(4);
+        let count = (hi.div_euclid(4) - first + 1) as u32;
+        (count <= 2 * shape.s).then_some(Rows { first, count })
+    }
+
+    /// The loaded vec4 and lane holding pixel `j` of the quad at tap `tap`.
+    fn lane(&self, shape: &ConvShape, j: u32, tap: u32) -> (i64, &'static str) {
+        let at = (j * shape.stride.1 + tap * shape.dilation.1) as i64 - shape.pad.1 as i64 - 4 * self.first;
+        (at / 4, LANES[(at % 4) as usize])
+    }
+}
+
+/// The A side's WGSL read in rows (`Rows`): per slot its quad and row decoded once, each
+/// step's `count` vec4 loads, and the S staged rows they fill.
+fn write_row_slots(gm: &Gemm, shape: &ConvShape, rows: Rows, (setup, fetch, stage_store): (&mut String, &mut String, &mut String)) {
+    let threads = gm.invocations();
+    let per_step = gm.bk / shape.s;
+    writeln!(setup, "    // x read in rows of the kernel window: {} vec4s per four pixels' {} taps.", rows.count, shape.s).unwrap();
+    for i in 0..(gm.bm / 4) * per_step / threads {
+        let off = i * threads;
+        writeln!(setup, "    let aq{i} = (lid + {off}) % (BM / 4);\n    let ar{i} = (lid + {off}) / (BM / 4);").unwrap();
+        implicit::write_pixel_position(setup, &i.to_string(), &format!("m0 + 4 * aq{i}"));
+        writeln!(setup, "    let acol{i} = aiw{i} + PW;").unwrap();
+        writeln!(setup, "    let arow{i} = (apix{i} / OHW) * XSN + x_group + acol{i};").unwrap();
+        for v in 0..rows.count {
+            let col = 4 * (rows.first + v as i64);
+            writeln!(setup, "    let vok{i}_{v} = acol{i} + {col} >= 0 && acol{i} + {col} < W;").unwrap();
+            writeln!(setup, "    var pa{i}_{v}: vec4<f32>;").unwrap();
+        }
+        // (channel, kernel row) of the slot's row of the reduction, advanced by carries.
+        writeln!(setup, "    var rc{i}: i32 = (k_begin / S + ar{i}) / R;\n    var rr{i}: i32 = (k_begin / S + ar{i}) % R;").unwrap();
+        writeln!(fetch, "    {{").unwrap();
+        writeln!(fetch, "        let ih = aih{i} + rr{i} * DH;").unwrap();
+        writeln!(fetch, "        let ok = aok{i} && rc{i} < CG && ih >= 0 && ih < H;").unwrap();
+        writeln!(fetch, "        let at = (arow{i} + rc{i} * XSC + ih * XSH) / 4 + {};", rows.first).unwrap();
+        for v in 0..rows.count {
+            writeln!(
+                fetch,
+                "        pa{i}_{v} = select(vec4<f32>(pad0), vec4<f32>(x[select(0, at + {v}, ok && vok{i}_{v})]), ok && vok{i}_{v});"
+            )
+            .unwrap();
+        }
+        writeln!(fetch, "    }}").unwrap();
+        for tap in 0..shape.s {
+            let lanes: Vec<String> = (0..4)
+                .map(|j| {
+                    let (v, lane) = rows.lane(shape, j, tap);
+                    format!("pa{i}_{v}.{lane}")
+                })
+                .collect();
+            writeln!(
+                stage_store,
+                "    a_tile[stage * A_STAGE + (ar{i} * S + {tap}) * A_ROW + aq{i}] = vec4<f32>({});",
+                lanes.join(", ")
+            )
+            .unwrap();
+        }
+    }
+}
+
+/// Moves row slots on by a step's `rows` rows of the reduction (channel, kernel row).
+fn write_row_advance(s: &mut String, slots: u32, rows: u32, shape: &ConvShape) {
+    let (ci, ri) = (rows / shape.r, rows % shape.r);
+    for i in 0..slots {
+        writeln!(s, "        rr{i} = rr{i} + {ri};\n        rc{i} = rc{i} + {ci};").unwrap();
+        writeln!(s, "        if (rr{i} >= R) {{ rr{i} = rr{i} - R; rc{i} = rc{i} + 1; }}").unwrap();
+    }
+}
+
 fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     if gm.splits > 1 && implicit::partial_bytes(shape, gm.splits) > 4 * SPLIT_WORKSPACE {
         return Err(Error::invalid(format!(
@@ -233,7 +342,10 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let mut a_setup = String::new();
     let mut fetch = String::new();
     let mut stage_store = String::new();
-    if vec_x {
+    let rows = gm.rows(shape);
+    if let Some(rows) = rows {
+        write_row_slots(gm, shape, rows, (&mut a_setup, &mut fetch, &mut stage_store));
+    } else if vec_x {
         // A slots of four neighbouring pixels of one channel plane (M is whole vec4s: every
         // image's plane is), their reduction index (the channel) k_next + ak.
         let quads = gm.bm * gm.bk / 4;
@@ -317,7 +429,10 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let mut acc = String::new();
     write_accumulators(&mut acc, gm.tm, gm.tn);
     let mut advance = String::new();
-    implicit::write_reduction_advance(&mut advance, if vec_x { 0 } else { a_slots }, gm.bk, shape, "    ");
+    match rows {
+        Some(_) => write_row_advance(&mut advance, (gm.bm / 4) * (gm.bk / shape.s) / threads, gm.bk / shape.s, shape),
+        None => implicit::write_reduction_advance(&mut advance, if vec_x { 0 } else { a_slots }, gm.bk, shape, "    "),
+    }
     // The reduction over one staged step, written out.
     let mut inner = String::new();
     write_inner(&mut inner, gm.bk, (gm.tm, gm.tn), (tx, ty), a_row, gm.bn);
@@ -367,7 +482,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let finish_groups = shape.y_len().div_ceil(256);
     let elem = |vec: bool| if vec { "vec4<DT>" } else { "DT" }.to_string();
     vars.extend([
-        ("X_ELEM", elem(vec_x)),
+        ("X_ELEM", elem(vec_x || rows.is_some())),
         ("W_ELEM", elem(vec_w)),
         ("Y_ELEM", elem(vec_y)),
         // `finish` (split-K only, never with vec4 stores) stays valid WGSL either way.
@@ -448,5 +563,50 @@ pub(crate) fn write_inner(s: &mut String, bk: u32, (tm, tn): (u32, u32), (tx, ty
             }
         }
         writeln!(s, "        }}").unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Padding;
+
+    fn shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64) -> ConvShape {
+        ConvShape::new(x, w, (stride, stride), Padding::Explicit(pad, pad), (1, 1), 1, None).unwrap()
+    }
+
+    #[test]
+    fn rows_of_the_window_take_a_few_vec4s_where_rows_are_whole() {
+        let s2 = shape([32, 128, 56, 56], [128, 128, 3, 3], 2, 1);
+        // Columns -1 .. 7 of the quad's first: vec4s -1, 0 and 1, twelve values used.
+        assert_eq!(Rows::of(&s2), Some(Rows { first: -1, count: 3 }));
+        assert_eq!(Rows::of(&shape([1, 8, 16, 16], [8, 8, 3, 3], 1, 1)), Some(Rows { first: -1, count: 3 }));
+        assert_eq!(Rows::of(&shape([1, 3, 224, 224], [64, 3, 7, 7], 2, 3)), Some(Rows { first: -1, count: 4 }));
+        // Rows of scalars (W 14), output rows off quads (OW 27), channels-last x, and 1x1
+        // planes read four pixels at a time already.
+        assert_eq!(Rows::of(&shape([1, 8, 14, 14], [8, 8, 3, 3], 1, 1)), None);
+        assert_eq!(Rows::of(&shape([1, 8, 56, 56], [8, 8, 3, 3], 2, 0)), None);
+        assert_eq!(Rows::of(&s2.with_layout(Layout::Nhwc)), None);
+        assert_eq!(Rows::of(&shape([1, 8, 16, 16], [8, 8, 1, 1], 1, 0)), None);
+        // Pixel j at tap t of the stride-2 quad: column 2j + t - 1, from vec4 -1.
+        let rows = Rows::of(&s2).unwrap();
+        assert_eq!(rows.lane(&s2, 0, 0), (0, "w"));
+        assert_eq!(rows.lane(&s2, 3, 2), (2, "w"));
+    }
+
+    #[test]
+    fn three_tap_steps_suit_row_reads_only_and_rank_early_on_the_stride_2_layer() {
+        let s2 = shape([32, 128, 56, 56], [128, 128, 3, 3], 2, 1);
+        let gathered = shape([32, 128, 28, 28], [128, 128, 3, 3], 1, 1).with_layout(Layout::Nhwc);
+        let space = Gemm::space();
+        let row_steps: Vec<&Gemm> = space.iter().filter(|g| !g.bk.is_power_of_two()).collect();
+        assert!(row_steps.len() >= 20);
+        assert!(row_steps.iter().all(|g| g.suits(&s2) == g.rows(&s2).is_some()));
+        assert!(row_steps.iter().any(|g| g.suits(&s2)));
+        assert!(row_steps.iter().all(|g| !g.suits(&gathered)));
+        // Among the cheapest, where the default budget times them.
+        let mut ranked: Vec<&Gemm> = space.iter().filter(|g| g.suits(&s2)).collect();
+        ranked.sort_by(|a, b| a.cost(&s2).total_cmp(&b.cost(&s2)));
+        assert!(ranked[..10].iter().any(|g| g.rows(&s2).is_some() && !g.bk.is_power_of_two()));
     }
 }

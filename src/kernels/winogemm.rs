@@ -82,15 +82,18 @@ pub const TRANSFORMS_TEMPLATE: &str = include_str!("../../shaders/winograd.wgsl"
 
 /// (m, bm, bn, bk, tm, tn): per m a 64x64 and a 32x32 GEMM tile of 4x4 registers and 8-deep
 /// steps (the gemm family's fastest shape on the H100, and a smaller one for short grids),
-/// plus a 128x64 tile for F(2x2), whose GEMMs have the most rows, and a 16-deep one for
-/// F(4x4). No GPU has timed them yet: the space is kept small on purpose.
-const SPACE: [(u32, u32, u32, u32, u32, u32); 8] = [
+/// plus a 128x64 tile for F(2x2), whose GEMMs have the most rows, and 16-deep ones for
+/// F(4x4): at 16 deep every invocation copies whole vec4s of V and U per step, and 64x64x16
+/// ran the H200's 3x3 layers 2-5% faster than any other tile of the family (BENCHMARKS.md,
+/// "Vec4 loads and stores in the FMA GEMMs"). The space is kept small on purpose.
+const SPACE: [(u32, u32, u32, u32, u32, u32); 9] = [
     (2, 64, 64, 8, 4, 4),
     (2, 32, 32, 8, 4, 4),
     (2, 128, 64, 8, 8, 4),
     (4, 64, 64, 8, 4, 4),
     (4, 32, 32, 8, 4, 4),
     (4, 64, 32, 16, 4, 4),
+    (4, 64, 64, 16, 4, 4),
     (6, 64, 64, 8, 4, 4),
     (6, 32, 32, 8, 4, 4),
 ];
