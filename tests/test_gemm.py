@@ -17,40 +17,48 @@ GEMM = [v for v in convtune.variant_space() if v.startswith("gemm_")]
 F16 = convtune.adapter_info()["features"]["shader_f16"]
 MARK = "x read in rows of the kernel window"
 
-# x, w, conv2d keywords; every one reads x in rows on some variants. 3x3 stride 2 (the
-# ResNet downsampling shape), stride 1, dilation 2 with groups and padding 2 on one side
-# only, 1x1 at stride 2 (two vec4s per four pixels), a 2x2 kernel at stride 2. C of 5 and 3
-# per group and 20 or 30 outputs per image are off every tile.
+# x, w, conv2d keywords; every one reads x in rows on some variants: rows of 1, 2, 4 and 8
+# taps. 1x1 at stride 2 with rows padded above and below (two vec4s per four pixels), 2x2 at
+# stride 2 (ConvNeXt's downsampling), 4x4 at stride 2 with padding (a vec4 before the row),
+# 4x4 patches at stride 4, 8x8 at stride 8, and 2x2 at stride 1 with dilation 2, groups and
+# padding on the right. C of 5 and 3 per group, K of 7, 6, 5 and 20 or 24 outputs per image
+# are off every tile.
 CASES = [
-    ((2, 5, 12, 16), (7, 5, 3, 3), dict(stride=2, padding=1)),
-    ((1, 5, 9, 12), (6, 5, 3, 3), dict(padding=1)),
-    ((1, 6, 10, 8), (4, 3, 3, 3), dict(padding=(0, 2), dilation=(1, 2), groups=2)),
-    ((2, 4, 5, 24), (5, 4, 1, 1), dict(stride=(1, 2))),
+    ((2, 5, 7, 16), (7, 5, 1, 1), dict(stride=(1, 2), padding=(1, 0))),
     ((1, 3, 9, 16), (6, 3, 2, 2), dict(stride=2)),
+    ((2, 5, 10, 16), (7, 5, 4, 4), dict(stride=2, padding=1)),
+    ((2, 3, 16, 32), (6, 3, 4, 4), dict(stride=4)),
+    ((1, 5, 16, 64), (5, 5, 8, 8), dict(stride=8)),
+    ((1, 6, 10, 12), (4, 3, 2, 2), dict(padding=(0, 1), dilation=2, groups=2)),
 ]
 
 
 def _reads_rows(variant, xs, ws, **kw):
-    return MARK in convtune.wgsl(variant, xs, ws, **kw)
+    try:
+        return MARK in convtune.wgsl(variant, xs, ws, **kw)
+    except ValueError as e:
+        # Split-K variants whose partials would not fit refuse the shape.
+        assert "cannot run on this shape" in str(e), (variant, e)
+        return False
 
 
 ROWS = {i: [v for v in GEMM if _reads_rows(v, xs, ws, **kw)] for i, (xs, ws, kw) in enumerate(CASES)}
 
 
 def test_rows_are_read_on_these_cases_and_only_where_they_fit():
-    # 3x3: steps of whole 3-tap rows (12, 24 or 48 deep) with every invocation copying the
-    # same number of slots; 1x1 and 2x2: the power-of-two steps too.
-    for i in (0, 1, 2):
-        assert len(ROWS[i]) >= 20, (i, ROWS[i])
-        assert all(convtune.variant_knobs(v)["bk"] % 3 == 0 for v in ROWS[i])
-    assert any(convtune.variant_knobs(v)["bk"] == 8 for v in ROWS[3])
-    assert any(convtune.variant_knobs(v)["splits"] > 1 for v in ROWS[4])
-    # Rows of scalars (W 14), output rows off quads (OW 7), channels-last x, and the 1x1
-    # stride-1 planes read four pixels at a time already: pixel-wise gathers.
-    v = ROWS[0][0]
-    assert not _reads_rows(v, (2, 5, 12, 14), (7, 5, 3, 3), stride=2, padding=1)
-    assert not _reads_rows(v, (2, 5, 12, 12), (7, 5, 3, 3), stride=2, padding=0)
-    assert not _reads_rows(v, (2, 12, 16, 5), (7, 5, 3, 3), stride=2, padding=1, layout="NHWC")
+    # Steps (8, 16, 32 terms) of whole rows with every invocation copying the same number of
+    # slots; split-K too.
+    for i in range(len(CASES)):
+        assert len(ROWS[i]) >= 10, (i, ROWS[i])
+    assert any(convtune.variant_knobs(v)["splits"] > 1 for v in ROWS[1])
+    # Rows of scalars (W 14), output rows off quads (OW 7), channels-last x, 3-tap rows (no
+    # step holds whole ones), and the 1x1 stride-1 planes read four pixels at a time already:
+    # pixel-wise gathers.
+    v = ROWS[1][0]
+    assert not _reads_rows(v, (1, 3, 9, 14), (6, 3, 2, 2), stride=2)
+    assert not _reads_rows(v, (1, 3, 9, 16), (6, 3, 2, 2), stride=2, padding=1)
+    assert not _reads_rows(v, (1, 9, 16, 3), (6, 3, 2, 2), stride=2, layout="NHWC")
+    assert not any(_reads_rows(v, (2, 5, 12, 16), (7, 5, 3, 3), stride=2, padding=1) for v in GEMM)
     assert not any(_reads_rows(v, (2, 4, 5, 24), (5, 4, 1, 1)) for v in GEMM)
 
 
@@ -70,23 +78,22 @@ def test_every_row_variant_matches_the_reference(case):
             continue
         check_close(got, want, context=f"{variant} {xs} {ws} {kw}")
         ran += 1
-    assert ran >= 15, ran
+    assert ran >= min(10, len(ROWS[case]) // 2), ran
 
 
-@pytest.mark.parametrize("variant", ["gemm_b64x64x24_t8x4", "gemm_b32x32x24_t4x4", "gemm_b64x32x24_t4x8"])
+@pytest.mark.parametrize("variant", ROWS[2][::13])
 def test_the_epilogue_is_applied_on_rows(variant):
+    xs, ws, kw = CASES[2]
     rng = np.random.default_rng(abs(hash(("epi", variant))) % 2**32)
-    x, w, b = random_conv_inputs(rng, (2, 5, 12, 16), (8, 5, 3, 3), True)
-    assert _reads_rows(variant, x.shape, w.shape, stride=2, padding=1)
-    check_epilogue_in_both_layouts(rng, x, w, b, dict(stride=2, padding=1), 1e-5, ("silu", "leaky_relu"),
-                                   variant=variant)
+    x, w, b = random_conv_inputs(rng, xs, ws, True)
+    check_epilogue_in_both_layouts(rng, x, w, b, kw, 1e-5, ("silu", "leaky_relu"), variant=variant)
 
 
 @pytest.mark.skipif(not F16, reason="the adapter has no 16-bit shader floats")
-@pytest.mark.parametrize("variant", ["gemm_b64x64x24_t8x4", "gemm_b32x32x48_t4x4"])
+@pytest.mark.parametrize("variant", ROWS[1][::24])
 def test_float16_data_on_rows(variant):
     rng = np.random.default_rng(3)
-    xs, ws, kw = (2, 6, 12, 16), (12, 6, 3, 3), dict(stride=2, padding=1)
+    xs, ws, kw = CASES[1]
     x = rng.standard_normal(xs).astype(np.float16)
     w = (rng.standard_normal(ws) / 5).astype(np.float16)
     want = conv2d_reference(x, w, **kw)
@@ -97,13 +104,13 @@ def test_float16_data_on_rows(variant):
     assert err <= 4 * 2.0**-11, (variant, err)
 
 
-@pytest.mark.parametrize("variant", ["gemm_b64x64x24_t8x4", "gemm_b32x32x24_t4x4"])
+@pytest.mark.parametrize("variant", ROWS[2][::13])
 def test_inf_and_nan_come_out_as_in_the_direct_method(variant):
     """Padding multiplies an infinite weight by zero: NaN, as the reference's zero padding
     gives; an infinite input reaches exactly the outputs whose windows hold it."""
     rng = np.random.default_rng(11)
-    x = rng.standard_normal((1, 3, 8, 16)).astype(np.float32)
-    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((1, 3, 10, 16)).astype(np.float32)
+    w = rng.standard_normal((8, 3, 4, 4)).astype(np.float32)
     x[0, 1, 3, 4] = np.inf
     x[0, 2, 6, 7] = np.nan
     w[5, 0, 0, 0] = np.inf

@@ -27,9 +27,7 @@ pub struct Gemm {
 }
 
 const TILES: [(u32, u32); 8] = [(32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (128, 64), (128, 128), (256, 64)];
-/// Reduction steps: powers of two, and multiples of three taps for 3-wide kernels whose x is
-/// read in rows of the window (`Rows`): those suit such problems only.
-const BK: [u32; 6] = [8, 16, 32, 12, 24, 48];
+const BK: [u32; 3] = [8, 16, 32];
 const THREAD: [(u32, u32); 4] = [(4, 4), (8, 4), (4, 8), (8, 8)];
 const SPLITS: [u32; 3] = [1, 4, 16];
 
@@ -137,8 +135,6 @@ impl KernelVariant for Gemm {
             // Splits only on the mid-size tiles with 16-deep steps: enough to fill a GPU
             // without multiplying the variant space.
             && (self.splits == 1 || (self.bk == 16 && self.bm * self.bn <= 64 * 64))
-            // Steps of whole 3-tap rows: only where every invocation copies the same number.
-            && (self.bk.is_power_of_two() || ((self.bm / 4) * (self.bk / 3)) % self.invocations() == 0)
     }
 
     fn invocations(&self) -> u32 {
@@ -159,8 +155,7 @@ impl KernelVariant for Gemm {
             || (view.red >= 2 * (self.splits * self.bk) as u64
                 && implicit::partial_bytes(shape, self.splits) <= SPLIT_WORKSPACE
                 && view.grid(self.bm, self.bn).2 * (self.invocations() as u64) < 4 * BUSY_INVOCATIONS as u64);
-        let rows_ok = self.bk.is_power_of_two() || self.rows(shape).is_some();
-        split_ok && rows_ok && view.tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
+        split_ok && view.tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -225,8 +220,11 @@ fn loads_x_vec4(shape: &ConvShape) -> bool {
 /// pixels of one output row and one (channel, kernel row) of the reduction; the S taps of
 /// those four pixels lie in one stretch of an input row, read as `count` aligned vec4s from
 /// vec4 `first` of the quad's first column (ow * SW, a multiple of 4), and staged as S rows
-/// of the A tile. 3x3 stride 2: three vec4s for twelve values, where pixel-wise gathers take
-/// twelve loads at addresses two apart.
+/// of the A tile, where pixel-wise gathers load each value alone at addresses SW apart: a 1x1
+/// kernel at stride 2 takes two vec4s per four pixels, 2x2 at stride 2 two for eight values,
+/// a 4x4 patch at stride 4 four for sixteen. The family's steps (8, 16, 32 terms) hold whole
+/// rows of 1, 2, 4 or 8 taps; 3-tap rows keep the gathers (steps of 12, 24 and 48 terms ran
+/// the 3x3 stride-2 layer of the public suite no faster than its 8-deep gathers: BENCHMARKS.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rows {
     first: i64,
@@ -238,7 +236,7 @@ impl Rows {
     /// a row and its stretch starts on a vec4), and the stretch is at most twice the values
     /// used. Not where the 1x1 path reads four pixels of a plane at once already.
     fn of(shape: &ConvShape) -> Option<Rows> {
-        if shape.layout != Layout::Nchw || loads_x_vec4(shape) || shape.w % 4 != 0 || shape.ow() % 4 != 0 {
+        if std::env::var("CONVTUNE_GEMM_ROWS").as_deref() == Ok("off") || shape.layout != Layout::Nchw || loads_x_vec4(shape) || shape.w % 4 != 0 || shape.ow() % 4 != 0 {
             return None;
         }
         let (sw, dw, pw) = (shape.stride.1 as i64, shape.dilation.1 as i64, shape.pad.1 as i64);
@@ -595,18 +593,16 @@ mod tests {
     }
 
     #[test]
-    fn three_tap_steps_suit_row_reads_only_and_rank_early_on_the_stride_2_layer() {
-        let s2 = shape([32, 128, 56, 56], [128, 128, 3, 3], 2, 1);
-        let gathered = shape([32, 128, 28, 28], [128, 128, 3, 3], 1, 1).with_layout(Layout::Nhwc);
+    fn steps_of_whole_rows_read_them_and_rank_early() {
+        // ResNet-50's 1x1 stride-2 projection: rows of one tap, every step whole.
+        let proj = shape([32, 256, 56, 56], [512, 256, 1, 1], 2, 0);
         let space = Gemm::space();
-        let row_steps: Vec<&Gemm> = space.iter().filter(|g| !g.bk.is_power_of_two()).collect();
-        assert!(row_steps.len() >= 20);
-        assert!(row_steps.iter().all(|g| g.suits(&s2) == g.rows(&s2).is_some()));
-        assert!(row_steps.iter().any(|g| g.suits(&s2)));
-        assert!(row_steps.iter().all(|g| !g.suits(&gathered)));
-        // Among the cheapest, where the default budget times them.
-        let mut ranked: Vec<&Gemm> = space.iter().filter(|g| g.suits(&s2)).collect();
-        ranked.sort_by(|a, b| a.cost(&s2).total_cmp(&b.cost(&s2)));
-        assert!(ranked[..10].iter().any(|g| g.rows(&s2).is_some() && !g.bk.is_power_of_two()));
+        let mut ranked: Vec<&Gemm> = space.iter().filter(|g| g.suits(&proj)).collect();
+        assert!(ranked.iter().filter(|g| g.rows(&proj).is_some()).count() >= 20);
+        ranked.sort_by(|a, b| a.cost(&proj).total_cmp(&b.cost(&proj)));
+        assert!(ranked[..5].iter().any(|g| g.rows(&proj).is_some()));
+        // 3-tap rows never fit 8, 16 or 32-term steps.
+        let s2 = shape([32, 128, 56, 56], [128, 128, 3, 3], 2, 1);
+        assert!(space.iter().all(|g| g.rows(&s2).is_none()));
     }
 }
