@@ -236,7 +236,7 @@ impl Rows {
     /// a row and its stretch starts on a vec4), and the stretch is at most twice the values
     /// used. Not where the 1x1 path reads four pixels of a plane at once already.
     fn of(shape: &ConvShape) -> Option<Rows> {
-        if std::env::var("CONVTUNE_GEMM_ROWS").as_deref() == Ok("off") || shape.layout != Layout::Nchw || loads_x_vec4(shape) || shape.w % 4 != 0 || shape.ow() % 4 != 0 {
+        if shape.layout != Layout::Nchw || loads_x_vec4(shape) || shape.w % 4 != 0 || shape.ow() % 4 != 0 {
             return None;
         }
         let (sw, dw, pw) = (shape.stride.1 as i64, shape.dilation.1 as i64, shape.pad.1 as i64);
