@@ -170,6 +170,12 @@ impl KernelVariant for Gemm {
             Some(rows) => rows.count as f64 / (4 * shape.s) as f64,
             None => gather(vec_x),
         };
+        // Residency hides the x gathers' latency: the fewer load instructions a step issues
+        // for x, the less it matters (the square root of the share: with pixel-wise gathers
+        // as before; on the H200, 1x1 and strided 2x2 layers read as vec4s ran fastest on 8x8
+        // register tiles, ranked first this way on four of four such layers, where the plain
+        // square root of the occupancy ranked them 1st to 4th: BENCHMARKS.md, "Rows of the
+        // kernel window in the gemm family").
         let per_fma = 1.0
             + SHARED_LOAD * (tm + tn) / (tm * tn)
             + GATHER_LOAD * (gather(vec_w) / self.bm as f64 + x_gather / self.bn as f64)
@@ -180,7 +186,7 @@ impl KernelVariant for Gemm {
         let workgroups = tiles * self.splits as u64;
         view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * per_fma
             / parallel_efficiency(workgroups * self.invocations() as u64)
-            / register_occupancy(self.registers()).sqrt()
+            / register_occupancy(self.registers()).powf(0.5 * x_gather.sqrt())
             / multiprocessor_fill(workgroups)
             + partials
     }
@@ -590,6 +596,40 @@ mod tests {
         let rows = Rows::of(&s2).unwrap();
         assert_eq!(rows.lane(&s2, 0, 0), (0, "w"));
         assert_eq!(rows.lane(&s2, 3, 2), (2, "w"));
+    }
+
+    /// By-name times on the H200 ("highest", ms; `vec4_ab_8898e25_h200.txt`,
+    /// `rows_probe_h200.txt`): on layers whose x is read as vec4s the fastest of the tiles
+    /// timed is the cheapest of them.
+    #[test]
+    fn the_cost_ranks_the_fastest_measured_tile_first_where_x_is_read_as_vec4s() {
+        let layers: [(ConvShape, &[(&str, f64)]); 4] = [
+            (
+                shape([32, 256, 56, 56], [64, 256, 1, 1], 1, 0),
+                &[("128x64x16_t8x8", 0.1367), ("128x64x8_t8x8", 0.1049), ("64x64x8_t4x4", 0.1366), ("256x64x8_t8x8", 0.1437), ("256x64x16_t8x8", 0.1320), ("128x64x16_t4x8", 0.098)],
+            ),
+            (
+                shape([32, 64, 56, 56], [256, 64, 1, 1], 1, 0),
+                &[("128x128x8_t8x8", 0.1112), ("128x64x8_t8x8", 0.1167), ("64x64x8_t4x8", 0.1089), ("128x128x16_t8x8", 0.1446), ("256x64x8_t8x8", 0.1489)],
+            ),
+            (
+                shape([32, 256, 56, 56], [512, 256, 1, 1], 2, 0),
+                &[("64x64x8_t4x4", 0.2889), ("128x64x8_t8x8", 0.2342), ("128x128x8_t8x8", 0.1898), ("64x64x16_t4x8", 0.3467), ("128x64x16_t8x8", 0.2780), ("256x64x8_t8x8", 0.4001), ("128x128x16_t8x8", 0.2861)],
+            ),
+            (
+                shape([32, 64, 112, 112], [64, 64, 2, 2], 2, 0),
+                &[("64x64x8_t4x4", 0.1416), ("128x64x8_t8x8", 0.0941), ("128x128x8_t8x8", 0.2124), ("64x64x16_t4x8", 0.1078), ("128x64x16_t8x8", 0.1205), ("256x64x8_t8x8", 0.1197), ("128x128x16_t8x8", 0.1218)],
+            ),
+        ];
+        for (s, timed) in layers {
+            let tile = |n: &str| match format!("gemm_b{n}").parse::<crate::kernels::Variant>().unwrap() {
+                crate::kernels::Variant::Gemm(g) => g,
+                _ => unreachable!(),
+            };
+            let fastest = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap().0;
+            let cheapest = timed.iter().min_by(|a, b| tile(a.0).cost(&s).total_cmp(&tile(b.0).cost(&s))).unwrap().0;
+            assert_eq!(cheapest, fastest, "{}", s.label());
+        }
     }
 
     #[test]
