@@ -181,6 +181,14 @@ def check_mode_bound(got, want, half: bool, precision: str, context: str) -> Non
     assert np.isfinite(g).all() and err <= bound, f"{context}: error {err:.3g}"
 
 
+def check_same_non_finites(got, want) -> np.ndarray:
+    """Asserts that ``got`` holds NaN, +Inf and -Inf exactly where ``want`` does; returns the
+    mask of ``want``'s finite elements, for comparing the rest within a bound."""
+    for kind in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
+    return np.isfinite(want)
+
+
 def nhwc(a) -> np.ndarray:
     """An (N, C, H, W) array as a C-contiguous (N, H, W, C) one."""
     return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
