@@ -584,14 +584,14 @@ impl Engine {
         forced.map_or(adapter, |f| f.min(adapter)).max(16) / 4 * 4
     }
 
-    /// The most bytes a kernel's workspace binding may take: the default bound
-    /// (`codegen::MAX_WORKSPACE`, 128 MiB) or the adapter's largest binding where smaller;
-    /// `CONVTUNE_MAX_WORKSPACE` lowers it, for tests (chunked kernels on small problems).
+    /// The most bytes a kernel's workspace binding may take: `CONVTUNE_MAX_WORKSPACE` where
+    /// set (lower, for tests of chunked kernels on small problems; higher, to trade memory
+    /// for fewer chunks), else the default bound (`codegen::MAX_WORKSPACE`, 128 MiB); never
+    /// past the adapter's largest binding.
     pub fn max_workspace(&self) -> u64 {
         let adapter = self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size);
         let forced = std::env::var("CONVTUNE_MAX_WORKSPACE").ok().and_then(|v| v.trim().parse::<u64>().ok());
-        let cap = forced.map_or(crate::codegen::MAX_WORKSPACE, |f| f.min(crate::codegen::MAX_WORKSPACE));
-        cap.min(adapter).max(16) / 4 * 4
+        workspace_bound(forced, adapter)
     }
 
     pub fn checker(&self) -> Result<Arc<crate::check::Checker>> {
@@ -727,6 +727,12 @@ pub fn engine() -> Result<Arc<Engine>> {
     Ok(e)
 }
 
+/// The workspace bound for a setting of `CONVTUNE_MAX_WORKSPACE` (`forced`) on an adapter
+/// whose largest binding is `adapter` bytes: whole f32 elements, at least one.
+fn workspace_bound(forced: Option<u64>, adapter: u64) -> u64 {
+    forced.unwrap_or(crate::codegen::MAX_WORKSPACE).min(adapter).max(16) / 4 * 4
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -740,6 +746,19 @@ mod tests {
         assert!(msg.contains("no GPU adapter") && msg.contains("mesa-vulkan-drivers"), "{msg}");
         let msg = no_adapter_message(true, false).to_string();
         assert!(msg.contains("CONVTUNE_ADAPTER"), "{msg}");
+    }
+
+    #[test]
+    fn the_workspace_bound_is_the_setting_within_the_adapter() {
+        let default = crate::codegen::MAX_WORKSPACE;
+        assert_eq!(workspace_bound(None, 2 << 30), default);
+        assert_eq!(workspace_bound(None, 64 << 20), 64 << 20);
+        assert_eq!(workspace_bound(Some(1 << 20), 2 << 30), 1 << 20);
+        // Raised past the default (fewer chunks, more memory), up to the adapter's binding.
+        assert_eq!(workspace_bound(Some(512 << 20), 2 << 30), 512 << 20);
+        assert_eq!(workspace_bound(Some(8 << 30), 2 << 30), 2 << 30);
+        assert_eq!(workspace_bound(Some(0), 2 << 30), 16);
+        assert_eq!(workspace_bound(Some(1023), 2 << 30), 1020);
     }
 
     #[test]

@@ -192,7 +192,8 @@ def test_tuning_keeps_f6_out_of_highest(tuning_env, monkeypatch):
     assert any(_m(n) == 6 for n in names["high"]), names["high"]
 
 
-# --- Chunks: CONVTUNE_MAX_WORKSPACE lowers the workspace bound so small problems run in chunks.
+# --- Chunks: CONVTUNE_MAX_WORKSPACE lowers the workspace bound so small problems run in chunks
+# (or raises it, within the adapter's largest binding).
 
 def _ceil_to(v, q):
     return -(-v // q) * q
@@ -235,6 +236,21 @@ def test_chunked_runs_match_the_reference(variant, monkeypatch):
     with pytest.raises(ValueError, match="bytes of workspace"):
         convtune.conv2d(x, w, bias=b, padding=padding, groups=groups, variant=variant,
                         precision=_precision(variant))
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_a_bound_raised_past_the_adapters_binding_is_held_to_it(m, monkeypatch):
+    """CONVTUNE_MAX_WORKSPACE may raise the bound (fewer chunks, more memory); past the
+    adapter's largest storage binding it is held there, and the result does not change."""
+    variant = PER_M[m]
+    xs, ws, padding, groups = CHUNKED
+    rng = np.random.default_rng(20 + m)
+    x, w, b = _inputs(rng, xs, ws)
+    want = conv2d_reference(x, w, bias=b, padding=padding, groups=groups)
+    monkeypatch.setenv("CONVTUNE_MAX_WORKSPACE", str(2**50))
+    got = convtune.conv2d(x, w, bias=b, padding=padding, groups=groups, variant=variant,
+                          precision=_precision(variant))
+    check_close(got, want, context=f"{variant} at a raised bound", rtol=_bound(variant))
 
 
 @pytest.mark.parametrize("m", [2, 4, 6])

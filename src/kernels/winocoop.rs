@@ -182,7 +182,7 @@ impl KernelVariant for WinoCoop {
     }
 
     fn generate_within(&self, shape: &ConvShape, max_workspace: u64) -> Result<Kernel> {
-        generate(self, shape, max_workspace.min(MAX_WORKSPACE))
+        generate(self, shape, max_workspace)
     }
 }
 

@@ -16,13 +16,15 @@
 //! Against the fused family (`wino`) it pays a round trip of V and M through memory, and
 //! gains large GEMM tiles with few registers per invocation, whatever m.
 //!
-//! Chunks: where V and M of every tile would pass the workspace bound (`MAX_WORKSPACE`, or
-//! the adapter's largest binding where smaller: `generate_within`), the passes run once per
+//! Chunks: where V and M of every tile would pass the workspace bound (the engine's:
+//! `MAX_WORKSPACE` unless `CONVTUNE_MAX_WORKSPACE` sets it, never past the adapter's largest
+//! binding; `generate_within`), the passes run once per
 //! chunk of TP tiles (whole GEMM tiles, spread evenly over the fewest chunks that fit), all
 //! in one kernel (`Kernel::chunks`): each chunk's passes read its index from binding 4 and
 //! work on tiles chunk * TP + t, the workspace sized for one chunk; U is transformed by the
 //! first chunk's prologue only (later chunks' filter workgroups return at once). The EDSR
-//! body at 720p (57,600 F(4x4) tiles, 530 MB of V) runs in 4 chunks with 64-tile GEMMs.
+//! body at 720p (57,600 F(4x4) tiles, 530 MB of V) runs in 4 chunks with 64-tile GEMMs
+//! (on an H200 7% slower than in one, with a bound of 512 MiB: BENCHMARKS.md).
 //!
 //! Transforms: Toom-Cook at the interpolation points
 //! - m = 2: 0, 1, -1, infinity (Lavin & Gray 2016);
@@ -389,7 +391,7 @@ impl KernelVariant for WinoGemm {
     }
 
     fn generate_within(&self, shape: &ConvShape, max_workspace: u64) -> Result<Kernel> {
-        generate(self, shape, max_workspace.min(MAX_WORKSPACE))
+        generate(self, shape, max_workspace)
     }
 }
 
@@ -1000,8 +1002,10 @@ mod tests {
         // 14,464 tiles fit 128 MiB, so 4 chunks of 14,400.
         let f4 = WinoGemm { m: 4, bm: 64, bn: 64, bk: 8, tm: 4, tn: 4 };
         assert_eq!(f4.chunking(&edsr, MAX_WORKSPACE), Some(Chunking { tp: 14400, chunks: 4 }));
-        // An adapter bound above the default changes nothing; the passes' launches count.
-        assert_eq!(f4.generate_within(&edsr, 1 << 40).unwrap().chunks, 4);
+        // A bound raised past the default (CONVTUNE_MAX_WORKSPACE) takes fewer chunks: V of
+        // the whole EDSR body (530 MB) in one.
+        assert_eq!(f4.generate_within(&edsr, MAX_WORKSPACE).unwrap().chunks, 4);
+        assert_eq!(f4.generate_within(&edsr, 1 << 30).unwrap().chunks, 1);
         let one = shape([1, 64, 360, 640], [64, 64, 3, 3], 1, 1, 1);
         assert_eq!(f4.chunking(&one, MAX_WORKSPACE).unwrap().chunks, 1);
     }
