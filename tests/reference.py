@@ -181,6 +181,19 @@ def check_mode_bound(got, want, half: bool, precision: str, context: str) -> Non
     assert np.isfinite(g).all() and err <= bound, f"{context}: error {err:.3g}"
 
 
+def non_finite_inputs(rng: np.random.Generator, x_shape, w_shape):
+    """Standard normal float32 x (one image, 3 channels or more) and w (6 output channels or
+    more) with +Inf at x[0, 1, 3, 4], NaN at x[0, 2, 6, 7] and +Inf at w[5, 0, 0, 0]: padding
+    multiplies that weight by zero (NaN, as zero padding gives), and the input Inf reaches
+    exactly the outputs whose windows hold it."""
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    x[0, 1, 3, 4] = np.inf
+    x[0, 2, 6, 7] = np.nan
+    w[5, 0, 0, 0] = np.inf
+    return x, w
+
+
 def check_same_non_finites(got, want) -> np.ndarray:
     """Asserts that ``got`` holds NaN, +Inf and -Inf exactly where ``want`` does; returns the
     mask of ``want``'s finite elements, for comparing the rest within a bound."""

@@ -11,7 +11,10 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference
-from reference import check_close, check_epilogue_in_both_layouts, check_same_non_finites, random_conv_inputs
+from reference import (
+    check_close, check_epilogue_in_both_layouts, check_same_non_finites,
+    non_finite_inputs, random_conv_inputs,
+)
 
 GEMM = [v for v in convtune.variant_space() if v.startswith("gemm_")]
 F16 = convtune.adapter_info()["features"]["shader_f16"]
@@ -108,12 +111,7 @@ def test_float16_data_on_rows(variant):
 def test_inf_and_nan_come_out_as_in_the_direct_method(variant):
     """Padding multiplies an infinite weight by zero: NaN, as the reference's zero padding
     gives; an infinite input reaches exactly the outputs whose windows hold it."""
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((1, 3, 10, 16)).astype(np.float32)
-    w = rng.standard_normal((8, 3, 4, 4)).astype(np.float32)
-    x[0, 1, 3, 4] = np.inf
-    x[0, 2, 6, 7] = np.nan
-    w[5, 0, 0, 0] = np.inf
+    x, w = non_finite_inputs(np.random.default_rng(11), (1, 3, 10, 16), (8, 3, 4, 4))
     with np.errstate(all="ignore"):
         want = conv2d_reference(x, w, stride=2, padding=1)
     assert _reads_rows(variant, x.shape, w.shape, stride=2, padding=1)

@@ -11,7 +11,10 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import check_close, check_epilogue_in_both_layouts, check_same_non_finites, nhwc, random_conv_inputs
+from reference import (
+    check_close, check_epilogue_in_both_layouts, check_same_non_finites,
+    non_finite_inputs, nhwc, random_conv_inputs,
+)
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 STEM = [v for v in convtune.variant_space() if v.startswith("stem_")]
@@ -101,12 +104,7 @@ def test_pixel_shuffle_and_transposed_convolutions_scatter_their_stores(variant,
 def test_inf_and_nan_come_out_as_in_the_direct_method(variant, layout):
     """Padding multiplies an infinite weight by zero: NaN, as the reference's zero padding
     gives; an infinite input reaches exactly the outputs whose windows hold it."""
-    rng = np.random.default_rng(10)
-    x = rng.standard_normal((1, 3, 8, 12)).astype(np.float32)
-    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
-    x[0, 1, 3, 4] = np.inf
-    x[0, 2, 6, 7] = np.nan
-    w[5, 0, 0, 0] = np.inf
+    x, w = non_finite_inputs(np.random.default_rng(10), (1, 3, 8, 12), (8, 3, 3, 3))
     with np.errstate(all="ignore"):
         want = conv2d_reference(x, w, padding=1)
     t = nhwc if layout == "NHWC" else (lambda a: a)
