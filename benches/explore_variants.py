@@ -1,6 +1,6 @@
 """Times every GEMM-family variant (and the default) on each shape of a suite; GPU machines.
 
-Usage: python benches/explore_variants.py [--suite public] [--reps 5] [--out results.json]
+Usage: python benches/explore_variants.py [--suite public|default|strided] [--reps 5] [--out results.json]
 Prints, per shape, the fastest variants with TFLOP/s, and cuDNN's fp32 time when PyTorch with
 CUDA is importable. For studying kernels; the tuner does this selection for users.
 """
@@ -20,7 +20,10 @@ import convtune
 from convtune.__main__ import SUITES
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from strided_layers import STRIDED  # noqa: E402
 from vs_cudnn import cuda_ms  # noqa: E402
+
+LAYERS = {**SUITES, "strided": STRIDED}
 
 
 def cudnn_ms(case, reps=20):
@@ -60,7 +63,7 @@ def torch_check(case, name):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--suite", default="public", choices=sorted(SUITES))
+    p.add_argument("--suite", default="public", choices=sorted(LAYERS))
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--family", default="gemm")
     p.add_argument("--out", default=None)
@@ -72,7 +75,7 @@ def main() -> int:
     print(f"adapter: {info['name']} ({info['backend']}) driver {info['driver']} {info['driver_info']}")
     names = [n for n in convtune.variant_space() if n.startswith(args.family)]
     results = []
-    suite = SUITES[args.suite]
+    suite = LAYERS[args.suite]
     if args.only:
         suite = [suite[int(i)] for i in args.only.split(",")]
     for case in suite:
