@@ -58,6 +58,12 @@ impl Gemm {
         (self.bk % shape.s == 0 && slots % self.invocations() == 0).then_some(rows)
     }
 
+    /// Row slots per invocation and step, where x is read in rows: four pixels of BM by
+    /// BK / S rows of the reduction.
+    fn row_slots(&self, shape: &ConvShape) -> u32 {
+        (self.bm / 4) * (self.bk / shape.s) / self.invocations()
+    }
+
     /// Which of x, w and y this variant moves four values at a time on `shape` (a side of
     /// loads only with `whole_vec4_slots`).
     fn vec4_sides(&self, shape: &ConvShape) -> (bool, bool, bool) {
@@ -265,9 +271,8 @@ impl Rows {
 /// step's `count` vec4 loads, and the S staged rows they fill.
 fn write_row_slots(gm: &Gemm, shape: &ConvShape, rows: Rows, (setup, fetch, stage_store): (&mut String, &mut String, &mut String)) {
     let threads = gm.invocations();
-    let per_step = gm.bk / shape.s;
     writeln!(setup, "    // x read in rows of the kernel window: {} vec4s per four pixels' {} taps.", rows.count, shape.s).unwrap();
-    for i in 0..(gm.bm / 4) * per_step / threads {
+    for i in 0..gm.row_slots(shape) {
         let off = i * threads;
         writeln!(setup, "    let aq{i} = (lid + {off}) % (BM / 4);\n    let ar{i} = (lid + {off}) / (BM / 4);").unwrap();
         implicit::write_pixel_position(setup, &i.to_string(), &format!("m0 + 4 * aq{i}"));
@@ -436,7 +441,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     write_accumulators(&mut acc, gm.tm, gm.tn);
     let mut advance = String::new();
     match rows {
-        Some(_) => write_row_advance(&mut advance, (gm.bm / 4) * (gm.bk / shape.s) / threads, gm.bk / shape.s, shape),
+        Some(_) => write_row_advance(&mut advance, gm.row_slots(shape), gm.bk / shape.s, shape),
         None => implicit::write_reduction_advance(&mut advance, if vec_x { 0 } else { a_slots }, gm.bk, shape, "    "),
     }
     // The reduction over one staged step, written out.
