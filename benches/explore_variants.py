@@ -20,28 +20,9 @@ import convtune
 from convtune.__main__ import SUITES
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from strided_layers import STRIDED  # noqa: E402
-from vs_cudnn import cuda_ms  # noqa: E402
+from strided_layers import STRIDED, cudnn_fp32_ms  # noqa: E402
 
 LAYERS = {**SUITES, "strided": STRIDED}
-
-
-def cudnn_ms(case, reps=20):
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    x = torch.randn(case.x_shape, device="cuda")
-    w = torch.randn(case.w_shape, device="cuda")
-    return cuda_ms(
-        lambda: torch.nn.functional.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups),
-        reps,
-    )
 
 
 def torch_check(case, name):
@@ -91,7 +72,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 - exploration records every failure
                 rows.append((float("inf"), name, repr(e)[:120]))
         rows.sort()
-        ref = cudnn_ms(case)
+        ref = cudnn_fp32_ms(case, 20)
         flops = case.flops()
         d_ms = next(r[0] for r in rows if r[1] == default) * 1e3
         print(f"\n{case.label()}  ({time.perf_counter() - t_shape:.1f} s)  default {default}: {d_ms:.3f} ms"

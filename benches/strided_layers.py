@@ -35,7 +35,8 @@ STRIDED = [
 ]
 
 
-def cudnn_fp32_ms(case: Case):
+def cudnn_fp32_ms(case: Case, reps: int = 50):
+    """cuDNN fp32's (TF32 off) GPU ms for `case`, or None without PyTorch and CUDA."""
     try:
         import torch
     except ImportError:
@@ -49,7 +50,8 @@ def cudnn_fp32_ms(case: Case):
     torch.backends.cudnn.benchmark = True
     x = torch.randn(case.x_shape, device="cuda")
     w = torch.randn(case.w_shape, device="cuda")
-    return cuda_ms(lambda: torch.nn.functional.conv2d(x, w, stride=case.stride, padding=case.padding))
+    return cuda_ms(
+        lambda: torch.nn.functional.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups), reps)
 
 
 def main() -> int:
