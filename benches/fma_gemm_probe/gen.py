@@ -34,35 +34,26 @@ def kernel(M, N, K, BM, BN, BK, TM, TN, vec_a=True, vec_b=True, vec_store=False,
     w(f"    let n0 = i32(wid.y) * {BN};")
     w(f"    let tx = lid % {TX};")
     w(f"    let ty = lid / {TX};")
-    # load slots
+    def slots(values, width, fast, slow, reg, ty):
+        """Load slots for a staged step of `values` values: invocation lid + i*T takes
+        (`fast` = slot % width, `slow` = slot / width); every invocation the same number."""
+        count = values // T
+        assert count * T == values, name
+        for i in range(count):
+            w(f"    let {fast}{i} = (lid + {i * T}) % {width};")
+            w(f"    let {slow}{i} = (lid + {i * T}) / {width};")
+            w(f"    var {reg}{i}: {ty};")
+        return count
+
+    # load slots: A along rows of M (k-major), B along rows of K (n-major)
     if vec_a:
-        na = BK * BM // 4 // T
-        assert na * T * 4 == BK * BM, name
-        for i in range(na):
-            w(f"    let am{i} = (lid + {i * T}) % {BM // 4};")
-            w(f"    let ak{i} = (lid + {i * T}) / {BM // 4};")
-            w(f"    var pa{i}: vec4<f32>;")
+        na = slots(BK * BM // 4, BM // 4, "am", "ak", "pa", "vec4<f32>")
     else:
-        na = BK * BM // T
-        assert na * T == BK * BM
-        for i in range(na):
-            w(f"    let am{i} = (lid + {i * T}) % {BM};")
-            w(f"    let ak{i} = (lid + {i * T}) / {BM};")
-            w(f"    var pa{i}: f32;")
+        na = slots(BK * BM, BM, "am", "ak", "pa", "f32")
     if vec_b:
-        nb = BK * BN // 4 // T
-        assert nb * T * 4 == BK * BN, name
-        for i in range(nb):
-            w(f"    let bkq{i} = (lid + {i * T}) % {BK // 4};")
-            w(f"    let bn{i} = (lid + {i * T}) / {BK // 4};")
-            w(f"    var pb{i}: vec4<f32>;")
+        nb = slots(BK * BN // 4, BK // 4, "bkq", "bn", "pb", "vec4<f32>")
     else:
-        nb = BK * BN // T
-        assert nb * T == BK * BN
-        for i in range(nb):
-            w(f"    let bk{i} = (lid + {i * T}) % {BK};")
-            w(f"    let bn{i} = (lid + {i * T}) / {BK};")
-            w(f"    var pb{i}: f32;")
+        nb = slots(BK * BN, BK, "bk", "bn", "pb", "f32")
     for i in range(TM):
         for j in range(TN):
             w(f"    var acc{i}_{j}: f32 = 0.0;")
