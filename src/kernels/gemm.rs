@@ -580,11 +580,7 @@ pub(crate) fn write_inner(s: &mut String, bk: u32, (tm, tn): (u32, u32), (tx, ty
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::params::Padding;
-
-    fn shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64) -> ConvShape {
-        ConvShape::new(x, w, (stride, stride), Padding::Explicit(pad, pad), (1, 1), 1, None).unwrap()
-    }
+    use crate::kernels::square_shape as shape;
 
     #[test]
     fn rows_of_the_window_take_a_few_vec4s_where_rows_are_whole() {

@@ -346,6 +346,12 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     v
 }
 
+/// A one-group problem with equal strides and paddings on both axes, for the families' tests.
+#[cfg(test)]
+pub(crate) fn square_shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64) -> ConvShape {
+    ConvShape::new(x, w, (stride, stride), crate::params::Padding::Explicit(pad, pad), (1, 1), 1, None).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -418,11 +418,8 @@ mod tests {
     use super::*;
     use crate::codegen::validate;
     use crate::dtype::DType;
+    use crate::kernels::square_shape as shape;
     use crate::params::Padding;
-
-    fn shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64) -> ConvShape {
-        ConvShape::new(x, w, (stride, stride), Padding::Explicit(pad, pad), (1, 1), 1, None).unwrap()
-    }
 
     #[test]
     fn every_variant_validates_on_stems_in_both_layouts_and_types() {
