@@ -341,7 +341,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--modes", default=None, help=f"comma-separated, of {', '.join(MODES)} (default: all)")
     p.add_argument("--budget", type=float, default=None, help="tuning seconds per problem (default: convtune's)")
     p.add_argument("--reps", type=int, default=None, help="GPU-timed runs per winner (default 50; --smoke 3)")
-    p.add_argument("--e2e-reps", type=int, default=None, help="end-to-end runs (default 10; --smoke 2)")
+    p.add_argument("--e2e-reps", type=int, default=None, help="end-to-end runs (default 50; --smoke 2)")
     p.add_argument("--only", choices=("decoders", "upsamplers"), default=None)
     p.add_argument("--out", default=None, help="JSON file (default benches/results/upsample_vs_torch_<commit>.json)")
     args = p.parse_args(argv)
@@ -351,7 +351,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if bad or not modes:
         p.error(f"--modes: unknown {', '.join(bad) or '(none given)'}; accepted: {', '.join(MODES)}")
     reps = args.reps if args.reps is not None else (3 if args.smoke else 50)
-    e2e_reps = args.e2e_reps if args.e2e_reps is not None else (2 if args.smoke else 10)
+    e2e_reps = args.e2e_reps if args.e2e_reps is not None else (2 if args.smoke else 50)
     if reps < 2 or e2e_reps < 1:
         p.error("--reps must be >= 2 and --e2e-reps >= 1")
     budget = args.budget if args.budget is not None else (0.0 if args.smoke else None)

@@ -216,9 +216,21 @@ pub fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
     Ok(out)
 }
 
-/// Waits for a submission (or all work) to finish, bounded so a hung GPU gives an error.
-/// The driver blocks on a fence: no sleeping, no spinning.
+/// Waits for a submission (or all work) to finish, bounded so a hung GPU gives an error:
+/// polls for up to the engine's spin time (`device::spin_time`), then blocks on the driver's fence.
 pub fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
+    if !engine.spin.is_zero() {
+        let start = std::time::Instant::now();
+        // A wait with no time left checks the fence and returns.
+        let check = || wgpu::PollType::Wait { submission_index: idx.clone(), timeout: Some(Duration::ZERO) };
+        while start.elapsed() < engine.spin {
+            match engine.device.poll(check()) {
+                Ok(_) => return Ok(()),
+                Err(wgpu::PollError::Timeout) => std::thread::yield_now(),
+                Err(other) => return Err(Error::DeviceLost(other.to_string())),
+            }
+        }
+    }
     engine
         .device
         .poll(wgpu::PollType::Wait { submission_index: idx, timeout: Some(GPU_WAIT) })
