@@ -90,8 +90,13 @@ pub struct WeightPass {
     pub key: u64,
 }
 
+/// The features the cooperative-matrix family needs (subgroup barriers guard its scratch
+/// tiles: `kernels::coop::store`).
 const TENSOR_CORE_FEATURES: wgpu::Features =
-    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX.union(wgpu::Features::SHADER_F16);
+    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        .union(wgpu::Features::SHADER_F16)
+        .union(wgpu::Features::SUBGROUP)
+        .union(wgpu::Features::SUBGROUP_BARRIER);
 
 /// Whether the adapter has what the cooperative-matrix family uses: the features, a
 /// 16x16x16 f16 x f16 -> f32 configuration and subgroups of exactly 32 invocations (the

@@ -36,7 +36,7 @@ impl Engine {
     /// An engine on a device the caller opened, so convolutions read and write the
     /// caller's buffers in place. convtune uses whichever of its optional features the
     /// device was opened with ([`OPTIONAL_FEATURES`]: timestamp queries, `SHADER_F16` for
-    /// float16 problems, cooperative matrices for the tensor-core family,
+    /// float16 problems, cooperative matrices with subgroup barriers for the tensor-core family,
     /// `MAPPABLE_PRIMARY_BUFFERS`), and needs compute shaders and the limits of
     /// [`wgpu::Limits::default`] for storage buffers per stage (8) and workgroup sizes
     /// (256 invocations): a device without them gives [`Error::Unsupported`] naming each

@@ -42,7 +42,7 @@ impl Caps {
     pub fn tensor_cores_missing(&self) -> Option<&'static str> {
         (!self.tensor_cores).then_some(
             "the adapter has no 16x16x16 f16->f32 cooperative matrices on 32-wide subgroups \
-             (wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX with SHADER_F16)",
+             (wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX with SHADER_F16, SUBGROUP and SUBGROUP_BARRIER)",
         )
     }
 }

@@ -5,12 +5,23 @@ use super::variant::*;
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
 
+/// The barrier between a subgroup's writes to its scratch tile and its lanes' reads of them
+/// (and back). A subgroup barrier: the family runs only on adapters whose subgroups are
+/// exactly 32 wide (NVIDIA's drivers today), where it is the warp barrier, which orders the
+/// warp's shared-memory accesses; a workgroup barrier also waited for the other subgroups,
+/// which took 2-4% of the scattered stores' layers' time on an H200 (BENCHMARKS.md, "Subgroup
+/// barriers around the scratch tile").
+const SCRATCH_BARRIER: &str = "    subgroupBarrier();";
+
 /// The store step: each accumulator tile goes through the subgroup's scratch, laid out so
 /// that neighbouring lanes write neighbouring elements of y: pixel fastest for NCHW
 /// (column-major), channel fastest for NHWC (row-major). Where four neighbours along that
 /// axis are always in range together and 16-byte aligned (`vec_y`: whole quads of pixels in
 /// every image, or of channels in every group), each lane stores them as one vec4. Split-K
 /// variants store unscaled partial sums instead, for the finishing pass.
+///
+/// Each subgroup's scratch tile is its own, so the barriers around it are subgroup barriers
+/// (`SCRATCH_BARRIER`).
 pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool) -> String {
     // Split-K's partial sums go to the workspace unmoved: its finishing pass moves them.
     let moved = shape.moves_y() && v.splits == 1;
@@ -87,12 +98,12 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
         }
         for j in 0..tn {
             let s = &mut store;
-            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if split {
                 writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
-            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             // The channel half of a scatter's mapping, where every round of this lane shares it
             // (NHWC's rounds advance the pixel and keep the channel).
             if scatter && !pixel_fastest {
@@ -217,12 +228,12 @@ fn phase_quad_store(v: &Coop, sw: u32, window: bool) -> String {
             writeln!(s, "    let ypr{i}_{r} = ypix(ysm{i}_{r});").unwrap();
         }
         for j in 0..v.tn() {
-            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             writeln!(s, "    coopStore(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if v.split == 3 {
                 writeln!(s, "    coopStore(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
-            writeln!(s, "    workgroupBarrier();").unwrap();
+            writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             for r in 0..2 {
                 writeln!(s, "    {{").unwrap();
                 writeln!(s, "        let u = {}u + lane;", r * 32).unwrap();
@@ -280,5 +291,34 @@ pub(super) fn finish_store(vec_y: bool, moved: bool) -> String {
             writeln!(f, "    if (4 * i + {t} < YLEN) {{ y[4 * i + {t}] = DT(epilogue(sum[{t}], {}, 4 * i + {t})); }}", k_of(&format!("(4 * i + {t})"))).unwrap();
         }
         f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::coop::Coop;
+    use crate::kernels::{Family, Variant};
+    use crate::params::{ConvShape, Layout, Padding};
+
+    /// The scratch tiles are guarded by subgroup barriers; the staging of the main loop,
+    /// shared by the whole workgroup, keeps workgroup barriers.
+    #[test]
+    fn scratch_tiles_wait_for_their_subgroup_only() {
+        let base = ConvShape::new([1, 64, 18, 32], [256, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        let shuffled = base.with_pixel_shuffle(2).unwrap();
+        let (mut checked, mut scattered) = (0, 0);
+        for shape in [base, shuffled, shuffled.with_layout(Layout::Nhwc)] {
+            for c in Coop::space().into_iter().step_by(7) {
+                let Ok(k) = Variant::Coop(c).generate(&shape) else { continue };
+                let (main, rest) = k.source.split_once("let sbase").expect("a store step");
+                // To the end of the kernel's function (a prologue's may follow).
+                let store = rest.split("\n}\n").next().unwrap_or(rest);
+                assert!(main.contains("workgroupBarrier()"), "{c:?}");
+                assert!(store.contains("subgroupBarrier()") && !store.contains("workgroupBarrier()"), "{c:?} on {}", shape.label());
+                checked += 1;
+                scattered += usize::from(store.contains("yscatter("));
+            }
+        }
+        assert!(checked > 20 && scattered > 10, "{checked} kernels, {scattered} scattered");
     }
 }
