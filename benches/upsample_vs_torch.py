@@ -37,7 +37,7 @@ Upsamplers, conv 3x3 p1 then pixel shuffle (ESPCN/EDSR):
     1,64,180,320 -> 1024, then shuffle 4  (-> 1,64,720,1280)
 GPU time of `conv2d(..., pixel_shuffle=r)` (the shuffle fused into the store) against the
 same conv without the shuffle, both tuned (target: fused / plain <= 1.05); then wall time
-end to end, median of `--e2e-reps` after a warm-up call: numpy in -> numpy out (convtune's
+end to end, median of `--e2e-reps` after 0.2 s of warm-up calls: numpy in -> numpy out (convtune's
 `conv2d` on numpy arrays; PyTorch `torch.from_numpy(x).cuda()`, likewise w,
 `F.pixel_shuffle(F.conv2d(...), r)`, `.cpu().numpy()`: the H2D and D2H copies included),
 and on device tensors (a `convtune.Tensor` from `to_device` against a CUDA tensor, w on the
@@ -214,11 +214,16 @@ def reference(torch, shape: Shape, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return pixel_shuffle_reference(y, shape.pixel_shuffle) if shape.pixel_shuffle != 1 else y
 
 
-def wall_ms(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
-    """Median wall milliseconds of ``fn`` from a synchronised start to ``sync()``, after one
-    warm-up call."""
-    fn()
-    sync()
+def wall_ms(fn: Callable[[], Any], sync: Callable[[], None], reps: int, warm_s: float = 0.2) -> float:
+    """Median wall milliseconds of ``fn`` from a synchronised start to ``sync()``, after
+    ``warm_s`` seconds of warm-up calls (at least one): the GPU at load clocks for either
+    side, whatever ran before."""
+    end = time.perf_counter() + warm_s
+    while True:
+        fn()
+        sync()
+        if time.perf_counter() >= end:
+            break
     out = []
     for _ in range(reps):
         sync()
