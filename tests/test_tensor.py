@@ -1,5 +1,10 @@
 """GPU-resident tensors: chained convolutions without host round trips."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -117,3 +122,30 @@ def test_weight_tensor_errors():
         convtune.conv2d(xt, convtune.to_device(np.ones((4, 3, 3, 8), np.float32), "NHWC"))
     with pytest.raises(ValueError, match="C/groups"):
         convtune.conv2d(xt, convtune.to_device(np.ones((4, 7, 3, 3), np.float32)))
+
+
+POLLED_CHAIN = textwrap.dedent("""
+    import numpy as np, convtune
+    from convtune.reference import conv2d_reference, max_relative_error
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 8, 24, 24), dtype=np.float32)
+    ws = [(rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32) for _ in range(6)]
+    t, ref = convtune.to_device(x), x.astype(np.float64)
+    for w in ws:
+        t = convtune.conv2d(t, w, padding=1)
+        ref = conv2d_reference(ref, w, 1, 1)
+    convtune.synchronize()
+    y = convtune.conv2d(x, ws[0], padding=1)  # a numpy call: its read-back waits too
+    assert max_relative_error(t.numpy(), ref) <= 1e-4
+    assert max_relative_error(y, conv2d_reference(x, ws[0], 1, 1)) <= 1e-5
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("spin_us", ["0", "200", "1000000"])
+def test_waits_that_poll_or_block_give_the_same_results(spin_us):
+    """CONVTUNE_SPIN_US: waits poll the device for up to that long before blocking (CPU
+    adapters default to 0; forcing it here runs the polling path on lavapipe too)."""
+    env = dict(os.environ, CONVTUNE_SPIN_US=spin_us)
+    r = subprocess.run([sys.executable, "-c", POLLED_CHAIN], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
