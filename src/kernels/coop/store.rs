@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 /// (and back). A subgroup barrier: the family runs only on adapters whose subgroups are
 /// exactly 32 wide (NVIDIA's drivers today), where it is the warp barrier, which orders the
 /// warp's shared-memory accesses; a workgroup barrier also waited for the other subgroups,
-/// which took 2-4% of the scattered stores' layers' time on an H200 (BENCHMARKS.md, "Subgroup
-/// barriers around the scratch tile").
+/// which took 2-4% of the scattered stores' layers' time on an H200 (BENCHMARKS.md, "Waits
+/// that poll; subgroup barriers around the scratch tile").
 const SCRATCH_BARRIER: &str = "    subgroupBarrier();";
 
 /// The store step: each accumulator tile goes through the subgroup's scratch, laid out so
