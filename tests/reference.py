@@ -8,6 +8,8 @@ per axis, ``total // 2`` at the top/left and the rest at the bottom/right.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from typing import Optional, Tuple, Union
 
 import numpy as np
@@ -252,3 +254,11 @@ def readme_examples(test: str) -> list:
             blocks.append("\n".join(lines[i + 2:end]) + "\n")
     assert blocks, f"README.md has no python block marked for {test}"
     return blocks
+
+
+def run_ok(code: str, **env: str) -> None:
+    """Runs ``code`` in a fresh Python process with ``env`` added to this one's environment
+    (settings read once per process) and checks that it exits cleanly having printed "ok"."""
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -4,16 +4,12 @@ rows, device Tensors and chaining, tuning with an epilogue, and bad arguments.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference
-from reference import check_close
+from reference import check_close, run_ok
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
@@ -145,9 +141,7 @@ print("ok")
 def test_split_problems_and_padding_only_rows_apply_the_epilogue():
     """Problems too large for one binding run as row bands, each uploading its part of z,
     in both layouts."""
-    r = subprocess.run([sys.executable, "-c", SPLIT], env=dict(os.environ), capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    run_ok(SPLIT)
 
 
 def test_tensor_calls_take_z_as_tensor_or_array():

@@ -4,8 +4,6 @@ belong, and last_call_timings() accounts for the call."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -15,6 +13,7 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference, max_relative_error
+from reference import run_ok
 
 
 @pytest.fixture(autouse=True)
@@ -67,10 +66,7 @@ def test_tiny_chunks_on_several_threads_match_the_reference(threads, direct):
     """1 KiB chunks: runs of row bands cross chunk boundaries, threads take every third
     chunk; results must still match, whole problems and split ones alike, with inputs
     written through staging or in place (CONVTUNE_DIRECT_UPLOAD)."""
-    env = dict(os.environ, CONVTUNE_COPY_CHUNK_KB="1", CONVTUNE_COPY_THREADS=threads,
-               CONVTUNE_DIRECT_UPLOAD=direct)
-    r = subprocess.run([sys.executable, "-c", CHUNKED], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    run_ok(CHUNKED, CONVTUNE_COPY_CHUNK_KB="1", CONVTUNE_COPY_THREADS=threads, CONVTUNE_DIRECT_UPLOAD=direct)
 
 
 PIECES = textwrap.dedent("""
@@ -111,9 +107,7 @@ PIECES = textwrap.dedent("""
 @pytest.mark.parametrize("direct", ["0", "1"])
 @pytest.mark.parametrize("threads", ["1", "3", "8"])
 def test_uploads_cut_across_copy_threads_land_where_they_belong(threads, direct):
-    env = dict(os.environ, CONVTUNE_COPY_THREADS=threads, CONVTUNE_DIRECT_UPLOAD=direct)
-    r = subprocess.run([sys.executable, "-c", PIECES], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    run_ok(PIECES, CONVTUNE_COPY_THREADS=threads, CONVTUNE_DIRECT_UPLOAD=direct)
 
 
 def test_timings_account_for_the_whole_call():

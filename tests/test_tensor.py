@@ -1,8 +1,5 @@
 """GPU-resident tensors: chained convolutions without host round trips."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -10,6 +7,7 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference, max_relative_error
+from reference import run_ok
 
 
 def test_round_trip_and_attributes():
@@ -146,6 +144,4 @@ POLLED_CHAIN = textwrap.dedent("""
 def test_waits_that_poll_or_block_give_the_same_results(spin_us):
     """CONVTUNE_SPIN_US: waits poll the device for up to that long before blocking (CPU
     adapters default to 0; forcing it here runs the polling path on lavapipe too)."""
-    env = dict(os.environ, CONVTUNE_SPIN_US=spin_us)
-    r = subprocess.run([sys.executable, "-c", POLLED_CHAIN], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    run_ok(POLLED_CHAIN, CONVTUNE_SPIN_US=spin_us)
