@@ -11,7 +11,7 @@ use crate::params::ConvShape;
 use crate::kernels::{Caps, Variant};
 use crate::resident::key_of;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -152,6 +152,11 @@ pub struct Engine {
     pub in_flight: Mutex<Option<wgpu::SubmissionIndex>>,
     /// How long a wait for the GPU polls before blocking (`spin_time`).
     pub spin: Duration,
+    /// Held by the one thread polling the device at a time (`wait::spin`).
+    pub poller: Mutex<()>,
+    /// The process that opened the device: a forked child has the parent's handles but
+    /// none of its driver threads, and any wait there would hang.
+    pid: u32,
     /// When the last tuning run ended: the GPU was at load clocks then (see `tuner::tune`).
     pub last_tuned: Mutex<Option<std::time::Instant>>,
 }
@@ -313,9 +318,10 @@ fn no_adapter_message(loader_present: bool, list_empty: bool) -> Error {
 }
 
 /// Every adapter wgpu can see, best first.
-pub fn list_adapters() -> Vec<AdapterDesc> {
+pub fn list_adapters() -> Result<Vec<AdapterDesc>> {
+    not_forked()?;
     let (_instance, list) = discover();
-    list.iter().enumerate().map(|(i, a)| AdapterDesc::from_info(Some(i), &a.get_info())).collect()
+    Ok(list.iter().enumerate().map(|(i, a)| AdapterDesc::from_info(Some(i), &a.get_info())).collect())
 }
 
 /// The adapter `selector` (`CONVTUNE_ADAPTER`: an index or a name substring) names, else
@@ -600,8 +606,18 @@ impl Engine {
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
             in_flight: Mutex::new(None),
             spin: spin_time(cpu),
+            poller: Mutex::new(()),
+            pid: std::process::id(),
             last_tuned: Mutex::new(None),
         })
+    }
+
+    /// An error in a process forked after this device was opened (see `forked_error`).
+    pub fn check_process(&self) -> Result<()> {
+        match std::process::id() {
+            pid if pid == self.pid => Ok(()),
+            _ => Err(forked_error()),
+        }
     }
 
     pub fn is_lost(&self) -> bool {
@@ -746,8 +762,35 @@ impl Engine {
     }
 }
 
+/// The process that opened the process-wide engine; 0 before it is opened.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// What a process forked after convtune opened its device gets from every call: the GPU
+/// device, its driver's threads and convtune's own locks do not survive `fork` (PyTorch
+/// says the same of CUDA), and a wait there would never end.
+pub fn forked_error() -> Error {
+    Error::Forked(
+        "this process was forked after convtune opened its GPU device, and the device cannot be \
+         used in a forked child: start worker processes with the 'spawn' or 'forkserver' \
+         method (multiprocessing.set_start_method / get_context('spawn'), or a data loader's \
+         multiprocessing_context), or fork before convtune's first call"
+            .into(),
+    )
+}
+
+/// An error in a process forked after the process-wide engine was opened. Checked before
+/// any lock: a parent's thread may have held it when the process forked.
+pub fn not_forked() -> Result<()> {
+    let owner = OWNER.load(Ordering::Acquire);
+    if owner != 0 && owner != std::process::id() {
+        return Err(forked_error());
+    }
+    Ok(())
+}
+
 /// The process-wide engine, created on first use and recreated after a device loss.
 pub fn engine() -> Result<Arc<Engine>> {
+    not_forked()?;
     let mut slot = ENGINE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(e) = slot.as_ref() {
         if !e.is_lost() {
@@ -755,6 +798,7 @@ pub fn engine() -> Result<Arc<Engine>> {
         }
     }
     let e = Arc::new(Engine::create()?);
+    OWNER.store(e.pid, Ordering::Release);
     *slot = Some(e.clone());
     Ok(e)
 }

@@ -126,6 +126,7 @@ impl Engine {
     /// An error once convtune's own device was lost (a caller's device is the caller's to
     /// watch: its lost callback is left alone).
     pub(crate) fn check_lost(&self) -> Result<()> {
+        self.inner.check_process()?;
         if self.inner.is_lost() {
             return Err(Error::DeviceLost(format!("{} was lost", self.inner.desc.name)));
         }
@@ -133,7 +134,8 @@ impl Engine {
     }
 }
 
-/// Every adapter wgpu can see, best first (the order `CONVTUNE_ADAPTER` indexes).
-pub fn adapters() -> Vec<AdapterDesc> {
+/// Every adapter wgpu can see, best first (the order `CONVTUNE_ADAPTER` indexes); an error
+/// only in a process forked after the shared engine was opened.
+pub fn adapters() -> Result<Vec<AdapterDesc>> {
     device::list_adapters()
 }

@@ -48,9 +48,26 @@ pub enum Error {
     /// The tuning cache could not be read or written (Python: convtune.ConvtuneError).
     #[error("tuning cache: {0}")]
     Cache(String),
+    /// The process was forked after convtune opened its device; the message says what to
+    /// do instead (Python: convtune.ConvtuneError).
+    #[error("{0}")]
+    Forked(String),
+    /// A panic inside convtune or a dependency, caught at the API's edge: the call failed,
+    /// the engine stays usable (Python: convtune.InternalError).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// Tuning was stopped by its progress callback (Python: whatever the callback raised).
     #[error("tuning cancelled: {0}")]
     Cancelled(String),
+}
+
+/// `f`, with a panic inside it (convtune's or a dependency's) returned as
+/// [`Error::Internal`]: the crate's entry points that run GPU work go through this, so a
+/// panic fails one call and leaves the engine usable.
+pub(crate) fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(Error::Internal(format!("{what} panicked: {}", crate::support::panic_message(payload.as_ref()))))
+    })
 }
 
 impl Error {

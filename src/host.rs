@@ -2,7 +2,7 @@
 
 use crate::dtype::Elem;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{no_panic, Error, Result};
 use crate::plan::Plan;
 use crate::problem::Conv2d;
 use crate::runner;
@@ -95,6 +95,8 @@ impl Engine {
         expect_len("x", x.len(), xl)?;
         expect_len("the output", out.len(), yl)?;
         expect_operands(p, w.len(), bias, z.map(|z| Some(z.len())))?;
-        runner::conv2d_timed(&self.inner, &p.shape, &plan.variant, x, w, bias, z, out, poison(), ph)
+        no_panic(&format!("conv2d on {}", p.label()), || {
+            runner::conv2d_timed(&self.inner, &p.shape, &plan.variant, x, w, bias, z, out, poison(), ph)
+        })
     }
 }

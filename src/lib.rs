@@ -122,6 +122,7 @@ mod timing;
 mod transfer;
 mod tuner;
 mod tuning_cache;
+mod wait;
 #[doc(hidden)]
 pub mod support;
 #[cfg(feature = "python")]

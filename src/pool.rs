@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Bytes of idle buffers the pool keeps at least (`CONVTUNE_POOL_MB` overrides).
@@ -37,10 +37,30 @@ pub const INPUT_MAPPED: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
 /// Host-visible buffers the GPU copies results into for the host to read.
 pub const DOWNLOAD: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 
-/// An idle buffer; an upload buffer carries the flag saying it is mapped.
+/// Where a host-visible buffer's mapping stands, as its last map or unmap left it: kept
+/// beside the buffer because wgpu has no query for it, and set only by `PooledBuffer`'s own
+/// map and unmap methods and their callbacks.
+type MapState = Arc<AtomicU8>;
+const UNMAPPED: u8 = 0;
+/// A map is asked for and its callback has not run.
+const PENDING: u8 = 1;
+const MAPPED: u8 = 2;
+
+/// The state a host-visible buffer of `usage` must be in to rest in the pool: mapped for
+/// the buffers the host writes (the next call writes at once), unmapped for read-backs (the
+/// next call's GPU copy writes them, and a submission may not use a mapped buffer).
+fn resting_state(usage: wgpu::BufferUsages) -> u8 {
+    if host_written(usage) { MAPPED } else { UNMAPPED }
+}
+
+fn host_visible(usage: wgpu::BufferUsages) -> bool {
+    usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
+}
+
+/// An idle buffer; a host-visible one carries its mapping state.
 struct Idle {
     buf: wgpu::Buffer,
-    mapped: Option<Arc<AtomicBool>>,
+    state: Option<MapState>,
 }
 
 pub struct Pool {
@@ -54,6 +74,8 @@ pub struct Pool {
     peak_device: AtomicU64,
     allocations: AtomicU64,
     cap: u64,
+    /// The process that made the pool: a forked child leaves its buffers alone.
+    pid: u32,
 }
 
 fn is_device_local(usage: wgpu::BufferUsages) -> bool {
@@ -107,6 +129,7 @@ impl Pool {
             peak_device: AtomicU64::new(0),
             allocations: AtomicU64::new(0),
             cap,
+            pid: std::process::id(),
         })
     }
 
@@ -175,34 +198,43 @@ impl Pool {
                         self.create(usage, class)?
                     }
                 };
-                Idle { buf, mapped: host_written(usage).then(|| Arc::new(AtomicBool::new(true))) }
+                let state = host_visible(usage).then(|| Arc::new(AtomicU8::new(resting_state(usage))));
+                Idle { buf, state }
             }
         };
-        let Idle { buf, mapped } = idle;
+        let Idle { buf, state } = idle;
         self.live.fetch_add(class, Ordering::Relaxed);
         if is_device_local(usage) {
             let now = self.live_device.fetch_add(class, Ordering::Relaxed) + class;
             self.peak_device.fetch_max(now, Ordering::Relaxed);
         }
-        Ok(PooledBuffer { buf: Some(buf), size, pool: self.clone(), mapped })
+        Ok(PooledBuffer { buf: Some(buf), size, pool: self.clone(), state })
     }
 
-    fn give_back(&self, buf: wgpu::Buffer, mapped: Option<Arc<AtomicBool>>) {
+    fn give_back(&self, buf: wgpu::Buffer, state: Option<MapState>) {
+        if std::process::id() != self.pid {
+            // A forked child dropping a copy of its parent's objects: the device and the
+            // pool's lock are the parent's (a parent's thread may have held it at the fork).
+            std::mem::forget(buf);
+            return;
+        }
         let size = buf.size();
         self.live.fetch_sub(size, Ordering::Relaxed);
         if is_device_local(buf.usage()) {
             self.live_device.fetch_sub(size, Ordering::Relaxed);
         }
-        // An upload buffer whose mapping has not come back (an error cut its round short)
-        // cannot be written by the next call.
-        let unusable = mapped.as_ref().is_some_and(|m| !m.load(Ordering::Acquire));
+        // Only a buffer in its resting state goes back: an upload buffer whose mapping has not
+        // come back cannot be written by the next call, and a read-back buffer still mapped,
+        // or with a map pending (an error or a panic cut its call short), would fail the next
+        // call's submission ("still mapped"). Those are freed instead.
+        let unusable = state.as_ref().is_some_and(|m| m.load(Ordering::Acquire) != resting_state(buf.usage()));
         if unusable || self.idle.load(Ordering::Relaxed) + size > self.cap {
             buf.destroy();
             return;
         }
         self.idle.fetch_add(size, Ordering::Relaxed);
         let key = (buf.usage().bits(), size);
-        let idle = Idle { buf, mapped };
+        let idle = Idle { buf, state };
         self.free.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(idle);
     }
 }
@@ -213,25 +245,63 @@ pub struct PooledBuffer {
     /// The bytes asked for (the buffer may be larger).
     pub size: u64,
     pool: Arc<Pool>,
-    /// Upload buffers: whether the buffer is mapped for writing now.
-    mapped: Option<Arc<AtomicBool>>,
+    /// Host-visible buffers: where the mapping stands.
+    state: Option<MapState>,
 }
 
 impl PooledBuffer {
     /// Unmaps an upload buffer so a submission can copy from it.
     pub fn unmap_upload(&self) {
-        if let Some(m) = &self.mapped {
-            m.store(false, Ordering::Release);
-        }
         self.unmap();
+    }
+
+    /// Unmaps the buffer if it is mapped or has a map pending (whose callback then gets an
+    /// error); shadows `wgpu::Buffer::unmap`, so the pool always knows the state.
+    pub fn unmap(&self) {
+        let was = self.state.as_ref().map_or(MAPPED, |s| s.swap(UNMAPPED, Ordering::AcqRel));
+        if was != UNMAPPED {
+            self.buffer().unmap();
+        }
+    }
+
+    /// Maps `..bytes` for reading once the submissions using the buffer are done; `done`
+    /// gets the result, on whichever thread polls the device then.
+    pub fn map_read(&self, bytes: u64, done: impl FnOnce(std::result::Result<(), wgpu::BufferAsyncError>) + Send + 'static) {
+        self.map(wgpu::MapMode::Read, ..bytes, done);
     }
 
     /// Asks for an upload buffer's mapping back once the submissions using it are done
     /// (call after submitting them); the pool reuses it only if the mapping came back by
     /// the time it is dropped, which a wait on those submissions ensures.
     pub fn remap_upload(&self) {
-        let Some(m) = self.mapped.clone() else { return };
-        self.map_async(wgpu::MapMode::Write, .., move |r| m.store(r.is_ok(), Ordering::Release));
+        if self.state.is_some() {
+            self.map(wgpu::MapMode::Write, .., |_| ());
+        }
+    }
+
+    /// `map_async`, with the state kept.
+    fn map<R: std::ops::RangeBounds<u64>>(
+        &self,
+        mode: wgpu::MapMode,
+        range: R,
+        done: impl FnOnce(std::result::Result<(), wgpu::BufferAsyncError>) + Send + 'static,
+    ) {
+        let state = self.state.clone();
+        if let Some(s) = &state {
+            s.store(PENDING, Ordering::Release);
+        }
+        self.buffer().map_async(mode, range, move |r| {
+            if let Some(s) = state {
+                // Only a pending map may settle the state: an unmap that cancelled it
+                // has already set it.
+                let _ = s.compare_exchange(PENDING, if r.is_ok() { MAPPED } else { UNMAPPED }, Ordering::AcqRel, Ordering::Acquire);
+            }
+            done(r);
+        });
+    }
+
+    fn buffer(&self) -> &wgpu::Buffer {
+        self.buf.as_ref().expect("a pooled buffer is present until drop")
     }
 
     /// The bytes asked for, as a kernel binds them.
@@ -273,14 +343,14 @@ impl std::fmt::Debug for PooledBuffer {
 impl Deref for PooledBuffer {
     type Target = wgpu::Buffer;
     fn deref(&self) -> &wgpu::Buffer {
-        self.buf.as_ref().expect("a pooled buffer is present until drop")
+        self.buffer()
     }
 }
 
 impl Drop for PooledBuffer {
     fn drop(&mut self) {
         if let Some(b) = self.buf.take() {
-            self.pool.give_back(b, self.mapped.take());
+            self.pool.give_back(b, self.state.take());
         }
     }
 }

@@ -26,6 +26,7 @@ create_exception!(_convtune, NoAdapterError, ConvtuneError, "No usable GPU adapt
 create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU or the host has not enough memory for this call.");
 create_exception!(_convtune, DeviceLostError, ConvtuneError, "The GPU device was lost; the next call opens a new one.");
 create_exception!(_convtune, ShaderError, ConvtuneError, "A generated shader failed to compile.");
+create_exception!(_convtune, InternalError, ConvtuneError, "A failure inside convtune or a dependency (a Rust panic): the call failed, the next one works.");
 create_exception!(_convtune, ConvtuneWarning, PyUserWarning, "A recoverable problem: an unreadable tuning cache, a failed tuning run.");
 
 /// The one place where a convtune error becomes a Python exception.
@@ -38,8 +39,37 @@ fn to_pyerr(e: Error) -> PyErr {
         Error::OutOfMemory(_) | Error::MemoryLimit(_) => OutOfMemoryError::new_err(msg),
         Error::DeviceLost(_) => DeviceLostError::new_err(msg),
         Error::Shader { .. } => ShaderError::new_err(msg),
-        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) | Error::Unsupported(_) => ConvtuneError::new_err(msg),
+        Error::Internal(_) => InternalError::new_err(msg),
+        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) | Error::Unsupported(_) | Error::Forked(_) => {
+            ConvtuneError::new_err(msg)
+        }
     }
+}
+
+thread_local! {
+    /// The problem of this thread's call in progress, once its arguments are checked: named
+    /// by the error a panic becomes.
+    static PROBLEM: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+fn note_problem(problem: &Conv2d) {
+    PROBLEM.with(|p| *p.borrow_mut() = Some(problem.label()));
+}
+
+/// Runs the body of the Python function `name`, turning a Rust panic in it (convtune's or a
+/// dependency's, on this thread) into `convtune.InternalError` naming the call and its
+/// problem: pyo3 would raise `PanicException`, a `BaseException` that `except Exception`
+/// lets through. Shared state a panic leaves behind is either recovered (poisoned locks are
+/// taken over, buffers the pool cannot vouch for are freed) or rebuilt, so the next call works.
+fn guarded<T>(name: &str, body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    PROBLEM.with(|p| p.borrow_mut().take());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    let problem = PROBLEM.with(|p| p.borrow_mut().take());
+    r.unwrap_or_else(|payload| {
+        let what = crate::support::panic_message(payload.as_ref());
+        let on = problem.map(|p| format!(" on {p}")).unwrap_or_default();
+        Err(to_pyerr(Error::Internal(format!("convtune.{name}{on} panicked: {what}"))))
+    })
 }
 
 trait IntoPy<T> {
@@ -121,10 +151,12 @@ impl EpilogueArg {
 fn problem_of(b: Conv2dBuilder, precision: Precision, epilogue: Option<EpilogueArg>) -> PyResult<Conv2d> {
     let b = b.precision(precision);
     let plain = b.clone().build().py_err()?;
-    match epilogue {
-        Some(e) => e.apply(b)?.build().py_err(),
-        None => Ok(plain),
-    }
+    let problem = match epilogue {
+        Some(e) => e.apply(b)?.build().py_err()?,
+        None => plain,
+    };
+    note_problem(&problem);
+    Ok(problem)
 }
 
 /// The shape arguments the Python layer passes as one normalised tuple: (x_shape, w_shape,
@@ -359,11 +391,13 @@ fn conv2d<'py>(
     output_padding: Option<(i64, i64)>,
     pixel_shuffle: i64,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
-    match x.dtype() {
-        DType::F32 => conv2d_typed::<f32>(py, &x, &w, bias, z.as_ref(), args),
-        DType::F16 => conv2d_typed::<u16>(py, &x, &w, bias, z.as_ref(), args),
-    }
+    guarded("conv2d", || {
+        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
+        match x.dtype() {
+            DType::F32 => conv2d_typed::<f32>(py, &x, &w, bias, z.as_ref(), args),
+            DType::F16 => conv2d_typed::<u16>(py, &x, &w, bias, z.as_ref(), args),
+        }
+    })
 }
 
 /// conv2d's arguments other than the arrays (the last two: an output padding, for a
@@ -438,48 +472,54 @@ fn adapter_dict<'py>(py: Python<'py>, d: &AdapterDesc) -> PyResult<Bound<'py, Py
 /// Every adapter wgpu sees, best first (the order `CONVTUNE_ADAPTER` indexes).
 #[pyfunction]
 fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
-    let list = py.detach(crate::adapters);
-    list.iter().map(|d| adapter_dict(py, d)).collect()
+    guarded("devices", || {
+        let list = py.detach(crate::adapters).py_err()?;
+        list.iter().map(|d| adapter_dict(py, d)).collect()
+    })
 }
 
 /// The adapter convtune uses, with the limits and features that matter for conv kernels.
 #[pyfunction]
 fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let eng = py.detach(Engine::shared).py_err()?;
-    let d = adapter_dict(py, eng.adapter_desc())?;
-    let l = eng.limits();
-    let limits = PyDict::new(py);
-    limits.set_item("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup)?;
-    limits.set_item("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x)?;
-    limits.set_item("max_compute_workgroup_size_y", l.max_compute_workgroup_size_y)?;
-    limits.set_item("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size)?;
-    limits.set_item("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension)?;
-    limits.set_item("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size)?;
-    limits.set_item("max_buffer_size", l.max_buffer_size)?;
-    limits.set_item("min_storage_buffer_offset_alignment", l.min_storage_buffer_offset_alignment)?;
-    d.set_item("limits", limits)?;
-    let f = eng.adapter().features();
-    let features = PyDict::new(py);
-    features.set_item("shader_f16", f.contains(wgpu::Features::SHADER_F16))?;
-    features.set_item("cooperative_matrix", f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX))?;
-    features.set_item("tensor_cores", eng.tensor_cores_missing().is_none())?;
-    features.set_item("subgroup", f.contains(wgpu::Features::SUBGROUP))?;
-    features.set_item("timestamp_query", f.contains(wgpu::Features::TIMESTAMP_QUERY))?;
-    features.set_item(
-        "timestamp_query_inside_passes",
-        f.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
-    )?;
-    d.set_item("features", features)?;
-    d.set_item("loader_note", eng.loader_note())?;
-    d.set_item("device_heap_bytes", eng.device_heap_bytes())?;
-    d.set_item("direct_inputs", eng.direct_inputs())?;
-    Ok(d)
+    guarded("adapter_info", || {
+        let eng = py.detach(Engine::shared).py_err()?;
+        let d = adapter_dict(py, eng.adapter_desc())?;
+        let l = eng.limits();
+        let limits = PyDict::new(py);
+        limits.set_item("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup)?;
+        limits.set_item("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x)?;
+        limits.set_item("max_compute_workgroup_size_y", l.max_compute_workgroup_size_y)?;
+        limits.set_item("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size)?;
+        limits.set_item("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension)?;
+        limits.set_item("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size)?;
+        limits.set_item("max_buffer_size", l.max_buffer_size)?;
+        limits.set_item("min_storage_buffer_offset_alignment", l.min_storage_buffer_offset_alignment)?;
+        d.set_item("limits", limits)?;
+        let f = eng.adapter().features();
+        let features = PyDict::new(py);
+        features.set_item("shader_f16", f.contains(wgpu::Features::SHADER_F16))?;
+        features.set_item("cooperative_matrix", f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX))?;
+        features.set_item("tensor_cores", eng.tensor_cores_missing().is_none())?;
+        features.set_item("subgroup", f.contains(wgpu::Features::SUBGROUP))?;
+        features.set_item("timestamp_query", f.contains(wgpu::Features::TIMESTAMP_QUERY))?;
+        features.set_item(
+            "timestamp_query_inside_passes",
+            f.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
+        )?;
+        d.set_item("features", features)?;
+        d.set_item("loader_note", eng.loader_note())?;
+        d.set_item("device_heap_bytes", eng.device_heap_bytes())?;
+        d.set_item("direct_inputs", eng.direct_inputs())?;
+        Ok(d)
+    })
 }
 
 /// The kernel families `CONVTUNE_FAMILIES` allows now and the ones it leaves out.
 #[pyfunction]
 fn families() -> PyResult<(Vec<&'static str>, Vec<&'static str>)> {
-    crate::families().py_err()
+    guarded("families", || {
+        crate::families().py_err()
+    })
 }
 
 /// Every variant name the generator can emit.
@@ -491,7 +531,9 @@ fn variant_space() -> Vec<String> {
 /// The knobs of a variant, by name.
 #[pyfunction]
 fn variant_knobs<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>> {
-    knobs_dict(py, crate::variant_knobs(name).py_err()?)
+    guarded("variant_knobs", || {
+        knobs_dict(py, crate::variant_knobs(name).py_err()?)
+    })
 }
 
 /// The untuned choice for this shape, within the families `CONVTUNE_FAMILIES` allows.
@@ -502,11 +544,13 @@ fn default_variant(
     spec: Spec,
     precision: Option<&str>,
 ) -> PyResult<String> {
-    let precision = Precision::resolve(precision).py_err()?;
-    let problem = spec.problem(precision)?;
-    crate::families().py_err()?;
-    let eng = py.detach(Engine::shared).py_err()?;
-    eng.default_variant(&problem).py_err()
+    guarded("default_variant", || {
+        let precision = Precision::resolve(precision).py_err()?;
+        let problem = spec.problem(precision)?;
+        crate::families().py_err()?;
+        let eng = py.detach(Engine::shared).py_err()?;
+        eng.default_variant(&problem).py_err()
+    })
 }
 
 /// The WGSL source convtune generates for `variant` on this shape.
@@ -516,7 +560,9 @@ fn wgsl(
     variant: &str,
     spec: Spec,
 ) -> PyResult<String> {
-    spec.problem(Precision::default())?.wgsl(variant).py_err()
+    guarded("wgsl", || {
+        spec.problem(Precision::default())?.wgsl(variant).py_err()
+    })
 }
 
 /// GPU seconds of `reps` runs of a variant on random data (timestamp queries when available).
@@ -530,14 +576,16 @@ fn time_variant(
     warmup: u32,
     precision: Option<&str>,
 ) -> PyResult<(String, Vec<f64>)> {
-    let precision = Precision::resolve(precision).py_err()?;
-    let problem = spec.problem(precision)?;
-    let eng = py.detach(Engine::shared).py_err()?;
-    let (host, device) = support::whole_problem_footprint(&eng, &problem).py_err()?;
-    support::check_memory(&eng, "time_variant", host, device).py_err()?;
-    let plan = choose(py, &eng, &problem, variant, None)?;
-    let times = py.detach(|| eng.time(&plan, reps, warmup)).py_err()?;
-    Ok((plan.variant(), times))
+    guarded("time_variant", || {
+        let precision = Precision::resolve(precision).py_err()?;
+        let problem = spec.problem(precision)?;
+        let eng = py.detach(Engine::shared).py_err()?;
+        let (host, device) = support::whole_problem_footprint(&eng, &problem).py_err()?;
+        support::check_memory(&eng, "time_variant", host, device).py_err()?;
+        let plan = choose(py, &eng, &problem, variant, None)?;
+        let times = py.detach(|| eng.time(&plan, reps, warmup)).py_err()?;
+        Ok((plan.variant(), times))
+    })
 }
 
 fn knobs_dict<'py>(py: Python<'py>, (family, knobs): (&str, Vec<(&str, u32)>)) -> PyResult<Bound<'py, PyDict>> {
@@ -610,16 +658,18 @@ fn tune<'py>(
     progress: Option<Py<PyAny>>,
     precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let precision = Precision::resolve(precision).py_err()?;
-    let problem = spec.problem(precision)?;
-    let eng = py.detach(Engine::shared).py_err()?;
-    let mut bridge = PyProgress::new(progress, &problem);
-    let options = TuneOptions { budget, force };
-    let r = py.detach(|| eng.tune(&problem, options, &mut |p| bridge.report(p)));
-    let plan = bridge.finish(r)?;
-    emit_warnings(py, plan.warnings())?;
-    let report = plan.report().ok_or_else(|| ConvtuneError::new_err("tuning produced no report"))?;
-    report_dict(py, &report, plan.source())
+    guarded("tune", || {
+        let precision = Precision::resolve(precision).py_err()?;
+        let problem = spec.problem(precision)?;
+        let eng = py.detach(Engine::shared).py_err()?;
+        let mut bridge = PyProgress::new(progress, &problem);
+        let options = TuneOptions { budget, force };
+        let r = py.detach(|| eng.tune(&problem, options, &mut |p| bridge.report(p)));
+        let plan = bridge.finish(r)?;
+        emit_warnings(py, plan.warnings())?;
+        let report = plan.report().ok_or_else(|| ConvtuneError::new_err("tuning produced no report"))?;
+        report_dict(py, &report, plan.source())
+    })
 }
 
 /// What conv2d would run for this shape and why, with the generated WGSL.
@@ -632,30 +682,32 @@ fn explain<'py>(
     progress: Option<Py<PyAny>>,
     precision: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let precision = Precision::resolve(precision).py_err()?;
-    let problem = spec.problem(precision)?;
-    let mode = crate::tune_mode().py_err()?;
-    let eng = py.detach(Engine::shared).py_err()?;
-    let plan = choose(py, &eng, &problem, variant, progress)?;
-    let d = PyDict::new(py);
-    d.set_item("variant", plan.variant())?;
-    d.set_item("family", plan.family())?;
-    // The mode the call runs in: float16 data always runs as "high".
-    d.set_item("precision", problem.precision().as_str())?;
-    d.set_item("tensor_cores", eng.tensor_cores_missing().unwrap_or("available"))?;
-    d.set_item("source", plan.source())?;
-    d.set_item("mode", mode)?;
-    d.set_item("shape", problem.label())?;
-    d.set_item("knobs", knobs_dict(py, (plan.family(), plan.knobs()))?)?;
-    d.set_item("wgsl", plan.wgsl().py_err()?)?;
-    d.set_item("adapter", &eng.adapter_desc().name)?;
-    d.set_item("families", plan.families().to_vec())?;
-    d.set_item("excluded", plan.excluded_families())?;
-    match plan.report() {
-        Some(r) => d.set_item("report", report_dict(py, &r, plan.source())?)?,
-        None => d.set_item("report", py.None())?,
-    }
-    Ok(d)
+    guarded("explain", || {
+        let precision = Precision::resolve(precision).py_err()?;
+        let problem = spec.problem(precision)?;
+        let mode = crate::tune_mode().py_err()?;
+        let eng = py.detach(Engine::shared).py_err()?;
+        let plan = choose(py, &eng, &problem, variant, progress)?;
+        let d = PyDict::new(py);
+        d.set_item("variant", plan.variant())?;
+        d.set_item("family", plan.family())?;
+        // The mode the call runs in: float16 data always runs as "high".
+        d.set_item("precision", problem.precision().as_str())?;
+        d.set_item("tensor_cores", eng.tensor_cores_missing().unwrap_or("available"))?;
+        d.set_item("source", plan.source())?;
+        d.set_item("mode", mode)?;
+        d.set_item("shape", problem.label())?;
+        d.set_item("knobs", knobs_dict(py, (plan.family(), plan.knobs()))?)?;
+        d.set_item("wgsl", plan.wgsl().py_err()?)?;
+        d.set_item("adapter", &eng.adapter_desc().name)?;
+        d.set_item("families", plan.families().to_vec())?;
+        d.set_item("excluded", plan.excluded_families())?;
+        match plan.report() {
+            Some(r) => d.set_item("report", report_dict(py, &r, plan.source())?)?,
+            None => d.set_item("report", py.None())?,
+        }
+        Ok(d)
+    })
 }
 
 /// The tuning cache file `CONVTUNE_CACHE_DIR` (or the user cache directory) names now.
@@ -678,19 +730,25 @@ fn with_warnings<T: Send>(
 /// Writes every cache entry (all adapters) to `path`; returns how many.
 #[pyfunction]
 fn cache_export(py: Python<'_>, path: PathBuf) -> PyResult<usize> {
-    with_warnings(py, |w| crate::cache_export(&path, w))
+    guarded("cache_export", || {
+        with_warnings(py, |w| crate::cache_export(&path, w))
+    })
 }
 
 /// Merges an exported file into the cache; returns how many entries it held.
 #[pyfunction]
 fn cache_import(py: Python<'_>, path: PathBuf) -> PyResult<usize> {
-    with_warnings(py, |w| crate::cache_import(&path, w))
+    guarded("cache_import", || {
+        with_warnings(py, |w| crate::cache_import(&path, w))
+    })
 }
 
 /// Deletes the cache file and forgets its entries.
 #[pyfunction]
 fn cache_clear(py: Python<'_>) -> PyResult<()> {
-    with_warnings(py, |_| crate::cache_clear())
+    guarded("cache_clear", || {
+        with_warnings(py, |_| crate::cache_clear())
+    })
 }
 
 /// Tests: forget what this process remembers of any cache file.
@@ -700,6 +758,12 @@ fn _reset_tuning_state() {
 }
 
 /// Tests: add a fast but wrong candidate to every tuning run.
+/// Tests: the next `n`-th wait for the GPU in this process panics (0: none).
+#[pyfunction]
+fn _inject_panic(n: u32) {
+    support::inject_panic(n);
+}
+
 #[pyfunction]
 fn _inject_faulty_candidate(on: bool) {
     support::inject_faulty_candidate(on);
@@ -739,10 +803,12 @@ impl PyTensor {
 
     /// Copies the tensor into a new numpy array of its dtype.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.inner.dtype() {
-            DType::F32 => self.read::<f32>(py),
-            DType::F16 => self.read::<u16>(py),
-        }
+        guarded("numpy", || {
+            match self.inner.dtype() {
+                DType::F32 => self.read::<f32>(py),
+                DType::F16 => self.read::<u16>(py),
+            }
+        })
     }
 
     fn __repr__(&self) -> String {
@@ -772,14 +838,16 @@ impl PyTensor {
 #[pyfunction]
 #[pyo3(signature = (x, layout=None))]
 fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>) -> PyResult<PyTensor> {
-    let layout = layout_of(layout)?;
-    let dims = dims4(x.dims(), "x")?;
-    let eng = engine()?;
-    let inner = match x.dtype() {
-        DType::F32 => upload_tensor::<f32>(py, &eng, &x, dims)?,
-        DType::F16 => upload_tensor::<u16>(py, &eng, &x, dims)?,
-    };
-    Ok(PyTensor { inner, layout })
+    guarded("to_device", || {
+        let layout = layout_of(layout)?;
+        let dims = dims4(x.dims(), "x")?;
+        let eng = engine()?;
+        let inner = match x.dtype() {
+            DType::F32 => upload_tensor::<f32>(py, &eng, &x, dims)?,
+            DType::F16 => upload_tensor::<u16>(py, &eng, &x, dims)?,
+        };
+        Ok(PyTensor { inner, layout })
+    })
 }
 
 fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims: [usize; 4]) -> PyResult<Tensor> {
@@ -810,16 +878,18 @@ fn conv2d_tensor(
     pixel_shuffle: i64,
     w_tensor: Option<PyRef<'_, PyTensor>>,
 ) -> PyResult<PyTensor> {
-    let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
-    let w = match (&w, w_tensor.as_deref()) {
-        (Some(a), None) => WeightsArg::Host(a),
-        (None, Some(t)) => WeightsArg::Tensor(t),
-        _ => return Err(PyValueError::new_err("w must be given once: as an array or as a Tensor")),
-    };
-    match x.inner.dtype() {
-        DType::F32 => conv2d_tensor_typed::<f32>(py, x, w, bias, z.as_ref(), z_tensor, args),
-        DType::F16 => conv2d_tensor_typed::<u16>(py, x, w, bias, z.as_ref(), z_tensor, args),
-    }
+    guarded("conv2d_tensor", || {
+        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
+        let w = match (&w, w_tensor.as_deref()) {
+            (Some(a), None) => WeightsArg::Host(a),
+            (None, Some(t)) => WeightsArg::Tensor(t),
+            _ => return Err(PyValueError::new_err("w must be given once: as an array or as a Tensor")),
+        };
+        match x.inner.dtype() {
+            DType::F32 => conv2d_tensor_typed::<f32>(py, x, w, bias, z.as_ref(), z_tensor, args),
+            DType::F16 => conv2d_tensor_typed::<u16>(py, x, w, bias, z.as_ref(), z_tensor, args),
+        }
+    })
 }
 
 /// A Tensor call's weights as Python gave them.
@@ -927,8 +997,10 @@ fn conv2d_tensor_typed<T: HostElem>(
 /// queued). Errors of those calls surface here.
 #[pyfunction]
 fn synchronize(py: Python<'_>) -> PyResult<()> {
-    let eng = py.detach(Engine::shared).py_err()?;
-    py.detach(|| eng.synchronize()).py_err()
+    guarded("synchronize", || {
+        let eng = py.detach(Engine::shared).py_err()?;
+        py.detach(|| eng.synchronize()).py_err()
+    })
 }
 
 /// GPU memory held by convtune's buffer pool: bytes in use, bytes kept for reuse, how many
@@ -937,17 +1009,19 @@ fn synchronize(py: Python<'_>) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (reset_peak=false))]
 fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>> {
-    let eng = py.detach(Engine::shared).py_err()?;
-    let s = eng.memory_stats();
-    if reset_peak {
-        eng.reset_peak_memory();
-    }
-    let d = PyDict::new(py);
-    d.set_item("live_bytes", s.live)?;
-    d.set_item("idle_bytes", s.idle)?;
-    d.set_item("allocations", s.allocations)?;
-    d.set_item("peak_device_bytes", s.peak_device)?;
-    Ok(d)
+    guarded("memory_stats", || {
+        let eng = py.detach(Engine::shared).py_err()?;
+        let s = eng.memory_stats();
+        if reset_peak {
+            eng.reset_peak_memory();
+        }
+        let d = PyDict::new(py);
+        d.set_item("live_bytes", s.live)?;
+        d.set_item("idle_bytes", s.idle)?;
+        d.set_item("allocations", s.allocations)?;
+        d.set_item("peak_device_bytes", s.peak_device)?;
+        Ok(d)
+    })
 }
 
 /// The host and GPU bytes a conv2d needs, by purpose, worked out from the shapes alone (the
@@ -955,26 +1029,32 @@ fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>>
 #[pyfunction]
 #[pyo3(signature = (spec, x_on_device))]
 fn conv2d_footprint(py: Python<'_>, spec: Spec, x_on_device: bool) -> PyResult<(Parts, Parts)> {
-    let problem = spec.problem(Precision::default())?;
-    let eng = py.detach(Engine::shared).py_err()?;
-    support::conv2d_footprint(&eng, &problem, x_on_device).py_err()
+    guarded("conv2d_footprint", || {
+        let problem = spec.problem(Precision::default())?;
+        let eng = py.detach(Engine::shared).py_err()?;
+        support::conv2d_footprint(&eng, &problem, x_on_device).py_err()
+    })
 }
 
 /// The host and GPU bytes `to_device` needs for an array of this shape.
 #[pyfunction]
 fn upload_footprint(py: Python<'_>, shape: Vec<usize>) -> PyResult<(Parts, Parts)> {
-    let elems = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-    let elems = elems.ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} has too many elements")))?;
-    let eng = py.detach(Engine::shared).py_err()?;
-    support::upload_footprint(&eng, elems).py_err()
+    guarded("upload_footprint", || {
+        let elems = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        let elems = elems.ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} has too many elements")))?;
+        let eng = py.detach(Engine::shared).py_err()?;
+        support::upload_footprint(&eng, elems).py_err()
+    })
 }
 
 /// Raises OutOfMemoryError, naming the bytes and the limit, when `host` or `device` (bytes
 /// by purpose) need more memory than the host or the GPU has.
 #[pyfunction]
 fn check_memory(py: Python<'_>, what: &str, host: Parts, device: Parts) -> PyResult<()> {
-    let eng = py.detach(Engine::shared).py_err()?;
-    support::check_memory(&eng, what, host, device).py_err()
+    guarded("check_memory", || {
+        let eng = py.detach(Engine::shared).py_err()?;
+        support::check_memory(&eng, what, host, device).py_err()
+    })
 }
 
 /// The phases of this thread's last host-array conv2d, in seconds, in the order they ran,
@@ -998,6 +1078,7 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OutOfMemoryError", py.get_type::<OutOfMemoryError>())?;
     m.add("DeviceLostError", py.get_type::<DeviceLostError>())?;
     m.add("ShaderError", py.get_type::<ShaderError>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
     m.add("ConvtuneWarning", py.get_type::<ConvtuneWarning>())?;
     m.add_function(wrap_pyfunction!(conv2d, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
@@ -1018,6 +1099,7 @@ fn _convtune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_last_call_timings, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_tuning_state, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_faulty_candidate, m)?)?;
+    m.add_function(wrap_pyfunction!(_inject_panic, m)?)?;
     m.add_class::<PyTensor>()?;
     m.add_function(wrap_pyfunction!(to_device, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_tensor, m)?)?;

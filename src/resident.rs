@@ -19,26 +19,23 @@ pub(crate) struct Resident {
 impl Resident {
     /// The copy made under `key`, if kept.
     pub(crate) fn get(&self, key: u64) -> Option<Arc<PooledBuffer>> {
-        let copies = self.copies.lock().ok()?;
+        let copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
         copies.iter().find(|(k, _)| *k == key).map(|(_, b)| b.clone())
     }
 
     /// Keeps `buf` under `key`, once the passes writing it are submitted: a later call's
     /// passes, which read it, are queued behind them.
     pub(crate) fn keep(&self, key: u64, buf: Arc<PooledBuffer>) {
-        if let Ok(mut copies) = self.copies.lock() {
-            copies.retain(|(k, _)| *k != key);
-            copies.push((key, buf));
-            let extra = copies.len().saturating_sub(KEPT);
-            copies.drain(..extra);
-        }
+        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        copies.retain(|(k, _)| *k != key);
+        copies.push((key, buf));
+        let extra = copies.len().saturating_sub(KEPT);
+        copies.drain(..extra);
     }
 
     /// Drops every copy: the weights may change from now on.
     pub(crate) fn clear(&self) {
-        if let Ok(mut copies) = self.copies.lock() {
-            copies.clear();
-        }
+        self.copies.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 

@@ -9,10 +9,11 @@ use crate::pool::{PooledBuffer, View, INPUT_MAPPED};
 use crate::resident::Resident;
 use crate::split;
 use crate::timing::Phases;
-use crate::transfer::{self, scoped, wait, MaxFold, GPU_WAIT};
+use crate::transfer::{self, scoped, MaxFold};
+use crate::wait::{wait, Landing};
 use crate::kernels::Variant;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The tensors of one conv2d problem, resident on the GPU.
@@ -693,14 +694,10 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
     let mut enc = engine.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(src, 0, &staging, 0, size);
     let idx = engine.queue.submit([enc.finish()]);
-    let (tx, rx) = mpsc::channel();
-    staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
-    wait(engine, Some(idx))?;
-    rx.recv_timeout(GPU_WAIT)
-        .map_err(|_| Error::Gpu("read-back of the output never completed".into()))?
-        .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))?;
+    let landing = Landing::new();
+    let on_map = landing.clone();
+    staging.map_read(size, move |r| on_map.land(r));
+    landing.wait(engine, idx)?;
     {
         let view = staging
             .slice(..size)
@@ -917,7 +914,7 @@ pub fn conv2d_device<T: Elem>(
     // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of
     // a 1.1 ms EDSR conv), and no more than one call is ever in flight. Later work on the
     // output is ordered behind it by the queue; reading it back waits for it.
-    let previous = engine.in_flight.lock().map_err(|_| Error::Gpu("a thread panicked".into()))?.replace(idx);
+    let previous = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).replace(idx);
     if let Some(p) = previous {
         wait(engine, Some(p))?;
     }
@@ -927,7 +924,7 @@ pub fn conv2d_device<T: Elem>(
 
 /// Waits for every queued GPU call (Tensor calls return before their kernel ends).
 pub fn synchronize(engine: &Engine) -> Result<()> {
-    let pending = engine.in_flight.lock().map_err(|_| Error::Gpu("a thread panicked".into()))?.take();
+    let pending = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
     if pending.is_some() {
         wait(engine, None)?;
     }

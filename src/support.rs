@@ -48,6 +48,21 @@ pub fn check_memory(engine: &Engine, what: &str, host: Parts, device: Parts) -> 
     memory::check(&engine.inner, what, &Need { host, device })
 }
 
+/// Tests: the `n`-th wait for the GPU from now on panics (0: none), as wgpu-core's own
+/// assertions can: every Python entry point must turn it into an error and stay usable.
+pub fn inject_panic(n: u32) {
+    crate::wait::inject_panic(n);
+}
+
+/// The text a panic was raised with.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".into(),
+    }
+}
+
 /// Tests: add a fast but wrong candidate to every tuning run.
 pub fn inject_faulty_candidate(on: bool) {
     crate::tuner::set_inject_faulty(on);

@@ -2,7 +2,7 @@
 
 use crate::dtype::{DType, Elem};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{no_panic, Error, Result};
 use crate::host::{expect_len, expect_operands, poison};
 use crate::plan::Plan;
 use crate::runner::{self, DeviceArray};
@@ -64,7 +64,7 @@ impl Engine {
     pub fn upload<T: Elem>(&self, data: &[T], dims: [usize; 4]) -> Result<Tensor> {
         let elems = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         expect_len("the data", data.len(), elems.ok_or_else(|| Error::invalid(format!("dims {dims:?} overflow")))?)?;
-        let array = DeviceArray::upload(&self.inner, data, dims)?;
+        let array = no_panic("upload", || DeviceArray::upload(&self.inner, data, dims))?;
         Ok(Tensor { array, engine: self.clone() })
     }
 
@@ -131,14 +131,16 @@ impl Engine {
             Weights::Host(h) => runner::WeightSource::Host(h),
             Weights::Tensor(t) => runner::WeightSource::Device(&t.array),
         };
-        let array = runner::conv2d_device(&self.inner, &p.shape, &plan.variant, &x.array, w, bias, z, poison(), ph)?;
+        let array = no_panic(&format!("conv2d_tensor on {}", p.label()), || {
+            runner::conv2d_device(&self.inner, &p.shape, &plan.variant, &x.array, w, bias, z, poison(), ph)
+        })?;
         Ok(Tensor { array, engine: self.clone() })
     }
 
     /// Waits for every queued [`conv2d_tensor`](Self::conv2d_tensor) call; their errors
     /// surface here.
     pub fn synchronize(&self) -> Result<()> {
-        runner::synchronize(&self.inner)
+        no_panic("synchronize", || runner::synchronize(&self.inner))
     }
 }
 
@@ -179,7 +181,8 @@ impl Tensor {
     /// Copies it into `out` (`u16` for float16 bits), waiting for the calls writing it.
     pub fn read<T: Elem>(&self, out: &mut [T]) -> Result<()> {
         expect_len("out", out.len(), self.len() as u64)?;
-        self.array.read(&self.engine.inner, out)
+        self.engine.check_lost()?;
+        no_panic("reading a Tensor", || self.array.read(&self.engine.inner, out))
     }
 
     /// Copies it into a new `Vec`.

@@ -15,8 +15,8 @@ use crate::error::{Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
-use std::time::Duration;
+use crate::wait::{wait, Landing};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// KiB per chunk by default (4 MiB): large enough that a chunk's submission (tens of
 /// microseconds) is small against its copy, small enough that a 10 MB tensor still spreads
@@ -44,9 +44,6 @@ const FOLD_BLOCK: usize = 4096;
 /// bits), for kernels that scale float32 inputs by it: the copy threads read every element
 /// anyway, where the GPU's max pass would read the tensor again.
 pub type MaxFold<'a> = Option<&'a AtomicU32>;
-
-/// How long one wait for the GPU may take before the call gives up with an error.
-pub const GPU_WAIT: Duration = Duration::from_secs(600);
 
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok()?.trim().parse().ok().filter(|&v| v > 0)
@@ -156,7 +153,8 @@ fn copy_pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
 
 /// `f`, with a panic on a copy thread turned into an error.
 fn unless_panicked<R>(f: impl FnOnce() -> R) -> Result<R> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| Error::Gpu("a copy thread panicked".into()))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|p| Error::Internal(format!("a copy thread panicked: {}", crate::support::panic_message(p.as_ref()))))
 }
 
 /// Runs `work` on every chunk index, spread over up to `max_threads()` copy threads
@@ -214,33 +212,6 @@ pub fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
         return Err(Error::from(e));
     }
     Ok(out)
-}
-
-/// Waits for a submission (or all work) to finish, bounded so a hung GPU gives an error:
-/// polls for up to the engine's spin time (`device::spin_time`), then blocks on the driver's fence.
-pub fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
-    if !engine.spin.is_zero() {
-        let start = std::time::Instant::now();
-        // A wait with no time left checks the fence and returns.
-        let check = || wgpu::PollType::Wait { submission_index: idx.clone(), timeout: Some(Duration::ZERO) };
-        while start.elapsed() < engine.spin {
-            match engine.device.poll(check()) {
-                Ok(_) => return Ok(()),
-                Err(wgpu::PollError::Timeout) => std::thread::yield_now(),
-                Err(other) => return Err(Error::DeviceLost(other.to_string())),
-            }
-        }
-    }
-    engine
-        .device
-        .poll(wgpu::PollType::Wait { submission_index: idx, timeout: Some(GPU_WAIT) })
-        .map(|_| ())
-        .map_err(|e| match e {
-            wgpu::PollError::Timeout => {
-                Error::Gpu(format!("the GPU did not finish within {} s", GPU_WAIT.as_secs()))
-            }
-            other => Error::DeviceLost(other.to_string()),
-        })
 }
 
 /// Copies `runs` of `src` into `dst` (back to back from offset 0) through mapped staging
@@ -524,8 +495,7 @@ impl<T: Elem> Download<T> {
         let result = unless_panicked(|| {
             pool.in_place_scope(|s| {
                 self.pending.iter().zip(dests).zip(&views).try_for_each(|((p, d), slot)| -> Result<()> {
-                    wait(engine, Some(p.idx.clone()))?;
-                    mapped(p)?;
+                    p.landing.wait(engine, p.idx.clone())?;
                     let view = view_of(&p.staging, p.bytes)?;
                     let src: &[u8] = slot.get_or_init(|| view);
                     for dest in d {
@@ -554,8 +524,7 @@ impl<T: Elem> Download<T> {
     /// `finish` on the calling thread alone.
     fn finish_here(self, engine: &Engine, dests: Vec<Vec<Dest<'_, T>>>) -> Result<()> {
         for (p, mut d) in self.pending.iter().zip(dests) {
-            wait(engine, Some(p.idx.clone()))?;
-            mapped(p)?;
+            p.landing.wait(engine, p.idx.clone())?;
             copy_out(&p.staging, p.bytes, &mut d)?;
         }
         Ok(())
@@ -567,7 +536,7 @@ struct Pending {
     staging: PooledBuffer,
     bytes: u64,
     idx: wgpu::SubmissionIndex,
-    mapped: mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    landing: Arc<Landing>,
 }
 
 fn submit_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> Result<Pending> {
@@ -578,20 +547,10 @@ fn submit_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> R
         enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
         engine.queue.submit([enc.finish()])
     })?;
-    let (tx, rx) = mpsc::channel();
-    staging.map_async(wgpu::MapMode::Read, ..bytes, move |r| {
-        let _ = tx.send(r);
-    });
-    Ok(Pending { staging, bytes, idx, mapped: rx })
-}
-
-/// Waits for `p`'s mapping callback: the poll that saw its submission finish ran it, on
-/// whichever thread polled.
-fn mapped(p: &Pending) -> Result<()> {
-    p.mapped
-        .recv_timeout(GPU_WAIT)
-        .map_err(|_| Error::Gpu("read-back of the output never completed".into()))?
-        .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))
+    let landing = Landing::new();
+    let on_map = landing.clone();
+    staging.map_read(bytes, move |r| on_map.land(r));
+    Ok(Pending { staging, bytes, idx, landing })
 }
 
 /// Copies a mapped chunk into its pieces of the output and unmaps it.

@@ -596,11 +596,7 @@ fn measure_guarded(
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.measure(c, compiled, best_ms, opts))) {
         Ok(r) => r,
         Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let msg = crate::support::panic_message(payload.as_ref());
             Ok((CandidateResult { detail: Some(format!("panicked: {msg}")), ..CandidateResult::new(c.name(), Status::Failed) }, None))
         }
     }

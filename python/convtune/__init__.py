@@ -56,6 +56,7 @@ from ._convtune import (
     ConvtuneError,
     ConvtuneWarning,
     DeviceLostError,
+    InternalError,
     NoAdapterError,
     OutOfMemoryError,
     ShaderError,
@@ -93,6 +94,7 @@ __all__ = [
     "OutOfMemoryError",
     "DeviceLostError",
     "ShaderError",
+    "InternalError",
 ]
 
 IntPair = Union[int, Tuple[int, int], Sequence[int]]

@@ -22,6 +22,7 @@ __all__ = [
     "OutOfMemoryError",
     "DeviceLostError",
     "ShaderError",
+    "InternalError",
     "ConvtuneWarning",
     "conv2d",
     "devices",
@@ -42,6 +43,7 @@ __all__ = [
     "_last_call_timings",
     "_reset_tuning_state",
     "_inject_faulty_candidate",
+    "_inject_panic",
     "Tensor",
     "to_device",
     "conv2d_tensor",
@@ -72,6 +74,7 @@ class NoAdapterError(ConvtuneError): ...
 class OutOfMemoryError(ConvtuneError): ...
 class DeviceLostError(ConvtuneError): ...
 class ShaderError(ConvtuneError): ...
+class InternalError(ConvtuneError): ...
 class ConvtuneWarning(UserWarning): ...
 
 def conv2d(
@@ -133,6 +136,7 @@ def _last_call_timings() -> Tuple[List[Tuple[str, float]], Optional[int]]:
     """This thread's last host-array conv2d: (phase, seconds) in order, minor page faults."""
 def _reset_tuning_state() -> None: ...
 def _inject_faulty_candidate(on: bool) -> None: ...
+def _inject_panic(n: int) -> None: ...
 
 @final
 class Tensor:

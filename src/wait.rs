@@ -1,0 +1,126 @@
+//! Waiting for the GPU, safely from any number of threads at once.
+//!
+//! A wait first polls for up to the engine's spin time (`device::spin_time`: a lone caller
+//! wakes at once instead of late on a slowed core), then blocks on the driver's fence.
+//!
+//! The polling never asks wgpu to wait for a submission with no time left: wgpu-core 30's
+//! `Device::maintain` reads the fence once and asserts, when the queue is empty, that the
+//! value it read covers the index waited for; another thread's maintenance (every
+//! `Queue::submit` runs one) can empty the queue in between, and the assertion panics.
+//! Polls here are `PollType::Poll`, which waits for nothing and asserts nothing; completion
+//! comes from a callback (a work-done callback, or a mapping's own), which the poll that
+//! sees the work finish runs, on whichever thread polled. One thread polls at a time; the
+//! others watch their own flags. A blocking wait reads the fence only after the wait has
+//! succeeded, so it cannot trip the assertion.
+
+use crate::device::Engine;
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long one wait for the GPU may take before the call gives up with an error.
+pub const GPU_WAIT: Duration = Duration::from_secs(600);
+
+/// Waits left before a test's injected panic (`support::inject_panic`); 0: none.
+static PANIC_IN: AtomicU32 = AtomicU32::new(0);
+
+pub fn inject_panic(n: u32) {
+    PANIC_IN.store(n, Ordering::SeqCst);
+}
+
+/// Panics if a test asked for it at this wait.
+fn injected_panic() {
+    let fire = PANIC_IN.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok_and(|n| n == 1);
+    if fire {
+        panic!("a panic injected by a test (convtune._convtune._inject_panic)");
+    }
+}
+
+/// Waits for a submission (or all work) to finish, bounded so a hung GPU gives an error.
+pub fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
+    engine.check_process()?;
+    injected_panic();
+    if !engine.spin.is_zero() {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        // All work submitted so far: at least `idx`, since it was submitted before.
+        engine.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+        if spin(engine, || done.load(Ordering::Acquire))? {
+            return Ok(());
+        }
+    }
+    block(engine, idx)
+}
+
+/// Polls while `ready` says no, for up to the engine's spin time; whether it said yes.
+pub fn spin(engine: &Engine, ready: impl Fn() -> bool) -> Result<bool> {
+    let start = Instant::now();
+    loop {
+        if let Ok(_one_poller) = engine.poller.try_lock() {
+            engine.device.poll(wgpu::PollType::Poll).map_err(|e| Error::DeviceLost(e.to_string()))?;
+        }
+        if ready() {
+            return Ok(true);
+        }
+        if start.elapsed() >= engine.spin {
+            return Ok(false);
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Blocks on the fence until `idx` (or all work) is done.
+pub fn block(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
+    engine
+        .device
+        .poll(wgpu::PollType::Wait { submission_index: idx, timeout: Some(GPU_WAIT) })
+        .map(|_| ())
+        .map_err(|e| match e {
+            wgpu::PollError::Timeout => Error::Gpu(format!("the GPU did not finish within {} s", GPU_WAIT.as_secs())),
+            other => Error::DeviceLost(other.to_string()),
+        })
+}
+
+/// The outcome of a buffer mapping, set by its callback on whichever thread polled.
+pub struct Landing {
+    result: Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>,
+    set: Condvar,
+}
+
+impl Landing {
+    pub fn new() -> Arc<Landing> {
+        Arc::new(Landing { result: Mutex::new(None), set: Condvar::new() })
+    }
+
+    /// The callback's half: records `r` and wakes the waiter.
+    pub fn land(&self, r: std::result::Result<(), wgpu::BufferAsyncError>) {
+        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        self.set.notify_all();
+    }
+
+    fn landed(&self) -> bool {
+        self.result.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    /// Waits for the mapping of a read-back whose copy is submission `idx`: polls until its
+    /// callback runs, else blocks on the fence, then for the callback (another thread's
+    /// poll may be running it).
+    pub fn wait(&self, engine: &Engine, idx: wgpu::SubmissionIndex) -> Result<()> {
+        engine.check_process()?;
+        injected_panic();
+        if engine.spin.is_zero() || !spin(engine, || self.landed())? {
+            block(engine, Some(idx))?;
+        }
+        let guard = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = self
+            .set
+            .wait_timeout_while(guard, GPU_WAIT, |r| r.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            None => Err(Error::Gpu("read-back of the output never completed".into())),
+            Some(Err(e)) => Err(Error::Gpu(format!("mapping the output failed: {e}"))),
+            Some(Ok(())) => Ok(()),
+        }
+    }
+}
