@@ -3,12 +3,13 @@ queued), the wait in `synchronize()`, the call's phases (`convtune.last_call_tim
 the per-call time of a chain of 20 calls with one wait at the end; on a tiny problem (fixed
 costs) and on the upsamplers of `upsample_vs_torch.py` with x and w as Tensors.
 
-Usage: python benches/tensor_overhead.py
+Usage: python benches/tensor_overhead.py [CASE ...]   (default: every case; e.g. "tiny f32")
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -48,7 +49,10 @@ def split_times(call, n: int = 60):
 
 def main() -> None:
     rng = np.random.default_rng(0)
+    wanted = sys.argv[1:] or list(CASES)
     for name, (xs, ws, kw, dt, layout) in CASES.items():
+        if name not in wanted:
+            continue
         x = rng.standard_normal(xs).astype(dt)
         w = (rng.standard_normal(ws) / 24).astype(dt)
         xt, wt = convtune.to_device(x, layout), convtune.to_device(w)

@@ -307,7 +307,7 @@ pub fn validate(source: &str) -> std::result::Result<(), String> {
 mod tests {
     use super::*;
     use crate::params::Padding;
-    use crate::kernels::all_variants;
+    use crate::kernels::swept_variants;
 
     #[test]
     fn render_fills_and_rejects_missing() {
@@ -318,7 +318,7 @@ mod tests {
     /// Every generatable variant passes naga validation, on shapes that exercise padding,
     /// stride, dilation, groups and bias.
     #[test]
-    fn every_variant_validates() {
+    fn swept_variants_validate() {
         let shapes = [
             ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4)).unwrap(),
             ConvShape::new([1, 3, 5, 5], [5, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap(),
@@ -386,7 +386,7 @@ mod tests {
             ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 3], (2, 3), (1, 0), (1, 2), (1, 1), 2, Some(4)).unwrap(),
         ];
         for shape in &shapes {
-            for v in all_variants() {
+            for v in swept_variants() {
                 let k = match v.generate(shape) {
                     Ok(k) => k,
                     // A variant may refuse a shape it does not suit (split-K workspace over

@@ -149,7 +149,7 @@ pub struct Engine {
     /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
     /// The last Tensor call's submission, not waited for yet (see `runner::conv2d_device`).
-    pub in_flight: Mutex<Option<wgpu::SubmissionIndex>>,
+    pub in_flight: Mutex<Option<crate::wait::Submitted>>,
     /// How long a wait for the GPU polls before blocking (`spin_time`).
     pub spin: Duration,
     /// Held by the one thread polling the device at a time (`wait::spin`).

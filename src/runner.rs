@@ -10,7 +10,7 @@ use crate::resident::Resident;
 use crate::split;
 use crate::timing::Phases;
 use crate::transfer::{self, scoped, MaxFold};
-use crate::wait::{wait, Landing};
+use crate::wait::{self, wait, wait_all, Landing, Submitted};
 use crate::kernels::Variant;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -479,24 +479,24 @@ fn submit_once(
     kernel: &Compiled,
     bg: &Bindings,
     poison: Option<&PooledBuffer>,
-) -> Result<wgpu::SubmissionIndex> {
+) -> Result<Submitted> {
     let checker = poison.map(|_| engine.checker()).transpose()?;
-    scoped(engine, || -> Result<wgpu::SubmissionIndex> {
+    scoped(engine, || -> Result<Submitted> {
         let mut enc = engine.device.create_command_encoder(&Default::default());
         if let (Some(c), Some(buf)) = (&checker, poison) {
             c.fill(&engine.device, &mut enc, buf, kernel.dtype);
         }
         encode(engine, &mut enc, kernel, bg, None)?;
-        let idx = engine.queue.submit([enc.finish()]);
+        let done = wait::submit(engine, [enc.finish()]);
         bg.keep_weights();
-        Ok(idx)
+        Ok(done)
     })?
 }
 
 /// Dispatches `kernel` once and waits for it.
 fn run_once(engine: &Engine, kernel: &Compiled, bg: &Bindings) -> Result<()> {
-    let idx = submit_once(engine, kernel, bg, None)?;
-    wait(engine, Some(idx))
+    let done = submit_once(engine, kernel, bg, None)?;
+    wait(engine, &done)
 }
 
 impl DeviceTensors {
@@ -586,9 +586,9 @@ impl DeviceTensors {
         let idx = scoped(engine, || {
             let mut enc = engine.device.create_command_encoder(&Default::default());
             checker.compare(&engine.device, &mut enc, &self.y, reference, &stats, self.shape.dtype);
-            engine.queue.submit([enc.finish()])
+            wait::submit(engine, [enc.finish()])
         })?;
-        wait(engine, Some(idx))?;
+        wait(engine, &idx)?;
         let mut raw = [0u8; 16];
         read_buffer(engine, &stats, &mut raw)?;
         Ok(Comparison::from_stats(&raw))
@@ -666,9 +666,9 @@ impl DeviceTensors {
             encode(engine, &mut enc, kernel, &bg, Some((&qs, 2 * i)))?;
         }
         enc.resolve_query_set(&qs, 0..count, &resolve, 0);
-        let idx = engine.queue.submit([enc.finish()]);
+        let idx = wait::submit(engine, [enc.finish()]);
         bg.keep_weights();
-        wait(engine, Some(idx))?;
+        wait(engine, &idx)?;
         let mut raw = vec![0u8; count as usize * 8];
         read_buffer(engine, &resolve, &mut raw)?;
         let period = engine.queue.get_timestamp_period() as f64;
@@ -808,7 +808,7 @@ pub fn conv2d_timed<T: Elem>(
         // Some drivers (lavapipe) block here until the kernel is done.
         let download = transfer::start_download::<T>(engine, &y, &y_runs)?;
         ph.mark("readback_submit");
-        wait(engine, Some(idx))?;
+        wait(engine, &idx)?;
         ph.mark("gpu_wait");
         download.finish(engine, out)?;
         ph.mark("download");
@@ -820,7 +820,7 @@ pub fn conv2d_timed<T: Elem>(
     if direct {
         // Every piece's kernel is done: the weights' mappings come back at this poll.
         weights.remap();
-        wait(engine, None)?;
+        wait_all(engine)?;
     }
     Ok(())
 }
@@ -916,7 +916,7 @@ pub fn conv2d_device<T: Elem>(
     // output is ordered behind it by the queue; reading it back waits for it.
     let previous = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).replace(idx);
     if let Some(p) = previous {
-        wait(engine, Some(p))?;
+        wait(engine, &p)?;
     }
     ph.mark("previous_wait");
     Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype, maxabs: AtomicU32::new(UNKNOWN_MAX), resident: Resident::default() })
@@ -926,7 +926,7 @@ pub fn conv2d_device<T: Elem>(
 pub fn synchronize(engine: &Engine) -> Result<()> {
     let pending = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
     if pending.is_some() {
-        wait(engine, None)?;
+        wait_all(engine)?;
     }
     Ok(())
 }
@@ -1000,7 +1000,7 @@ pub(crate) mod tests {
     use crate::dtype::finite_abs_max;
     use crate::device::engine;
     use crate::params::Padding;
-    use crate::kernels::all_variants;
+    use crate::kernels::swept_variants;
 
     /// Naive float64 reference with PyTorch semantics.
     pub(crate) fn reference(s: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
@@ -1082,7 +1082,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn every_variant_computes_the_reference_on_a_small_shape() {
+    fn swept_variants_compute_the_reference_on_a_small_shape() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         // Strided, dilated and grouped; a variant that cannot compute it (Winograd: 3x3 at
         // stride 1 only) runs the second shape instead.
@@ -1094,7 +1094,7 @@ pub(crate) mod tests {
             // One group (the stem family), strided and dilated.
             ConvShape::new([2, 3, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 1, Some(4)).unwrap(),
         ];
-        for v in all_variants().into_iter().filter(|v| v.fits(&e.caps)) {
+        for v in swept_variants().into_iter().filter(|v| v.fits(&e.caps)) {
             let s = shapes.iter().find(|s| v.computes(s)).unwrap();
             let x = random_data(s.x_len() as usize, 1);
             let w = random_data(s.w_len() as usize, 2);
@@ -1110,7 +1110,7 @@ pub(crate) mod tests {
     /// Every variant that computes a pixel-shuffled problem stores each output where
     /// `y_store_index` puts it (a strided grouped shape, and 3x3 at stride 1 for Winograd).
     #[test]
-    fn every_variant_stores_pixel_shuffled_outputs() {
+    fn swept_variants_store_pixel_shuffled_outputs() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let shapes = [
             ConvShape::new([2, 6, 9, 7], [8, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(8)).unwrap(),
@@ -1125,7 +1125,7 @@ pub(crate) mod tests {
         ];
         let mut ran = 0;
         // Each variant on the first shape it computes; Winograd's also on its own shapes.
-        let runs = all_variants().into_iter().filter(|v| v.fits(&e.caps)).flat_map(|v| {
+        let runs = swept_variants().into_iter().filter(|v| v.fits(&e.caps)).flat_map(|v| {
             let first = shapes.iter().position(|s| v.computes(s));
             let winograd = matches!(v, Variant::Wgemm(_));
             (0..shapes.len())

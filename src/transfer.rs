@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU32, Ordering};
-use crate::wait::{wait, Landing};
+use crate::wait::{wait_all, Landing};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// KiB per chunk by default (4 MiB): large enough that a chunk's submission (tens of
@@ -345,7 +345,7 @@ fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chu
 /// `upload` of a whole slice, waiting for the GPU: for buffers filled outside a conv2d.
 pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], max: MaxFold<'_>) -> Result<()> {
     let staging = upload(engine, dst, src, &[(0, src.len())], max)?;
-    wait(engine, None)?;
+    wait_all(engine)?;
     drop(staging);
     Ok(())
 }

@@ -37,20 +37,51 @@ fn injected_panic() {
     }
 }
 
-/// Waits for a submission (or all work) to finish, bounded so a hung GPU gives an error.
-pub fn wait(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
+/// A submission, and the flag its work-done callback sets (none where waits never poll).
+pub struct Submitted {
+    pub idx: wgpu::SubmissionIndex,
+    done: Option<Arc<AtomicBool>>,
+}
+
+/// Submits `commands` and asks to be told when they are done: the callback, asked for right
+/// after the submission, fires once it (and anything another thread submitted in between)
+/// is done, so a wait for an older submission never waits for newer ones.
+pub fn submit(engine: &Engine, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Submitted {
+    let idx = engine.queue.submit(commands);
+    Submitted { idx, done: (!engine.spin.is_zero()).then(|| work_done_flag(engine)) }
+}
+
+/// A flag set once all work submitted so far is done.
+fn work_done_flag(engine: &Engine) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    engine.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+    done
+}
+
+/// Waits for `s` to finish, bounded so a hung GPU gives an error.
+pub fn wait(engine: &Engine, s: &Submitted) -> Result<()> {
     engine.check_process()?;
     injected_panic();
-    if !engine.spin.is_zero() {
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
-        // All work submitted so far: at least `idx`, since it was submitted before.
-        engine.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+    if let Some(done) = &s.done {
         if spin(engine, || done.load(Ordering::Acquire))? {
             return Ok(());
         }
     }
-    block(engine, idx)
+    block(engine, Some(s.idx.clone()))
+}
+
+/// Waits for all work submitted so far.
+pub fn wait_all(engine: &Engine) -> Result<()> {
+    engine.check_process()?;
+    injected_panic();
+    if !engine.spin.is_zero() {
+        let done = work_done_flag(engine);
+        if spin(engine, || done.load(Ordering::Acquire))? {
+            return Ok(());
+        }
+    }
+    block(engine, None)
 }
 
 /// Polls while `ready` says no, for up to the engine's spin time; whether it said yes.

@@ -347,6 +347,37 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
 }
 
 /// A one-group problem with equal strides and paddings on both axes, for the families' tests.
+/// Variants a test sweeps per family unless `CONVTUNE_EXHAUSTIVE=1`.
+#[cfg(test)]
+const SWEPT_PER_FAMILY: usize = 12;
+
+/// Tests: the variants of `all` a sweep runs: every one with `CONVTUNE_EXHAUSTIVE=1` (the
+/// GPU machine's runs and the opt-in full sweep), else up to `SWEPT_PER_FAMILY` of each
+/// family, spread evenly over its list (its first and last included), so that every family
+/// and the range of its knobs is covered in a CI run's time.
+#[cfg(test)]
+pub(crate) fn swept<T: Copy>(all: &[T], family: impl Fn(&T) -> &'static str) -> Vec<T> {
+    if std::env::var("CONVTUNE_EXHAUSTIVE").is_ok_and(|v| v.trim() == "1") {
+        return all.to_vec();
+    }
+    let mut names: Vec<&'static str> = all.iter().map(&family).collect();
+    names.dedup();
+    names
+        .into_iter()
+        .flat_map(|name| {
+            let of: Vec<T> = all.iter().copied().filter(|v| family(v) == name).collect();
+            let m = of.len().min(SWEPT_PER_FAMILY);
+            (0..m).map(move |i| of[if m == 1 { 0 } else { i * (of.len() - 1) / (m - 1) }])
+        })
+        .collect()
+}
+
+/// Tests: `swept` over every variant.
+#[cfg(test)]
+pub(crate) fn swept_variants() -> Vec<Variant> {
+    swept(&all_variants(), |v| v.family())
+}
+
 #[cfg(test)]
 pub(crate) fn square_shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64) -> ConvShape {
     ConvShape::new(x, w, (stride, stride), crate::params::Padding::Explicit(pad, pad), (1, 1), 1, None).unwrap()
@@ -368,6 +399,18 @@ mod tests {
         // Depthwise: one channel per group, nothing to tile across the workgroup.
         let dw = ConvShape::new([1, 32, 28, 28], [32, 1, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 32, None).unwrap();
         assert_eq!(default_variant(&dw.with_layout(Layout::Nhwc), &caps).to_string(), "direct_wg64x1_u1_k1w1");
+    }
+
+    #[test]
+    fn sweeps_cover_every_family_ends_included() {
+        let all = all_variants();
+        let some = swept(&all, |v| v.family());
+        for name in family_names() {
+            let of: Vec<_> = all.iter().filter(|v| v.family() == name).collect();
+            let picked: Vec<_> = some.iter().filter(|v| v.family() == name).collect();
+            assert!(picked.len() >= of.len().min(SWEPT_PER_FAMILY), "{name}");
+            assert!(picked.first() == of.first() && picked.last() == of.last(), "{name}");
+        }
     }
 
     #[test]

@@ -422,7 +422,7 @@ mod tests {
     use crate::params::Padding;
 
     #[test]
-    fn every_variant_validates_on_stems_in_both_layouts_and_types() {
+    fn swept_variants_validate_on_stems_in_both_layouts_and_types() {
         // Rows of scalars, rows of vec4s at stride 1 and 2.
         let stems =
             [shape([2, 3, 17, 18], [10, 3, 3, 3], 1, 1), shape([2, 3, 9, 16], [8, 3, 3, 3], 1, 1), shape([1, 3, 23, 24], [16, 3, 7, 7], 2, 3)];
@@ -430,7 +430,7 @@ mod tests {
             for layout in [Layout::Nchw, Layout::Nhwc] {
                 for dtype in [DType::F32, DType::F16] {
                     let s = base.with_layout(layout).with_dtype(dtype);
-                    for v in Stem::space() {
+                    for v in crate::kernels::swept(&Stem::space(), |_| "stem") {
                         if !v.computes(&s) {
                             continue;
                         }
