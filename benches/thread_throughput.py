@@ -42,7 +42,7 @@ def rate(call, threads: int, seconds: float) -> float:
         w = rng.standard_normal(W, dtype=np.float32)
         want = conv2d_reference(x, w, padding=1)
         call(x, w)
-        start.wait()
+        start.wait(timeout=60)
         while time.perf_counter() < stop:
             y = call(x, w)
             counts[t] += 1
@@ -52,7 +52,7 @@ def rate(call, threads: int, seconds: float) -> float:
     pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     for th in pool:
         th.start()
-    start.wait()
+    start.wait(timeout=60)
     t0 = time.perf_counter()
     for th in pool:
         th.join()

@@ -262,3 +262,33 @@ def run_ok(code: str, **env: str) -> None:
     r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+#: Every variant and every drawn case run when set (the GPU machine's runs, the full sweep);
+#: otherwise the per-variant sweeps run a spread sample, for a test command in minutes.
+EXHAUSTIVE = os.environ.get("CONVTUNE_EXHAUSTIVE") == "1"
+
+#: Variants per family a sampled sweep runs.
+PER_FAMILY = 12
+
+
+def swept(names, per_family: int = PER_FAMILY) -> list:
+    """``names`` (variant names, in the generator's order), or with CONVTUNE_EXHAUSTIVE unset
+    up to ``per_family`` of each family spread evenly over its list, its first and last
+    included: every family and the range of its knobs, in a fraction of the time."""
+    names = list(names)
+    if EXHAUSTIVE:
+        return names
+    out = []
+    for family in dict.fromkeys(n.split("_")[0] for n in names):
+        of = [n for n in names if n.split("_")[0] == family]
+        m = min(len(of), per_family)
+        out += [of[0]] if m == 1 else [of[i * (len(of) - 1) // (m - 1)] for i in range(m)]
+    return out
+
+
+def swept_range(n: int, every: int = 3) -> range:
+    """Indices of ``n`` drawn cases a sweep runs: all with CONVTUNE_EXHAUSTIVE, else every
+    ``every``-th."""
+    return range(n) if EXHAUSTIVE else range(0, n, every)
+

@@ -15,7 +15,7 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import (check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
+from reference import (swept, check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
                        run_or_skip_tensor_core, split_k_case)
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
@@ -106,7 +106,7 @@ def test_transpose_sweep(index):
     compare(got, to(want), c["half"], f"case {c}")
 
 
-@pytest.mark.parametrize("variant", TCONV)
+@pytest.mark.parametrize("variant", swept(TCONV, 24))
 def test_every_tconv_variant(variant):
     # Alternating layouts and data types keep this to one compile per variant.
     i = TCONV.index(variant)

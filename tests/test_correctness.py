@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import (
+from reference import (swept, swept_range,
     check_close,
     max_rel_err,
     output_shape,
@@ -163,7 +163,7 @@ def test_sweep_covers_the_parameter_space():
     assert all(macs(c) <= MAX_MACS for c in cases)
 
 
-@pytest.mark.parametrize("index", range(N_CASES))
+@pytest.mark.parametrize("index", swept_range(N_CASES))
 def test_sweep(index):
     case = draw_case(index)
     x, w, b = random_conv_inputs(case["rng"], case["x_shape"], case["w_shape"], case["bias"])
@@ -199,7 +199,7 @@ def _draw_variant(rng, case) -> str:
     return str(rng.choice(names))
 
 
-@pytest.mark.parametrize("index", range(N_CASES))
+@pytest.mark.parametrize("index", swept_range(N_CASES))
 def test_sweep_random_variant(index):
     """The same cases run with a randomly chosen variant, so both families see every shape."""
     case = draw_case(index)
@@ -553,7 +553,7 @@ def test_variant_knobs_family_matches_name():
         assert len(knobs) > 1, (name, knobs)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", swept(VARIANTS))
 def test_variant_matches_reference(name):
     x, w, b = _V_INPUTS
     try:

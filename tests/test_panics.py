@@ -56,14 +56,19 @@ def test_a_panic_in_tensor_calls_is_an_internal_error_and_the_next_calls_work():
     convtune.synchronize()
 
 
-def test_a_panic_while_tuning_fails_one_candidate_and_tuning_works_after(tmp_path, monkeypatch):
+def test_a_panic_while_tuning_fails_that_run_or_one_candidate_and_tuning_works_after(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVTUNE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CONVTUNE_TUNE_BUDGET", "0.2")
     x, w = _inputs(7, (1, 4, 9, 9))
     _convtune._inject_panic(3)
-    # The tuner measures each candidate under its own guard: the panic costs that candidate.
-    first = convtune.tune(x.shape, w.shape, padding=1)
-    assert any("panicked" in (c["detail"] or "") for c in first.candidates), first.candidates
+    # A panic while a candidate is measured costs that candidate (the tuner guards each);
+    # one elsewhere in the run fails the run as InternalError. Which wait is the third
+    # depends on the adapter.
+    try:
+        first = convtune.tune(x.shape, w.shape, padding=1)
+        assert any("panicked" in (c["detail"] or "") for c in first.candidates), first.candidates
+    except convtune.InternalError as e:
+        assert "tuning 1x4x9x9" in str(e) and "a panic injected" in str(e)
     again = convtune.tune(x.shape, w.shape, padding=1, force=True)
     assert not any("panicked" in (c["detail"] or "") for c in again.candidates)
     check_close(convtune.conv2d(x, w, padding=1, variant=again.winner), conv2d_reference(x, w, padding=1))

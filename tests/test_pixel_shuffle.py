@@ -17,7 +17,7 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference, conv_transpose2d_reference, pixel_shuffle_reference
-from reference import (check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
+from reference import (swept, swept_range, check_close, check_mode_bound, nhwc, readme_examples, run_or_skip_over_limits,
                        run_or_skip_tensor_core, split_k_case)
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
@@ -90,7 +90,7 @@ def test_reference_is_pytorchs_pixel_shuffle():
         assert got[n, c, h * 3 + i, w * 3 + j] == y[n, k, h, w]
 
 
-@pytest.mark.parametrize("index", range(N_CASES))
+@pytest.mark.parametrize("index", swept_range(N_CASES))
 def test_shuffle_sweep(index):
     c = draw_case(index)
     rng = np.random.default_rng(c["seed"])
@@ -130,7 +130,7 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("variant", FMA)
+@pytest.mark.parametrize("variant", swept(FMA))
 def test_every_fma_variant_stores_shuffled(variant):
     # Alternating shapes keep this to about one compile per variant; Winograd takes the
     # second alone. (The Rust suite runs every variant on both shapes' kind too.)
