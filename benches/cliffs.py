@@ -17,7 +17,7 @@ in NHWC against cuDNN fp16 channels-last. Time per FLOP is GPU seconds / (2 *
 multiply-adds).
 
 Writes cliffs.json and one cliffs_<sweep>.png per sweep (when matplotlib is installed) into
---out (default benches/results/; cliffs_small* with --small), and prints per sweep and library the min and max time per
+--out (default benches/results/cliffs/; cliffs_small* with --small), and prints per sweep and library the min and max time per
 FLOP and the worst ratio of a point over its better neighbour.
 
 GPU machine (PyTorch with CUDA installed); 80 distinct points, an estimated 6 minutes on an
@@ -195,7 +195,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--step", type=int, default=1, help="step of the +-8 sweeps of C, K and H=W")
     p.add_argument("--only", metavar="NAMES", help="comma-separated sweep names to run (e.g. C64,HW14,pad)")
     p.add_argument("--small", action="store_true", help="small shapes, for a CPU Vulkan driver")
-    p.add_argument("--out", default=os.path.join(HERE, "results"), help="output directory")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "cliffs"), help="output directory")
     p.add_argument("--replot", metavar="JSON", help="measure nothing: draw the plots of an earlier run's "
                    "cliffs.json (PNGs beside it, named after it)")
     args = p.parse_args(argv)

@@ -6,7 +6,7 @@ For each compute-bound conv of the public suite, the plain GEMM of its implicit-
 in fp16, TF32 and fp32, and the conv itself through cuDNN in each precision; TFLOP/s = 2*M*N*K
 over GPU time (CUDA events around runs queued behind a sleep kernel, as `vs_cudnn.py` times
 cuDNN). The WGSL side is the standalone cooperative-matrix GEMM probe run at the same sizes
-(`BENCHMARKS.md`, "The ceiling on the suite's layers", says how).
+(`benches/results/HISTORY.md`, "The ceiling on the suite's layers", says how).
 
 Usage (GPU machine, PyTorch with CUDA):
     python benches/gemm_vs_cublas.py --json gemm_vs_cublas.json

@@ -48,7 +48,7 @@ err: max relative error of convtune's result against a float64 reference on the 
 (PyTorch's on the GPU where it has CUDA, else convtune.reference, with --smoke only).
 
 Prints one table per part and writes JSON (`--out`, default
-benches/results/upsample_vs_torch_<commit>.json, the commit from CONVTUNE_COMMIT or git).
+benches/results/upsample/upsample_vs_torch_<commit>.json, the commit from CONVTUNE_COMMIT or git).
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--reps", type=int, default=None, help="GPU-timed runs per winner (default 50; --smoke 3)")
     p.add_argument("--e2e-reps", type=int, default=None, help="end-to-end runs (default 50; --smoke 2)")
     p.add_argument("--only", choices=("decoders", "upsamplers"), default=None)
-    p.add_argument("--out", default=None, help="JSON file (default benches/results/upsample_vs_torch_<commit>.json)")
+    p.add_argument("--out", default=None, help="JSON file (default benches/results/upsample/upsample_vs_torch_<commit>.json)")
     args = p.parse_args(argv)
     modes = list(MODES[:1] if args.smoke else MODES) if args.modes is None else [
         m.strip() for m in args.modes.split(",") if m.strip()]
@@ -368,7 +368,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     torch = torch_cuda()
     check = torch is not None or args.smoke
     sha = commit()
-    out = args.out or os.path.join(HERE, "results", f"upsample_vs_torch{'_smoke' if args.smoke else ''}_{sha}.json")
+    out = args.out or os.path.join(HERE, "results", "upsample", f"upsample_vs_torch{'_smoke' if args.smoke else ''}_{sha}.json")
     meta = {
         "date": datetime.date.today().isoformat(), "adapter": info["name"],
         "driver": f"{info['driver']} {info['driver_info']}".strip(), "commit": sha,

@@ -5,7 +5,7 @@ into benches/results/HISTORY.md.
 
 Usage (on the GPU machine, where PyTorch with CUDA is installed):
     CONVTUNE_COMMIT=$(git rev-parse --short HEAD) python benches/vs_cudnn.py \
-        --chain --markdown vs_cudnn.md --json benches/results/vs_cudnn.json
+        --chain --markdown vs_cudnn.md --json benches/results/vs_cudnn/vs_cudnn.json
 
 Per shape: convtune GPU time (timestamp queries, median of 50) and its coefficient of
 variation, convtune end to end (numpy in -> numpy out, median of 10) and PyTorch's (numpy ->

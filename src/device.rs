@@ -409,7 +409,7 @@ pub const STORAGE_BINDINGS: u32 = 8;
 /// is 256, so that a buffer larger than a block gets device memory of its own. Suballocated
 /// from a shared 256 MiB block, a float16 1x1 layer's 51 MB output made the same kernel
 /// 25-50% slower on an H200 in some allocation orders; with 4, 16 or 32 MiB blocks it never
-/// was, and the other kernels measured stayed within 1% (BENCHMARKS.md, "Buffers of their
+/// was, and the other kernels measured stayed within 1% (benches/results/HISTORY.md, "Buffers of their
 /// own"). An application opening its own device for [`Engine::from_device`] can pass these.
 ///
 /// [`Engine::from_device`]: crate::Engine::from_device

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Default tuning budget per shape. On the H100 (FMA families, public suite) 1 s found
 /// winners as fast as 3 s did on every shape, within 11% of what 20 s found, with first
-/// calls of 1.2-1.8 s against 3.5-7 s (BENCHMARKS.md, "Tuner: ranking and budget").
+/// calls of 1.2-1.8 s against 3.5-7 s (benches/results/HISTORY.md, "Tuner: ranking and budget").
 pub const DEFAULT_BUDGET: Duration = Duration::from_secs(1);
 /// A candidate whose first samples are this much slower than the best so far is dropped.
 pub const PRUNE_RATIO: f64 = 1.5;

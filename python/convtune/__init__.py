@@ -612,7 +612,7 @@ def last_call_timings() -> Optional[dict]:
     the whole process took during the native part, ``None`` where unavailable). A call
     with a ``convtune.Tensor`` input returns with its kernel queued: its phases end with
     ``submit`` and ``previous_wait`` (the wait for the Tensor call before it).
-    Phase names are listed in README.md ("Where the time goes").
+    Phase names are listed in docs/timing.md.
     """
     return _timings.last()
 

@@ -34,7 +34,7 @@ pub const LONG_GRID: u64 = 132;
 /// as workgroup memory decides it, when the grid has more workgroups than multiprocessors.
 /// Kernels that wait on gathers hide the wait behind other resident workgroups: on the H100,
 /// tensor-core tiles whose staging left fewer workgroups resident ran up to 2.5x slower
-/// (BENCHMARKS.md, "Tensor-core k-step and workgroup memory").
+/// (benches/results/HISTORY.md, "Tensor-core k-step and workgroup memory").
 pub fn residency(workgroup_bytes: u32, invocations: u32, workgroups: u64) -> f64 {
     if workgroups < LONG_GRID {
         return 1.0;
@@ -47,7 +47,7 @@ pub fn residency(workgroup_bytes: u32, invocations: u32, workgroups: u64) -> f64
 /// registers per invocation decide it. FMA kernels hide their loads behind other resident
 /// invocations: on the H100, GEMM tiles of 4x4 outputs per invocation and 8-deep steps beat
 /// 8x8 outputs or 16-deep steps by 1.2-1.5x on most of the public suite, the opposite of
-/// what counting loads per multiply-add says (BENCHMARKS.md, "Tuner: ranking and budget").
+/// what counting loads per multiply-add says (benches/results/HISTORY.md, "Tuner: ranking and budget").
 pub fn register_occupancy(registers: f64) -> f64 {
     (SM_REGISTERS / registers.max(1.0) / SM_INVOCATIONS).min(1.0)
 }

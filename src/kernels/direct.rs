@@ -20,7 +20,7 @@ pub struct Direct {
 }
 
 /// Measured time per unit of this estimate relative to the GEMM family's (H100, FMA-only
-/// public suite: BENCHMARKS.md, "Tuner: ranking and budget"), so the families rank against
+/// public suite: benches/results/HISTORY.md, "Tuner: ranking and budget"), so the families rank against
 /// each other by time.
 const TIME_PER_COST: f64 = 1.5;
 
@@ -29,7 +29,7 @@ const TIME_PER_COST: f64 = 1.5;
 /// neighbouring invocations along x write different pixels, K elements apart, and the seed
 /// shape's direct variants took 33-38 us with 32 sectors a store instruction, 19-21 with 16
 /// and 15-18 with 8 (against 13.5-17 us in NCHW, whose own store pattern the rest of the
-/// estimate was calibrated on; BENCHMARKS.md, "NHWC against NCHW").
+/// estimate was calibrated on; benches/results/HISTORY.md, "NHWC against NCHW").
 const NHWC_STORE_SECTOR: f64 = 200.0;
 
 /// Invocations in a subgroup, as on NVIDIA GPUs; for ranking only.

@@ -183,7 +183,7 @@ impl KernelVariant for Gemm {
         // of the occupancy ranked 15th to 26th in the family; this ranks them 3rd to 7th. An
         // exponent of 0.5 * g^0.75 ranked them 1st to 5th but tuned the 1x1 stride-2
         // projection slower (its fastest tile then fell within 1% of a cheaper one's cost and
-        // waited as a near-twin): BENCHMARKS.md, "Rows of the kernel window in the gemm family".
+        // waited as a near-twin): benches/results/HISTORY.md, "Rows of the kernel window in the gemm family".
         let per_fma = 1.0
             + SHARED_LOAD * (tm + tn) / (tm * tn)
             + GATHER_LOAD * (gather(vec_w) / self.bm as f64 + x_gather / self.bn as f64)
@@ -238,7 +238,7 @@ fn loads_x_vec4(shape: &ConvShape) -> bool {
 /// kernel at stride 2 takes two vec4s per four pixels, 2x2 at stride 2 two for eight values,
 /// a 4x4 patch at stride 4 four for sixteen. The family's steps (8, 16, 32 terms) hold whole
 /// rows of 1, 2, 4 or 8 taps; 3-tap rows keep the gathers (steps of 12, 24 and 48 terms ran
-/// the 3x3 stride-2 layer of the public suite no faster than its 8-deep gathers: BENCHMARKS.md).
+/// the 3x3 stride-2 layer of the public suite no faster than its 8-deep gathers: benches/results/HISTORY.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rows {
     first: i64,
@@ -602,7 +602,7 @@ mod tests {
     }
 
     /// Every unsplit tile of the family timed by name on the H200 ("highest",
-    /// `gemm_sweep_450284e_h200.txt`): where x is read as vec4s (rows of the window, or 1x1
+    /// `benches/results/fma/gemm_sweep_450284e_h200.txt`): where x is read as vec4s (rows of the window, or 1x1
     /// planes), the fastest ranks among the seven cheapest (15th to 26th with the occupancy's
     /// plain square root), where the default budget times it.
     #[test]

@@ -334,7 +334,7 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     // tiles store a few sectors per instruction where 64 pixels store 32 (the seed shape on
     // the H100: 15.6 us against 34.2). With 32 channels or more, tiles of 4 channels x 4
     // pixels fill all 8 lanes along y and reuse more of each load (14.7 us on the seed
-    // shape, 0.43 ms against 0.61 with 2 x 2 on 32,3,224,224 -> 64; BENCHMARKS.md, "NHWC
+    // shape, 0.43 ms against 0.61 with 2 x 2 on 32,3,224,224 -> 64; benches/results/HISTORY.md, "NHWC
     // against NCHW").
     if shape.layout == crate::params::Layout::Nhwc && shape.kg() >= 16 {
         let (tk, tw) = if shape.kg() >= 32 { (4, 4) } else { (2, 2) };

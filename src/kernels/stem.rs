@@ -45,7 +45,7 @@ const MAX_TAPS: u32 = 256;
 /// multiply-adds (vec4 statements). On an H200 the written-out variants won only the
 /// 3-channel 3x3 stem (9 rows); on the 7x7 stem (21 rows) and 1x1 layers they ran 1.1-4x
 /// slower than the looped ones, and took seconds to compile where their rows ran to hundreds
-/// (`BENCHMARKS.md`, "Stem family").
+/// (`benches/results/HISTORY.md`, "Stem family").
 const MAX_WRITTEN_ROWS: u32 = 16;
 const MAX_WRITTEN: u32 = 4096;
 /// What a cache wavefront of a load costs, per multiply-add: as much as a load from
@@ -53,7 +53,7 @@ const MAX_WRITTEN: u32 = 4096;
 const WAVEFRONT: f64 = SHARED_LOAD;
 /// Accumulators an invocation holds before they cost it residency. On an H200, 64 (16
 /// channels x 4 columns) ran the suite's stems and 1x1 layers fastest; 128 ran 1.2-2x
-/// slower than 64 on every one (`BENCHMARKS.md`, "Stem family").
+/// slower than 64 on every one (`benches/results/HISTORY.md`, "Stem family").
 const FREE_ACCUMULATORS: f64 = 64.0;
 
 impl Family for Stem {

@@ -31,7 +31,7 @@ pub struct Wino {
 /// (bt, bn, bc, tt, tk, m): 128 or 256 invocations, 64 to 144 accumulators each, at most
 /// 32 KiB of workgroup memory. Tiles of 16 output tiles, 8-channel chunks with 2x4 register
 /// tiles and the 4x4 tile of 16 ran 1.6-2.4x slower than the best on every 3x3 body the
-/// H100 timed (BENCHMARKS.md, "Winograd family"), and 2x4 tiles of 32x32 or with 2-channel
+/// H100 timed (benches/results/HISTORY.md, "Winograd family"), and 2x4 tiles of 32x32 or with 2-channel
 /// chunks never beat the 64x32 one: left out, so tuning spends no time on them.
 const SPACE: [(u32, u32, u32, u32, u32, u32); 7] = [
     (32, 32, 4, 1, 4, 2),
@@ -57,10 +57,10 @@ const SETUP: f64 = 32.0;
 const PROLOGUE: f64 = 40.0;
 /// The 4x4 tile's longer transforms and 36 products per (tile, channel) pair, beyond what
 /// the terms above count: on the H100 its best variant ran 1.2-2.3x slower than the 2x2
-/// tile's best on the 3x3 bodies of the public suite (BENCHMARKS.md, "Winograd family").
+/// tile's best on the 3x3 bodies of the public suite (benches/results/HISTORY.md, "Winograd family").
 const TILE_4X4: f64 = 1.6;
 /// Measured time per unit of this estimate relative to the GEMM family's (H100, FMA-only
-/// public suite: BENCHMARKS.md, "Tuner: ranking and budget").
+/// public suite: benches/results/HISTORY.md, "Tuner: ranking and budget").
 const TIME_PER_COST: f64 = 1.5;
 /// 128 accumulators per invocation cost occupancy (or spill) where 64 do not, 144 more.
 const REGISTERS: [(u32, f64); 2] = [(128, 1.3), (64, 1.15)];

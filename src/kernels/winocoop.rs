@@ -55,7 +55,7 @@ const PAD: u32 = 8;
 /// A tensor-core multiply-add relative to a scalar FMA, per multiply-add (the coop family's
 /// figure), and the 16-byte staging per staged value, weighed so that the wide tiles rank
 /// first: on an H200 the 128x128 and 128x256 tiles ran every deep layer fastest, 2-10% ahead
-/// of the 64-wide ones (`BENCHMARKS.md`, "Split window tiles; Winograd on tensor cores").
+/// of the 64-wide ones (`benches/results/HISTORY.md`, "Split window tiles; Winograd on tensor cores").
 const MMA: f64 = 0.08;
 const STAGE: f64 = 4.0;
 

@@ -24,7 +24,7 @@
 //! work on tiles chunk * TP + t, the workspace sized for one chunk; U is transformed by the
 //! first chunk's prologue only (later chunks' filter workgroups return at once). The EDSR
 //! body at 720p (57,600 F(4x4) tiles, 530 MB of V) runs in 4 chunks with 64-tile GEMMs
-//! (on an H200 7% slower than in one, with a bound of 512 MiB: BENCHMARKS.md).
+//! (on an H200 7% slower than in one, with a bound of 512 MiB: benches/results/HISTORY.md).
 //!
 //! Transforms: Toom-Cook at the interpolation points
 //! - m = 2: 0, 1, -1, infinity (Lavin & Gray 2016);
@@ -86,7 +86,7 @@ pub const TRANSFORMS_TEMPLATE: &str = include_str!("../../shaders/winograd.wgsl"
 /// steps (the gemm family's fastest shape on the H100, and a smaller one for short grids),
 /// plus a 128x64 tile for F(2x2), whose GEMMs have the most rows, and 16-deep ones for
 /// F(4x4): at 16 deep every invocation copies whole vec4s of V and U per step, and 64x64x16
-/// ran the H200's 3x3 layers 2-5% faster than any other tile of the family (BENCHMARKS.md,
+/// ran the H200's 3x3 layers 2-5% faster than any other tile of the family (benches/results/HISTORY.md,
 /// "Vec4 loads and stores in the FMA GEMMs"). The space is kept small on purpose.
 const SPACE: [(u32, u32, u32, u32, u32, u32); 9] = [
     (2, 64, 64, 8, 4, 4),

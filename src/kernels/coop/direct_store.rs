@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 /// image's pixels are whole 16-pixel blocks). Layouts 0 and 4 only: on an H200 their tiles
 /// ran 5-15% (layout 0) and up to 4% (layout 4) faster so, layouts 1 to 3 within 1% but one
 /// tile 43% slower, and the second store path makes a kernel compile ~15% longer, which with
-/// a cold driver cache pushed a layer's winner past the tuning budget (BENCHMARKS.md, "Float32
+/// a cold driver cache pushed a layer's winner past the tuning budget (benches/results/HISTORY.md, "Float32
 /// outputs stored from registers").
 pub(super) fn direct(v: &Coop, shape: &ConvShape, window: bool) -> bool {
     let blocks_in_images = window || shape.layout == Layout::Nhwc || (shape.oh() as u64 * shape.ow() as u64) % 16 == 0;

@@ -67,6 +67,11 @@ pub(super) fn gemm_step(bm: u32, bn: u32, bk: u32, sgm: u32, sgn: u32, a_row_maj
 }
 
 impl Coop {
+    /// Whether the kernel runs as window tiles on `shape` (a window variant whose window fits).
+    fn runs_windowed(&self, shape: &ConvShape) -> bool {
+        self.windowed() && window::Window::of(self, shape).is_some()
+    }
+
     /// Staged A rows: k (layout 0) or pixels (layouts 1, 2).
     fn a_rows(&self) -> u32 {
         if self.windowed() {
@@ -297,7 +302,7 @@ impl KernelVariant for Coop {
         } else {
             (1.0, 0.0)
         };
-        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * waste * taps::live_share(self, shape) * per_fma
+        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * waste * taps::live_share(self, shape, self.runs_windowed(shape)) * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
             / resident
             / fill
@@ -896,7 +901,7 @@ mod window_tests {
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
                 let skips = k.source.contains("fn next_live(");
                 assert_eq!(skips, dead && c.layout > 0, "{v} on {}", shape.label());
-                assert_eq!(taps::live_share(&c, &shape.lowered().unwrap()), if !skips { 1.0 } else if c.layout == 4 { 0.75 } else { 9.0 / 16.0 }, "{v}");
+                assert_eq!(taps::live_share(&c, &shape.lowered().unwrap(), c.runs_windowed(&shape.lowered().unwrap())), if !skips { 1.0 } else if c.layout == 4 { 0.75 } else { 9.0 / 16.0 }, "{v}");
                 if skips {
                     // Taps (layouts 1 to 3): phase 0 reaches all four, phase 3 tap 3 only; kernel
                     // rows (layout 4): phases 2 and 3 reach row 1 only.

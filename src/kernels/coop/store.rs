@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 /// (and back). A subgroup barrier: the family runs only on adapters whose subgroups are
 /// exactly 32 wide (NVIDIA's drivers today), where it is the warp barrier, which orders the
 /// warp's shared-memory accesses; a workgroup barrier also waited for the other subgroups,
-/// which took 2-4% of the scattered stores' layers' time on an H200 (BENCHMARKS.md, "Waits
+/// which took 2-4% of the scattered stores' layers' time on an H200 (benches/results/HISTORY.md, "Waits
 /// that poll; subgroup barriers around the scratch tile").
 const SCRATCH_BARRIER: &str = "    subgroupBarrier();";
 

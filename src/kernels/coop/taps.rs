@@ -55,10 +55,10 @@ pub(super) fn live_units(v: &Coop, shape: &ConvShape, windowed: bool) -> Option<
 }
 
 /// The share of the steps a kernel takes: its live units over all, averaged over the phases
-/// (1 where it skips none). The cost counts the products done; where the grid is one wave,
-/// the phases reaching the most taps set the time instead.
-pub(super) fn live_share(v: &Coop, shape: &ConvShape) -> f64 {
-    let windowed = v.windowed() && super::window::Window::of(v, shape).is_some();
+/// (1 where it skips none); `windowed`: the kernel runs as window tiles. The cost counts the
+/// products done; where the grid is one wave, the phases reaching the most taps set the
+/// time instead.
+pub(super) fn live_share(v: &Coop, shape: &ConvShape, windowed: bool) -> f64 {
     let Some(masks) = live_units(v, shape, windowed) else {
         return 1.0;
     };

@@ -62,13 +62,13 @@ pub(super) const SPLITS: [u32; 3] = [1, 2, 4];
 /// 4x4-grid tiles (64x64 outputs per subgroup), which run such layers faster per product
 /// once the grid fills the GPU: on an H200, batch 128 of 32,512,7,7 in float16 at 155
 /// TFLOP/s on 128x256 and 256x128 against 140 on 128x128, and split four ways batch 32 in
-/// 0.061 ms against 0.064 for the 128x128 tile split two ways (`BENCHMARKS.md`, "Split-K
+/// 0.061 ms against 0.064 for the 128x128 tile split two ways (`benches/results/HISTORY.md`, "Split-K
 /// on 4x4 grids").
 pub(super) const SPLIT_TILES: [(u32, u32, u32, u32); 4] = [(128, 64, 2, 2), (128, 128, 2, 4), (256, 128, 4, 2), (128, 256, 2, 4)];
 /// The window tiles split-K is offered for (over channel blocks): the 4-subgroup 4x4 grid,
 /// which runs two workgroups per multiprocessor (32,256,14,14 in float16 at batch 64 in
 /// 1.25x batch 32's time), so a grid of up to one workgroup per multiprocessor leaves half
-/// the GPU idle. The 8-subgroup window tiles gained nothing split (`BENCHMARKS.md`, "Tuning
+/// the GPU idle. The 8-subgroup window tiles gained nothing split (`benches/results/HISTORY.md`, "Tuning
 /// runoff; split-K on 4x4 grids").
 pub(super) const SPLIT_WINDOW_TILES: [(u32, u32, u32, u32); 1] = [(128, 128, 2, 2)];
 /// f16 elements of padding per staged row: 16 bytes, so 16x16 loads spread over banks.
