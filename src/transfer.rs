@@ -342,10 +342,16 @@ fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chu
     Ok(staging)
 }
 
-/// `upload` of a whole slice, waiting for the GPU: for buffers filled outside a conv2d.
+/// `upload` of a whole slice, for buffers filled outside a conv2d: waits for the GPU's copies
+/// where they went through pooled staging buffers, so that the pool gets them back mapped. A
+/// small upload that `Queue::write_buffer` took needs no wait (wgpu copies it ahead of the
+/// next submission, whoever makes it): waiting there also waited for every other thread's
+/// work in flight.
 pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], max: MaxFold<'_>) -> Result<()> {
     let staging = upload(engine, dst, src, &[(0, src.len())], max)?;
-    wait_all(engine)?;
+    if !staging.is_empty() {
+        wait_all(engine)?;
+    }
     drop(staging);
     Ok(())
 }

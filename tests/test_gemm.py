@@ -11,7 +11,7 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference
-from reference import (
+from reference import (swept,
     check_close, check_epilogue_in_both_layouts, check_same_non_finites,
     non_finite_inputs, random_conv_inputs,
 )
@@ -71,8 +71,8 @@ def test_every_row_variant_matches_the_reference(case):
     rng = np.random.default_rng(case)
     x, w, b = random_conv_inputs(rng, xs, ws, True)
     want = conv2d_reference(x, w, bias=b, **kw)
-    ran = 0
-    for variant in ROWS[case]:
+    ran, variants = 0, swept(ROWS[case], 8)
+    for variant in variants:
         try:
             got = convtune.conv2d(x, w, bias=b, variant=variant, precision="highest", **kw)
         except ValueError as e:
@@ -81,7 +81,7 @@ def test_every_row_variant_matches_the_reference(case):
             continue
         check_close(got, want, context=f"{variant} {xs} {ws} {kw}")
         ran += 1
-    assert ran >= min(10, len(ROWS[case]) // 2), ran
+    assert ran >= min(4, len(variants) // 2), ran
 
 
 @pytest.mark.parametrize("variant", ROWS[2][::13])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import check_close, check_mode_bound, reference_conv2d, run_or_skip_over_limits
+from reference import swept, check_close, check_mode_bound, reference_conv2d, run_or_skip_over_limits
 
 SPLIT = [v for v in convtune.variant_space()
          if v.startswith("gemm_") and convtune.variant_knobs(v)["splits"] > 1]
@@ -27,7 +27,7 @@ def test_split_variants_are_in_the_space():
     assert all(v.endswith(f"_k{convtune.variant_knobs(v)['splits']}") for v in SPLIT)
 
 
-@pytest.mark.parametrize("variant", SPLIT)
+@pytest.mark.parametrize("variant", swept(SPLIT, 8))
 def test_split_k_computes_the_reference(variant):
     rng = np.random.default_rng(abs(hash(variant)) % 2**32)
     for xs, ws, kw in CASES:
