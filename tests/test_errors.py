@@ -37,7 +37,6 @@ def _raises(exc, fragment, fn, *args, **kwargs):
 # (id, args, kwargs, exception, message fragment (regex))
 VALUE_ERRORS = [
     # Ranks
-    ("x-3d", (X[0], W), {}, "x must be 4-D"),
     ("x-5d", (X[None], W), {}, "x must be 4-D"),
     ("x-2d", (X[0, 0], W), {}, "x must be 4-D"),
     ("w-3d", (X, W[0]), {}, "w must be 4-D"),

@@ -377,7 +377,8 @@ def conv2d(
     optional fused epilogue: ``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)``.
 
     Args:
-        x: input, shape (N, C, H, W); anything ``np.asarray`` takes (or a torch CPU tensor),
+        x: input, shape (N, C, H, W), or unbatched (C, H, W) as PyTorch takes it (the result
+            then has no batch dimension either, nor must ``z``); anything ``np.asarray`` takes (or a torch CPU tensor),
             or a ``convtune.Tensor`` already on the GPU.
         w: weights, shape (K, C/groups, R, S); an array, or a ``convtune.Tensor`` from
             ``to_device(w)`` (uploaded once: a Tensor ``x``'s calls then bind it as it is,
@@ -470,7 +471,8 @@ def conv_transpose2d(
     cached as its own problem.
 
     Args:
-        x: input, shape (N, C, H, W) ((N, H, W, C) in NHWC), an array or a
+        x: input, shape (N, C, H, W) ((N, H, W, C) in NHWC), or unbatched without N (an
+            array only; the result drops N too), an array or a
             ``convtune.Tensor``.
         w: weights, shape (C, K/groups, R, S) in either layout.
         stride: int or (sh, sw), each >= 1.
@@ -526,8 +528,14 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     for name, t in (("x", x), ("z", z)):
         if isinstance(t, Tensor) and t.layout != lay:
             raise ValueError(f"{name} is an {t.layout} Tensor but the call's layout is {lay}")
+    # An unbatched x ((C, H, W), or (H, W, C) in NHWC), as PyTorch takes it: a batch of one
+    # here, the batch dimension dropped from the result (and expected absent from z).
+    unbatched = not on_device and xv.ndim == 3
+    if unbatched:
+        xv = xv[None]
     if not on_device and xv.ndim != 4:
-        raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
+        raise ValueError(f"x must be 4-D ({', '.join(lay)}) or unbatched 3-D ({', '.join(lay[1:])}), "
+                         f"got shape {xv.shape}")
     if len(wv.shape) != 4:
         raise ValueError(f"w must be 4-D {w_dims}, got shape {wv.shape}")
     bv = None
@@ -538,7 +546,7 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant must be a str, got {type(variant).__name__}")
     epi = _epilogue.normalise(z is not None, alpha1, alpha2, activation, negative_slope, clamp)
-    zv, zt = _residual(z, on_device)
+    zv, zt = _residual(z, on_device, unbatched)
     dt = _data_dtype(xv, wv, zt if zt is not None else zv)
     spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
                  None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding, pixel_shuffle)
@@ -563,12 +571,13 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     finally:
         progress.close()
     _timings.record(t0, t1, t2, t3, time.perf_counter())
-    return y
+    return y[0] if unbatched else y
 
 
-def _residual(z: Any, on_device: bool) -> Tuple[Optional[np.ndarray], Optional[Tensor]]:
+def _residual(z: Any, on_device: bool, unbatched: bool = False) -> Tuple[Optional[np.ndarray], Optional[Tensor]]:
     """``z`` as a host array or a device Tensor (a Tensor given with a host ``x`` is read
-    back: the pieces of a host call upload their part of z alongside their part of x)."""
+    back: the pieces of a host call upload their part of z alongside their part of x); with
+    an unbatched ``x``, z is unbatched too and gets the batch of one back."""
     if z is None:
         return None, None
     if isinstance(z, Tensor):
@@ -576,6 +585,11 @@ def _residual(z: Any, on_device: bool) -> Tuple[Optional[np.ndarray], Optional[T
             return None, z
         z = z.numpy()
     zv = _view(z, "z")
+    if unbatched:
+        if zv.ndim != 3:
+            raise ValueError(f"z must be 3-D like the unbatched output (K, OH, OW) (after any pixel_shuffle), "
+                             f"got shape {zv.shape}")
+        zv = zv[None]
     if zv.ndim != 4:
         raise ValueError(f"z must be 4-D, the output's shape (N, K, OH, OW) (after any pixel_shuffle), got shape {zv.shape}")
     if zv.size and not np.isfinite(zv).all():
