@@ -250,13 +250,9 @@ pub struct PooledBuffer {
 }
 
 impl PooledBuffer {
-    /// Unmaps an upload buffer so a submission can copy from it.
-    pub fn unmap_upload(&self) {
-        self.unmap();
-    }
-
     /// Unmaps the buffer if it is mapped or has a map pending (whose callback then gets an
-    /// error); shadows `wgpu::Buffer::unmap`, so the pool always knows the state.
+    /// error), e.g. an upload buffer so a submission can copy from it; shadows
+    /// `wgpu::Buffer::unmap`, so the pool always knows the state.
     pub fn unmap(&self) {
         let was = self.state.as_ref().map_or(MAPPED, |s| s.swap(UNMAPPED, Ordering::AcqRel));
         if was != UNMAPPED {

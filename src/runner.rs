@@ -694,10 +694,7 @@ fn read_buffer(engine: &Engine, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()
     let mut enc = engine.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(src, 0, &staging, 0, size);
     let idx = engine.queue.submit([enc.finish()]);
-    let landing = Landing::new();
-    let on_map = landing.clone();
-    staging.map_read(size, move |r| on_map.land(r));
-    landing.wait(engine, idx)?;
+    Landing::map_read(&staging, size).wait(engine, idx)?;
     {
         let view = staging
             .slice(..size)

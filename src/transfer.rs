@@ -284,7 +284,7 @@ fn fill_chunk<T: Elem>(engine: &Engine, src: &[T], c: &Chunk, max: MaxFold<'_>) 
     let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(UPLOAD, bytes)?;
     write_parts(&staging, 0, src, c, max)?;
-    staging.unmap_upload();
+    staging.unmap();
     Ok(staging)
 }
 
@@ -325,7 +325,7 @@ pub fn write_direct<T: Elem>(dst: &PooledBuffer, src: &[T], runs: &[(usize, usiz
     let plan = chunks(runs, per_thread::<T>(runs, threads));
     let size = std::mem::size_of::<T>() as u64;
     spread_over(threads, plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i], max))?;
-    dst.unmap_upload();
+    dst.unmap();
     Ok(())
 }
 
@@ -553,9 +553,7 @@ fn submit_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> R
         enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
         engine.queue.submit([enc.finish()])
     })?;
-    let landing = Landing::new();
-    let on_map = landing.clone();
-    staging.map_read(bytes, move |r| on_map.land(r));
+    let landing = Landing::map_read(&staging, bytes);
     Ok(Pending { staging, bytes, idx, landing })
 }
 

@@ -15,6 +15,7 @@
 
 use crate::device::Engine;
 use crate::error::{Error, Result};
+use crate::pool::PooledBuffer;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -61,27 +62,33 @@ fn work_done_flag(engine: &Engine) -> Arc<AtomicBool> {
 
 /// Waits for `s` to finish, bounded so a hung GPU gives an error.
 pub fn wait(engine: &Engine, s: &Submitted) -> Result<()> {
-    engine.check_process()?;
-    injected_panic();
-    if let Some(done) = &s.done {
-        if spin(engine, || done.load(Ordering::Acquire))? {
-            return Ok(());
-        }
-    }
-    block(engine, Some(s.idx.clone()))
+    settle(engine, s.done.as_deref(), Some(s.idx.clone()))
 }
 
 /// Waits for all work submitted so far.
 pub fn wait_all(engine: &Engine) -> Result<()> {
-    engine.check_process()?;
-    injected_panic();
-    if !engine.spin.is_zero() {
-        let done = work_done_flag(engine);
+    let done = (!engine.spin.is_zero()).then(|| work_done_flag(engine));
+    settle(engine, done.as_deref(), None)
+}
+
+/// Polls until `done` is set (where there is a flag to poll for), else blocks on the fence
+/// until `idx` (or all work) is done.
+fn settle(engine: &Engine, done: Option<&AtomicBool>, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
+    entered(engine)?;
+    if let Some(done) = done {
         if spin(engine, || done.load(Ordering::Acquire))? {
             return Ok(());
         }
     }
-    block(engine, None)
+    block(engine, idx)
+}
+
+/// What every wait checks first: that this process may use the device, and a test's
+/// injected panic.
+fn entered(engine: &Engine) -> Result<()> {
+    engine.check_process()?;
+    injected_panic();
+    Ok(())
 }
 
 /// Polls while `ready` says no, for up to the engine's spin time; whether it said yes.
@@ -120,12 +127,17 @@ pub struct Landing {
 }
 
 impl Landing {
-    pub fn new() -> Arc<Landing> {
-        Arc::new(Landing { result: Mutex::new(None), set: Condvar::new() })
+    /// Maps `..bytes` of the read-back buffer `staging` once its copy is done; the landing
+    /// receives the mapping's outcome.
+    pub fn map_read(staging: &PooledBuffer, bytes: u64) -> Arc<Landing> {
+        let landing = Arc::new(Landing { result: Mutex::new(None), set: Condvar::new() });
+        let on_map = landing.clone();
+        staging.map_read(bytes, move |r| on_map.land(r));
+        landing
     }
 
     /// The callback's half: records `r` and wakes the waiter.
-    pub fn land(&self, r: std::result::Result<(), wgpu::BufferAsyncError>) {
+    fn land(&self, r: std::result::Result<(), wgpu::BufferAsyncError>) {
         *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
         self.set.notify_all();
     }
@@ -138,8 +150,7 @@ impl Landing {
     /// callback runs, else blocks on the fence, then for the callback (another thread's
     /// poll may be running it).
     pub fn wait(&self, engine: &Engine, idx: wgpu::SubmissionIndex) -> Result<()> {
-        engine.check_process()?;
-        injected_panic();
+        entered(engine)?;
         if engine.spin.is_zero() || !spin(engine, || self.landed())? {
             block(engine, Some(idx))?;
         }

@@ -64,7 +64,7 @@ class Case:
         self.name, self.run = name, run
 
 
-def _conv(rng, half, precision, xs, ws, size, **kw):
+def _conv(rng, half, precision, xs, ws, **kw):
     x = rounded(rng.standard_normal(xs), half)
     w = rounded(rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:])), half)
     got = convtune.conv2d(x, w, precision=precision, **kw)
@@ -76,16 +76,16 @@ def cases(size: int, shared_w):
     hw = 8 + size
 
     def conv3(rng, half, prec):
-        return _conv(rng, half, prec, (2, 8, hw, hw + 1), (16, 8, 3, 3), size, padding=1)
+        return _conv(rng, half, prec, (2, 8, hw, hw + 1), (16, 8, 3, 3), padding=1)
 
     def conv3_s2(rng, half, prec):
-        return _conv(rng, half, prec, (1, 8, hw, hw), (8, 8, 3, 3), size, stride=2, padding=1)
+        return _conv(rng, half, prec, (1, 8, hw, hw), (8, 8, 3, 3), stride=2, padding=1)
 
     def depthwise(rng, half, prec):
-        return _conv(rng, half, prec, (1, 16, hw, hw), (16, 1, 3, 3), size, padding=1, groups=16)
+        return _conv(rng, half, prec, (1, 16, hw, hw), (16, 1, 3, 3), padding=1, groups=16)
 
     def stem(rng, half, prec):
-        return _conv(rng, half, prec, (1, 3, 2 * hw, 2 * hw), (8, 3, 7, 7), size, stride=2, padding=3)
+        return _conv(rng, half, prec, (1, 3, 2 * hw, 2 * hw), (8, 3, 7, 7), stride=2, padding=3)
 
     def epilogue_1x1(rng, half, prec):
         x = rounded(rng.standard_normal((2, 16, hw, hw)), half)
