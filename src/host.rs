@@ -95,7 +95,7 @@ impl Engine {
         expect_len("x", x.len(), xl)?;
         expect_len("the output", out.len(), yl)?;
         expect_operands(p, w.len(), bias, z.map(|z| Some(z.len())))?;
-        no_panic(&format!("conv2d on {}", p.label()), || {
+        no_panic(|| format!("conv2d on {}", p.label()), || {
             runner::conv2d_timed(&self.inner, &p.shape, &plan.variant, x, w, bias, z, out, poison(), ph)
         })
     }

@@ -69,7 +69,7 @@ impl Engine {
     /// tuning run falls back to the default rule and says so in [`Plan::warnings`].
     pub fn choose(&self, problem: &Conv2d, variant: Option<&str>, progress: &mut ProgressFn<'_>) -> Result<Plan> {
         let forced = variant.map(str::parse::<Variant>).transpose()?;
-        let choice = no_panic(&format!("choosing a kernel for {}", problem.label()), || {
+        let choice = no_panic(|| format!("choosing a kernel for {}", problem.label()), || {
             autotune::choose(&self.inner, &problem.shape, problem.precision, forced, &mut progress_bridge(progress))
         })?;
         Ok(Plan { problem: *problem, variant: choice.variant, choice })
@@ -91,7 +91,7 @@ impl Engine {
     /// `CONVTUNE_TUNE`, and stores the result in the on-disk cache.
     pub fn tune(&self, problem: &Conv2d, options: TuneOptions, progress: &mut ProgressFn<'_>) -> Result<Plan> {
         let budget = autotune::budget(options.budget)?;
-        let choice = no_panic(&format!("tuning {}", problem.label()), || {
+        let choice = no_panic(|| format!("tuning {}", problem.label()), || {
             autotune::tune(&self.inner, &problem.shape, problem.precision, budget, options.force, &mut progress_bridge(progress))
         })?;
         Ok(Plan { problem: *problem, variant: choice.variant, choice })

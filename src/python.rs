@@ -49,11 +49,12 @@ fn to_pyerr(e: Error) -> PyErr {
 thread_local! {
     /// The problem of this thread's call in progress, once its arguments are checked: named
     /// by the error a panic becomes.
-    static PROBLEM: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    static PROBLEM: std::cell::Cell<Option<Conv2d>> = const { std::cell::Cell::new(None) };
 }
 
+/// Kept as it is: its label is worked out only if a panic needs it.
 fn note_problem(problem: &Conv2d) {
-    PROBLEM.with(|p| *p.borrow_mut() = Some(problem.label()));
+    PROBLEM.with(|p| p.set(Some(*problem)));
 }
 
 /// Runs the body of the Python function `name`, turning a Rust panic in it (convtune's or a
@@ -62,12 +63,12 @@ fn note_problem(problem: &Conv2d) {
 /// lets through. Shared state a panic leaves behind is either recovered (poisoned locks are
 /// taken over, buffers the pool cannot vouch for are freed) or rebuilt, so the next call works.
 fn guarded<T>(name: &str, body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
-    PROBLEM.with(|p| p.borrow_mut().take());
+    PROBLEM.with(|p| p.take());
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
-    let problem = PROBLEM.with(|p| p.borrow_mut().take());
+    let problem = PROBLEM.with(|p| p.take());
     r.unwrap_or_else(|payload| {
         let what = crate::support::panic_message(payload.as_ref());
-        let on = problem.map(|p| format!(" on {p}")).unwrap_or_default();
+        let on = problem.map(|p| format!(" on {}", p.label())).unwrap_or_default();
         Err(to_pyerr(Error::Internal(format!("convtune.{name}{on} panicked: {what}"))))
     })
 }

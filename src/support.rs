@@ -8,6 +8,7 @@ use crate::memory::{self, Need};
 use crate::problem::Conv2d;
 use crate::timing;
 
+pub use crate::error::panic_message;
 pub use crate::host::set_poison;
 pub use crate::timing::Phases;
 pub use crate::tuning_cache::forget_cache_memory;
@@ -52,15 +53,6 @@ pub fn check_memory(engine: &Engine, what: &str, host: Parts, device: Parts) -> 
 /// assertions can: every Python entry point must turn it into an error and stay usable.
 pub fn inject_panic(n: u32) {
     crate::wait::inject_panic(n);
-}
-
-/// The text a panic was raised with.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
-        (Some(s), _) => s.to_string(),
-        (_, Some(s)) => s.clone(),
-        _ => "a panic without a message".into(),
-    }
 }
 
 /// Tests: add a fast but wrong candidate to every tuning run.

@@ -64,7 +64,7 @@ impl Engine {
     pub fn upload<T: Elem>(&self, data: &[T], dims: [usize; 4]) -> Result<Tensor> {
         let elems = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         expect_len("the data", data.len(), elems.ok_or_else(|| Error::invalid(format!("dims {dims:?} overflow")))?)?;
-        let array = no_panic("upload", || DeviceArray::upload(&self.inner, data, dims))?;
+        let array = no_panic(|| "upload".into(), || DeviceArray::upload(&self.inner, data, dims))?;
         Ok(Tensor { array, engine: self.clone() })
     }
 
@@ -131,7 +131,7 @@ impl Engine {
             Weights::Host(h) => runner::WeightSource::Host(h),
             Weights::Tensor(t) => runner::WeightSource::Device(&t.array),
         };
-        let array = no_panic(&format!("conv2d_tensor on {}", p.label()), || {
+        let array = no_panic(|| format!("conv2d_tensor on {}", p.label()), || {
             runner::conv2d_device(&self.inner, &p.shape, &plan.variant, &x.array, w, bias, z, poison(), ph)
         })?;
         Ok(Tensor { array, engine: self.clone() })
@@ -140,7 +140,7 @@ impl Engine {
     /// Waits for every queued [`conv2d_tensor`](Self::conv2d_tensor) call; their errors
     /// surface here.
     pub fn synchronize(&self) -> Result<()> {
-        no_panic("synchronize", || runner::synchronize(&self.inner))
+        no_panic(|| "synchronize".into(), || runner::synchronize(&self.inner))
     }
 }
 
@@ -182,7 +182,7 @@ impl Tensor {
     pub fn read<T: Elem>(&self, out: &mut [T]) -> Result<()> {
         expect_len("out", out.len(), self.len() as u64)?;
         self.engine.check_lost()?;
-        no_panic("reading a Tensor", || self.array.read(&self.engine.inner, out))
+        no_panic(|| "reading a Tensor".into(), || self.array.read(&self.engine.inner, out))
     }
 
     /// Copies it into a new `Vec`.

@@ -11,7 +11,7 @@
 
 use crate::dtype::{finite_abs_max, Elem};
 use crate::device::Engine;
-use crate::error::{Error, Result};
+use crate::error::{no_panic, Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -153,8 +153,7 @@ fn copy_pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
 
 /// `f`, with a panic on a copy thread turned into an error.
 fn unless_panicked<R>(f: impl FnOnce() -> R) -> Result<R> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .map_err(|p| Error::Internal(format!("a copy thread panicked: {}", crate::support::panic_message(p.as_ref()))))
+    no_panic(|| "a copy thread".into(), || Ok(f()))
 }
 
 /// Runs `work` on every chunk index, spread over up to `max_threads()` copy threads

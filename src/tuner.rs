@@ -596,7 +596,7 @@ fn measure_guarded(
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.measure(c, compiled, best_ms, opts))) {
         Ok(r) => r,
         Err(payload) => {
-            let msg = crate::support::panic_message(payload.as_ref());
+            let msg = crate::error::panic_message(payload.as_ref());
             Ok((CandidateResult { detail: Some(format!("panicked: {msg}")), ..CandidateResult::new(c.name(), Status::Failed) }, None))
         }
     }
