@@ -17,6 +17,7 @@ alias DT = {{DT}};
 @group(0) @binding(3) var<storage, read_write> y: array<DT>;
 
 {{EPILOGUE}}
+{{RESUM}}
 const C: i32 = {{C}};
 const H: i32 = {{H}};
 const W: i32 = {{W}};

@@ -31,6 +31,7 @@ alias DT = {{DT}};
 @group(0) @binding(5) var<storage, read_write> ws: array<f32>;
 
 {{EPILOGUE}}
+{{RESUM}}
 const XSN: i32 = {{XSN}};       // x's strides: image, channel, row, column (NCHW or NHWC)
 const XSC: i32 = {{XSC}};
 const XSH: i32 = {{XSH}};
@@ -155,6 +156,6 @@ fn finish(
     // A lowered transposed convolution's outputs past y's edges have nowhere to go.
     let yi = ystore(i);
     if (yi >= 0) {
-        {{Y_AT}} = DT(epilogue(sum, (i / YSK) % K, yi));
+        {{Y_AT}} = DT(epilogue({{FINISHED}}, (i / YSK) % K, yi));
     }
 }

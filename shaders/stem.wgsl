@@ -22,6 +22,7 @@ alias DT = {{DT}};
 @group(0) @binding(3) var<storage, read_write> y: array<{{Y_ELEM}}>;
 
 {{EPILOGUE}}
+{{RESUM}}
 const H: i32 = {{H}};
 const W: i32 = {{W}};
 const K: i32 = {{K}};

@@ -2,7 +2,7 @@
 //! straight from x and w, no workgroup memory. For tiny C, depthwise and small outputs.
 
 use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
-use super::{Family, KernelVariant};
+use super::{phases, Family, KernelVariant};
 use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::Result;
 use crate::params::{ConvShape, Layout};
@@ -297,11 +297,26 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         writeln!(store, "        let k = g * KG + kk0 + {i} * KSTEP;").unwrap();
         writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
-            let put = store_stmt(shape, &format!("yrow + (ow0 + {j}) * YSP"), &format!("a{i}_{j}"), "k");
+            let put = store_stmt(shape, &format!("yrow + (ow0 + {j}) * YSP"), &phases::flagged(shape, &format!("a{i}_{j}")), "k");
             writeln!(store, "        if (ow0 + {j} < OW) {{ {put} }}").unwrap();
         }
         writeln!(store, "    }}").unwrap();
     }
+    store += &phases::redo(shape, || {
+        let put = store_stmt(shape, "at", "resum_sum(at, k)", "k");
+        format!(
+            "        for (var i = 0; i < {tk}; i = i + 1) {{
+            for (var j = 0; j < {tw}; j = j + 1) {{
+                if (kk0 + i * KSTEP < KG && ow0 + j < OW) {{
+                    let k = g * KG + kk0 + i * KSTEP;
+                    let at = i32(n) * YSN + k * YSK + (oh * OW + ow0 + j) * YSP;
+                    {put}
+                }}
+            }}
+        }}
+"
+        )
+    });
 
     let mut vars = shape_vars(shape, &d.name());
     vars.extend([
@@ -317,6 +332,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         ("MAIN_LOOP", main),
         ("STORE", store),
         ("CHANNELS", channels(d, shape).to_string()),
+        ("RESUM", phases::resum_wgsl(shape, false, false)),
     ]);
     Ok(Kernel::plain(render(Direct::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))
 }

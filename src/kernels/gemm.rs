@@ -5,7 +5,7 @@ use super::cost::{
     multiprocessor_fill, parallel_efficiency, register_occupancy, BUSY_INVOCATIONS, GATHER_LOAD, SHARED_LOAD,
 };
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
-use super::{Family, KernelVariant};
+use super::{phases, Family, KernelVariant};
 use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
@@ -478,12 +478,36 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             }
         } else {
             for i in 0..gm.tm {
-                let put = store_stmt(shape, &format!("ym{i} + k * YSK"), &format!("acc{i}_{j}"), "k");
+                let put = store_stmt(shape, &format!("ym{i} + k * YSK"), &phases::flagged(shape, &format!("acc{i}_{j}")), "k");
                 writeln!(s, "            if (om{i} < M) {{ {put} }}").unwrap();
             }
         }
         writeln!(s, "        }}").unwrap();
         writeln!(s, "    }}").unwrap();
+    }
+    if gm.splits == 1 {
+        // (Split-K partial sums are checked once summed, in `finish`.)
+        store += &phases::redo(shape, || {
+            let put = store_stmt(shape, "at", "resum_sum(at, k)", "k");
+            format!(
+                "        for (var i = 0; i < {tm}; i = i + 1) {{
+            let om = m0 + (i / 4) * {xs} + i % 4 + 4 * tx;
+            for (var j = 0; j < {tn}; j = j + 1) {{
+                let n = n0 + (j / 4) * {ys} + j % 4 + 4 * ty;
+                if (om < M && n < KG) {{
+                    let k = g * KG + n;
+                    let at = (om / OHW) * YSN + (om % OHW) * YSP + k * YSK;
+                    {put}
+                }}
+            }}
+        }}
+",
+                tm = gm.tm,
+                tn = gm.tn,
+                xs = 4 * tx,
+                ys = 4 * ty,
+            )
+        });
     }
 
     let mut vars = shape_vars(shape, &gm.name());
@@ -495,6 +519,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     vars.extend([
         ("X_ELEM", elem(vec_x || rows.is_some())),
         ("W_ELEM", elem(vec_w)),
+        ("RESUM", phases::resum_wgsl(shape, vec_x || rows.is_some(), vec_w)),
+        ("FINISHED", phases::resummed(shape, "sum", "i", "(i / YSK) % K")),
         ("Y_ELEM", elem(vec_y)),
         // `finish` (split-K only, never with vec4 stores) stays valid WGSL either way.
         ("Y_AT", if vec_y { "y[yi / 4][yi % 4]" } else { "y[yi]" }.to_string()),

@@ -84,6 +84,131 @@ pub fn live_taps(lowered: &ConvShape) -> Option<Vec<u32>> {
     masks.iter().any(|&m| m != all).then_some(masks)
 }
 
+/// Whether the FMA families' stores of `lowered` check for non-finite outputs: a transposed
+/// convolution's lowered form multiplies x by its dead taps' zero weights (a phase the kernel
+/// does not reach) and by its padding, products the transposed convolution does not have,
+/// so one Inf or NaN in x would come out NaN where the reference is finite or infinite.
+/// Where an invocation stores an Inf or NaN, it sums those outputs again over the live
+/// products in reach only ([`redo`]); a finite output had only finite products, so its dead
+/// ones were exact zeros and it never takes that path.
+pub fn resums(lowered: &ConvShape) -> bool {
+    lowered.scatter.is_some_and(|sc| !sc.shuffle)
+}
+
+/// The WGSL behind [`resums`] (empty where it does not apply): `resum_flag(v)` (a store's
+/// value, marking the invocation where it is not finite), `resum(v, at, k)` (a single store's
+/// value, summed again where it is not finite) and `resum_sum(at, k)`: the live sum of the
+/// output at index `at` of the lowered y, lowered channel `k`. `x_vec`/`w_vec`: the kernel
+/// binds x/w as vec4s.
+pub fn resum_wgsl(lowered: &ConvShape, x_vec: bool, w_vec: bool) -> String {
+    let Some(sc) = lowered.scatter.filter(|_| resums(lowered)) else {
+        return String::new();
+    };
+    let s = lowered;
+    let q = sc.inner;
+    let (pq_h, pq_w) = sc.phases;
+    let [xsn, xsc, xsh, xsw] = s.x_strides();
+    let [ysn, ysk, ysp] = s.y_strides();
+    let get = |name: &str, vec: bool| if vec { format!("{name}[{name}i / 4][{name}i % 4]") } else { format!("{name}[{name}i]") };
+    let phase = if sc.phase_major { format!("n / {}", sc.kg) } else { format!("n % {}", pq_h * pq_w) };
+    format!(
+        "
+// Non-finite outputs of the lowered form, summed again over live taps within x only (see
+// `kernels::phases::resums`).
+var<private> resum_bad: bool = false;
+fn resum_nonfinite(v: f32) -> bool {{
+    return (bitcast<u32>(v) & 0x7F800000u) == 0x7F800000u;
+}}
+fn resum_flag(v: f32) -> f32 {{
+    if (resum_nonfinite(v)) {{
+        resum_bad = true;
+    }}
+    return v;
+}}
+fn resum(v: f32, at: i32, k: i32) -> f32 {{
+    if (resum_nonfinite(v)) {{
+        return resum_sum(at, k);
+    }}
+    return v;
+}}
+fn resum_sum(at: i32, k: i32) -> f32 {{
+    let img = at / {ysn};
+    let p = (at % {ysn} - k * {ysk}) / {ysp};
+    let oh = p / {ow};
+    let ow = p % {ow};
+    let g = k / {kg};
+    let n = k % {kg};
+    let phase = {phase};
+    let rh = (phase / {pq_w}) / {q};
+    let rw = (phase % {pq_w}) / {q};
+    var acc = 0.0;
+    for (var c = 0; c < {cg}; c = c + 1) {{
+        for (var a = 0; a < {ka}; a = a + 1) {{
+            let ih = oh - {ph} + a;
+            if (rh + ({ka} - 1 - a) * {sh} < {kr} && ih >= 0 && ih < {h}) {{
+                for (var b = 0; b < {kb}; b = b + 1) {{
+                    let iw = ow - {pw} + b;
+                    if (rw + ({kb} - 1 - b) * {sw} < {ks} && iw >= 0 && iw < {w}) {{
+                        let xi = img * {xsn} + (g * {cg} + c) * {xsc} + ih * {xsh} + iw * {xsw};
+                        let wi = ((k * {cg} + c) * {ka} + a) * {kb} + b;
+                        acc = acc + f32({xget}) * f32({wget});
+                    }}
+                }}
+            }}
+        }}
+    }}
+    return acc;
+}}
+",
+        ow = s.ow(),
+        kg = s.kg(),
+        cg = s.cg(),
+        ka = s.r,
+        kb = s.s,
+        ph = s.pad.0,
+        pw = s.pad.1,
+        h = s.h,
+        w = s.w,
+        sh = pq_h / q,
+        sw = pq_w / q,
+        kr = sc.kernel.0,
+        ks = sc.kernel.1,
+        xget = get("x", x_vec),
+        wget = get("w", w_vec),
+    )
+}
+
+/// A store's `value` where the invocation redoes its non-finite outputs (see [`resums`]).
+pub fn flagged(lowered: &ConvShape, value: &str) -> String {
+    if resums(lowered) {
+        format!("resum_flag({value})")
+    } else {
+        value.to_string()
+    }
+}
+
+/// `value` through `resum` where `lowered` [`resums`]: for a store that is its invocation's
+/// only one.
+pub fn resummed(lowered: &ConvShape, value: &str, at: &str, k: &str) -> String {
+    if resums(lowered) {
+        format!("resum({value}, {at}, {k})")
+    } else {
+        value.to_string()
+    }
+}
+
+/// After an invocation's stores: where one was not finite, `outputs` (a family's loop over
+/// the invocation's outputs that stores `resum_sum(at, k)` for each); nothing where `lowered`
+/// does not [`resums`]. One loop per kernel, not one sum per store: lavapipe's compiler
+/// writes small loops out, and a sum per store took it minutes per kernel.
+pub fn redo(lowered: &ConvShape, outputs: impl FnOnce() -> String) -> String {
+    if resums(lowered) {
+        format!("    if (resum_bad) {{\n{}    }}\n", outputs())
+    } else {
+        String::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

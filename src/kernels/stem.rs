@@ -11,7 +11,7 @@
 //! multiply-add, so the store matters as much as the products.
 
 use super::cost::{ceil_to, parallel_efficiency, SHARED_LOAD};
-use super::{Family, KernelVariant};
+use super::{phases, Family, KernelVariant};
 use crate::codegen::{epilogue_quad, render, LANES, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
@@ -341,9 +341,26 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
         per_channel(v, &mut s, |s, m, lane| {
             for j in 0..v.tw {
                 let at = format!("n * YSN + k * YSK + {}", pixel(&j.to_string()));
-                let put = store_stmt(shape, &at, &format!("a{m}_{j}.{lane}"), "k");
+                let put = store_stmt(shape, &at, &phases::flagged(shape, &format!("a{m}_{j}.{lane}")), "k");
                 writeln!(s, "            if (ow0 + {j} < OW) {{ {put} }}").unwrap();
             }
+        });
+        s += &phases::redo(shape, || {
+            let put = store_stmt(shape, "at", "resum_sum(at, k)", "k");
+            format!(
+                "        for (var k = k0; k < min(k0 + {tk}, K); k = k + 1) {{
+            for (var j = 0; j < {tw}; j = j + 1) {{
+                if (ow0 + j < OW) {{
+                    let at = n * YSN + k * YSK + {at};
+                    {put}
+                }}
+            }}
+        }}
+",
+                tk = v.tk,
+                tw = v.tw,
+                at = pixel("j"),
+            )
         });
         return s;
     }
@@ -404,6 +421,7 @@ fn generate(v: &Stem, shape: &ConvShape) -> Result<Kernel> {
         ("K_BLOCKS", k_blocks.to_string()),
         ("PIXELS", pixels.to_string()),
         ("STAGED", staged.to_string()),
+        ("RESUM", phases::resum_wgsl(shape, v.loads_vec4(shape), false)),
         ("X_ELEM", if v.loads_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
         ("Y_ELEM", if v.stores_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
         ("SETUP", setup(v, shape)),
