@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The thread storm (tests/storm.py) as BENCHMARKS.md's reliability table runs it: 16 threads x
 # 50 calls, three runs with a fresh tuning cache each at the default CONVTUNE_SPIN_US (polling
-# waits) and three at 0 (waits that block), then once with CONVTUNE_TUNE=cached (on the last
-# run's cache) and once with CONVTUNE_TUNE=off. One closing line per run; stops starting runs
-# after LIMIT_S seconds (default 540).
+# waits) and three at 0 (waits that block), then three each with CONVTUNE_TUNE=cached (on the
+# last run's cache) and CONVTUNE_TUNE=off, at both spins. One closing line per run; stops
+# starting runs after LIMIT_S seconds (default 540).
 # Usage: benches/storm_runs.sh [threads] [calls]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +32,12 @@ for spin in default 0; do
     fi
   done
 done
-one "tune cached" CONVTUNE_TUNE=cached CONVTUNE_CACHE_DIR="$cache"
-one "tune off" CONVTUNE_TUNE=off CONVTUNE_CACHE_DIR="$(mktemp -d)"
+for spin in default 0; do
+  spin_env=()
+  [ "$spin" = default ] || spin_env=(CONVTUNE_SPIN_US=0)
+  for run in 1 2 3; do
+    one "tune cached spin $spin run $run" CONVTUNE_TUNE=cached CONVTUNE_CACHE_DIR="$cache" "${spin_env[@]}"
+    one "tune off spin $spin run $run" CONVTUNE_TUNE=off CONVTUNE_CACHE_DIR="$(mktemp -d)" "${spin_env[@]}"
+  done
+done
 echo "storm runs failed: $fails"

@@ -66,6 +66,7 @@ fn part1(v: f32) -> {{XT_SCALAR}} { return {{PART1}}(v); }
 fn unpart4(v: {{XT_ELEM}}) -> vec4<f32> { return {{UNPART4}}(v); }
 
 {{EPILOGUE}}
+{{RESUM}}
 alias MatA = coop_mat16x16<f16, A>;
 alias MatB = coop_mat16x16<f16, B>;
 alias MatC = coop_mat16x16<f32, C>;
