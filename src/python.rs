@@ -17,7 +17,7 @@ use numpy::{
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 use std::ffi::CString;
 use std::path::PathBuf;
 
@@ -934,6 +934,10 @@ struct PyTensor {
     inner: Tensor,
     /// How its axes are meant: conv2d reads it, and writes its output, in this layout.
     layout: Layout,
+    /// Uploaded from an unbatched array (a batch of one without its batch axis, as PyTorch
+    /// takes it): its shape and `numpy()` leave the batch axis out, and so do the outputs of
+    /// the calls it is the x of.
+    unbatched: bool,
 }
 
 #[pymethods]
@@ -944,9 +948,21 @@ impl PyTensor {
     }
 
     #[getter]
-    fn shape(&self) -> (usize, usize, usize, usize) {
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let d = self.inner.dims();
+        PyTuple::new(py, if self.unbatched { &d[1..] } else { &d[..] })
+    }
+
+    /// The 4-D shape the kernels see (a batch of one for an unbatched tensor).
+    #[getter(_dims)]
+    fn dims(&self) -> (usize, usize, usize, usize) {
         let d = self.inner.dims();
         (d[0], d[1], d[2], d[3])
+    }
+
+    #[getter]
+    fn unbatched(&self) -> bool {
+        self.unbatched
     }
 
     #[getter]
@@ -961,16 +977,23 @@ impl PyTensor {
 
     /// Copies the tensor into a new numpy array of its dtype.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        guarded("numpy", || match self.inner.dtype() {
-            DType::F32 => self.read::<f32>(py),
-            DType::F16 => self.read::<u16>(py),
+        guarded("numpy", || {
+            let out = match self.inner.dtype() {
+                DType::F32 => self.read::<f32>(py),
+                DType::F16 => self.read::<u16>(py),
+            }?;
+            if self.unbatched {
+                out.get_item(0)
+            } else {
+                Ok(out)
+            }
         })
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "convtune.Tensor(shape={:?}, layout={}, dtype={}, device={:?})",
-            self.shape(),
+            "convtune.Tensor(shape=({}), layout={}, dtype={}, device={:?})",
+            self.inner.dims()[usize::from(self.unbatched)..].iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
             self.layout.name(),
             self.inner.dtype().name(),
             self.inner.engine().adapter_desc().name
@@ -993,8 +1016,8 @@ impl PyTensor {
 
 /// Uploads a C-contiguous float32 (or float16, viewed as uint16) 4-D array to the GPU.
 #[pyfunction]
-#[pyo3(signature = (x, layout=None))]
-fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>) -> PyResult<PyTensor> {
+#[pyo3(signature = (x, layout=None, unbatched=false))]
+fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>, unbatched: bool) -> PyResult<PyTensor> {
     guarded("to_device", || {
         let layout = layout_of(layout)?;
         let dims = dims4(x.dims(), "x")?;
@@ -1003,7 +1026,7 @@ fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>) -> PyResult<PyT
             DType::F32 => upload_tensor::<f32>(py, &eng, &x, dims)?,
             DType::F16 => upload_tensor::<u16>(py, &eng, &x, dims)?,
         };
-        Ok(PyTensor { inner, layout })
+        Ok(PyTensor { inner, layout, unbatched: unbatched && dims[0] == 1 })
     })
 }
 
@@ -1190,7 +1213,7 @@ fn conv2d_tensor_typed<T: HostElem>(
         .detach(|| eng.conv2d_tensor_timed(&plan, &x.inner, weights, bs, residual, &mut ph))
         .py_err()?;
     ph.finish();
-    Ok(PyTensor { inner, layout })
+    Ok(PyTensor { inner, layout, unbatched: x.unbatched })
 }
 
 /// Waits until every queued GPU call has finished (Tensor calls return with their kernel

@@ -67,3 +67,39 @@ def test_other_ranks_are_still_value_errors():
     for bad in (x[0], x[None, None]):
         with pytest.raises(ValueError, match=r"x must be 4-D .* or unbatched 3-D"):
             convtune.conv2d(bad, w)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_unbatched_tensors_stay_unbatched_through_a_chain(layout):
+    x, w, rng = _inputs(6, (4, 7, 6), (6, 4, 3, 3))
+    w2 = rng.standard_normal((5, 6, 1, 1)).astype(np.float32)
+    xin = np.ascontiguousarray(x.transpose(1, 2, 0)) if layout == "NHWC" else x
+    t = convtune.to_device(xin, layout=layout)
+    assert t.shape == xin.shape and t.unbatched and t._dims[0] == 1
+    assert "shape=(" + ", ".join(map(str, xin.shape)) + ")" in repr(t)
+    np.testing.assert_array_equal(t.numpy(), xin)
+    z = rng.standard_normal((5, 7, 6)).astype(np.float32)
+    zin = np.ascontiguousarray(z.transpose(1, 2, 0)) if layout == "NHWC" else z
+    mid = convtune.conv2d(t, convtune.to_device(w), padding=1)
+    out = convtune.conv2d(mid, w2, z=zin, alpha2=0.5)
+    want = apply_epilogue(conv2d_reference(conv2d_reference(x[None], w, padding=1), w2), z=z[None], alpha2=0.5)[0]
+    want = np.ascontiguousarray(want.transpose(1, 2, 0)) if layout == "NHWC" else want
+    assert isinstance(out, convtune.Tensor) and out.unbatched and out.shape == want.shape
+    check_close(out.numpy(), want)
+    # z as an unbatched Tensor too; a batched z for an unbatched host x is refused above.
+    check_close(convtune.conv2d(mid, w2, z=convtune.to_device(zin, layout=layout), alpha2=0.5).numpy(), want)
+
+
+def test_introspection_takes_unbatched_shapes():
+    x, w, _ = _inputs(7, (4, 9, 8), (6, 4, 3, 3))
+    one = (1, 4, 9, 8)
+    for xs in [(4, 9, 8), x, convtune.to_device(x)]:
+        assert convtune.default_variant(xs, w.shape, padding=1) == convtune.default_variant(one, w.shape, padding=1)
+        assert convtune.wgsl("direct_wg64x1_u1_k4w1", xs, w.shape, padding=1) == \
+            convtune.wgsl("direct_wg64x1_u1_k4w1", one, w.shape, padding=1)
+    name, times = convtune.time_variant((4, 9, 8), w.shape, padding=1, variant="direct_wg64x1_u1_k4w1", reps=2)
+    assert name == "direct_wg64x1_u1_k4w1" and len(times) == 2 and min(times) > 0
+    assert convtune.tune((4, 9, 8), w.shape, padding=1, budget=0.1).shape == convtune.tune(one, w.shape, padding=1, budget=0.1).shape
+    assert str(convtune.explain((4, 9, 8), w.shape, padding=1)) == str(convtune.explain(one, w.shape, padding=1))
+    with pytest.raises(ValueError, match="unbatched"):
+        convtune.default_variant((9, 8), w.shape)

@@ -264,7 +264,7 @@ def _precision(value: Any) -> Optional[str]:
     return value
 
 
-_LAYOUTS = {"x_shape": "(N, C, H, W)", "w_shape": "(K, C/groups, R, S)"}
+_LAYOUTS = {"x_shape": "(N, C, H, W) (or 3 unbatched: (C, H, W))", "w_shape": "(K, C/groups, R, S)"}
 
 
 def _shape4(value: Any, name: str) -> Tuple[int, int, int, int]:
@@ -529,9 +529,10 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
         if isinstance(t, Tensor) and t.layout != lay:
             raise ValueError(f"{name} is an {t.layout} Tensor but the call's layout is {lay}")
     # An unbatched x ((C, H, W), or (H, W, C) in NHWC), as PyTorch takes it: a batch of one
-    # here, the batch dimension dropped from the result (and expected absent from z).
-    unbatched = not on_device and xv.ndim == 3
-    if unbatched:
+    # here, the batch dimension dropped from the result (and expected absent from z); an
+    # unbatched Tensor is one already, and its result Tensor is unbatched too.
+    unbatched = x.unbatched if on_device else xv.ndim == 3
+    if unbatched and not on_device:
         xv = xv[None]
     if not on_device and xv.ndim != 4:
         raise ValueError(f"x must be 4-D ({', '.join(lay)}) or unbatched 3-D ({', '.join(lay[1:])}), "
@@ -548,7 +549,7 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     epi = _epilogue.normalise(z is not None, alpha1, alpha2, activation, negative_slope, clamp)
     zv, zt = _residual(z, on_device, unbatched)
     dt = _data_dtype(xv, wv, zt if zt is not None else zv)
-    spec = _spec(xv.shape, wv.shape, stride, padding, dilation, groups,
+    spec = _spec(x._dims if on_device else xv.shape, wv.shape, stride, padding, dilation, groups,
                  None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding, pixel_shuffle)
     copies = ([] if wt is not None else [("w", wv)]) + [("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
@@ -571,7 +572,7 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     finally:
         progress.close()
     _timings.record(t0, t1, t2, t3, time.perf_counter())
-    return y[0] if unbatched else y
+    return y[0] if unbatched and not on_device else y
 
 
 def _residual(z: Any, on_device: bool, unbatched: bool = False) -> Tuple[Optional[np.ndarray], Optional[Tensor]]:
@@ -601,7 +602,9 @@ def to_device(x: Any, layout: str = "NCHW") -> Tensor:
     """Uploads a 4-D array to the GPU as a ``convtune.Tensor`` (float16 data stays float16,
     any other dtype becomes float32), whose axes are
     ``layout``'s (``"NCHW"`` or ``"NHWC"``): ``conv2d`` reads it so and returns its output
-    in the same layout.
+    in the same layout. A 3-D array is an unbatched x ((C, H, W), (H, W, C) in NHWC), as
+    PyTorch takes it: its Tensor's ``shape`` and ``numpy()``, and the Tensors ``conv2d``
+    returns for it, leave the batch axis out.
 
     ``conv2d`` accepts a Tensor as ``x`` and then returns a Tensor, so chained convolutions
     keep their intermediates on the GPU; ``Tensor.numpy()`` copies one back. Raises
@@ -610,11 +613,14 @@ def to_device(x: Any, layout: str = "NCHW") -> Tensor:
     """
     lay = _layout(layout)
     xv = _view(x, "x")
+    unbatched = xv.ndim == 3
+    if unbatched:
+        xv = xv[None]
     if xv.ndim != 4:
-        raise ValueError(f"x must be 4-D ({', '.join(lay)}), got shape {xv.shape}")
+        raise ValueError(f"x must be 4-D ({', '.join(lay)}) or unbatched 3-D ({', '.join(lay[1:])}), got shape {xv.shape}")
     dt = _data_dtype(xv)
     _memory.check_upload(xv, dt)
-    return _convtune.to_device(_host_data(xv, dt), lay)
+    return _convtune.to_device(_host_data(xv, dt), lay, unbatched)
 
 
 def last_call_timings() -> Optional[dict]:
@@ -699,12 +705,26 @@ def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywor
     op = _pair(0 if op is None else op, "output_padding") if transposed else None
     # A pixel-shuffled problem is its own (pixel_shuffle=r, 1 or None: none).
     ps = _shuffle(e.pop("pixel_shuffle", None))
-    spec = _spec(x_shape, w_shape, stride, padding, dilation, groups, None)
+    spec = _spec(_batch_of_one(x_shape), w_shape, stride, padding, dilation, groups, None)
     epi = None
     if e:
         epi = _epilogue.normalise(_epilogue.residual_flag(e.pop("z", None)), **e)
     k = spec[1][0] if op is None else spec[1][1] * spec[5]
     return spec[:6] + (_bias_len(bias, (k,)), epi, layout, dtype, op, ps)
+
+
+def _batch_of_one(x_shape: Any) -> Any:
+    """An unbatched x's shape (3 ints, or an array or Tensor of 3 dims) as the batch of one
+    it is; any other as given (``_shape4`` checks it)."""
+    if isinstance(x_shape, Tensor):
+        return x_shape._dims
+    dims = getattr(x_shape, "shape", x_shape) if not isinstance(x_shape, (tuple, list)) else x_shape
+    try:
+        if len(dims) == 3:
+            return (1, *dims)
+    except TypeError:
+        pass
+    return x_shape
 
 
 def default_variant(
