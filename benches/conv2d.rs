@@ -25,12 +25,7 @@ fn problems() -> Vec<Conv2d> {
         .iter()
         .filter_map(|&(x, k, rs, stride, pad, groups)| {
             let w = [k, x[1] / groups as usize, rs, rs];
-            Conv2d::builder(x, w)
-                .stride(stride)
-                .padding(pad)
-                .groups(groups)
-                .build()
-                .ok()
+            Conv2d::builder(x, w).stride(stride).padding(pad).groups(groups).build().ok()
         })
         .collect()
 }
@@ -56,10 +51,7 @@ fn gpu_time(engine: &Engine, plan: &Plan, iters: u64) -> Duration {
 fn bench_shape(c: &mut Criterion, engine: &Engine, problem: &Conv2d) {
     let label = problem.label();
     // The same untuned choice conv2d makes, within CONVTUNE_FAMILIES.
-    let default = match engine
-        .default_variant(problem)
-        .and_then(|v| engine.choose(problem, Some(&v), &mut |_| Ok(())))
-    {
+    let default = match engine.default_variant(problem).and_then(|v| engine.choose(problem, Some(&v), &mut |_| Ok(()))) {
         Ok(p) => p,
         Err(e) => return eprintln!("{label}: {e}"),
     };
@@ -73,9 +65,7 @@ fn bench_shape(c: &mut Criterion, engine: &Engine, problem: &Conv2d) {
     let mut group = c.benchmark_group(&label);
     group.throughput(Throughput::Elements(problem.flops() as u64));
     for (which, plan) in [("default", default), ("tuned", tuned)] {
-        group.bench_function(BenchmarkId::new(which, plan.variant()), |b| {
-            b.iter_custom(|iters| gpu_time(engine, &plan, iters))
-        });
+        group.bench_function(BenchmarkId::new(which, plan.variant()), |b| b.iter_custom(|iters| gpu_time(engine, &plan, iters)));
     }
     group.finish();
 }
@@ -85,11 +75,7 @@ fn conv2d(c: &mut Criterion) {
         Ok(e) => e,
         Err(e) => return eprintln!("no GPU adapter ({e}); nothing to benchmark"),
     };
-    eprintln!(
-        "adapter: {} ({})",
-        engine.adapter_desc().name,
-        engine.adapter_desc().backend
-    );
+    eprintln!("adapter: {} ({})", engine.adapter_desc().name, engine.adapter_desc().backend);
     for problem in problems() {
         bench_shape(c, &engine, &problem);
     }

@@ -20,13 +20,12 @@ type Hal = wgpu::hal::api::Vulkan;
 const THREADS: [usize; 4] = [1, 4, 8, 16];
 
 fn best(mut f: impl FnMut()) -> f64 {
-    (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::MAX, f64::min)
+    (0..5).map(|_| {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_secs_f64()
+    })
+    .fold(f64::MAX, f64::min)
 }
 
 fn gbps(bytes: usize, s: f64) -> String {
@@ -44,22 +43,10 @@ fn par_copy(dst: &mut [u8], src: &[u8], threads: usize) {
 }
 
 fn wait(dev: &wgpu::Device) {
-    dev.poll(wgpu::PollType::Wait {
-        submission_index: None,
-        timeout: None,
-    })
-    .expect("poll");
+    dev.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).expect("poll");
 }
 
-fn gpu_copy(
-    dev: &wgpu::Device,
-    q: &wgpu::Queue,
-    from: &wgpu::Buffer,
-    from_off: u64,
-    to: &wgpu::Buffer,
-    to_off: u64,
-    len: u64,
-) {
+fn gpu_copy(dev: &wgpu::Device, q: &wgpu::Queue, from: &wgpu::Buffer, from_off: u64, to: &wgpu::Buffer, to_off: u64, len: u64) {
     let mut e = dev.create_command_encoder(&Default::default());
     e.copy_buffer_to_buffer(from, from_off, to, to_off, len);
     q.submit([e.finish()]);
@@ -78,8 +65,7 @@ fn open() -> Gpu {
         backends: wgpu::Backends::VULKAN,
         ..wgpu::InstanceDescriptor::new_without_display_handle()
     });
-    let adapter =
-        pollster::block_on(inst.request_adapter(&Default::default())).expect("a Vulkan adapter");
+    let adapter = pollster::block_on(inst.request_adapter(&Default::default())).expect("a Vulkan adapter");
     println!("adapter: {}", adapter.get_info().name);
     let name = ash::ext::external_memory_host::NAME;
     let limits = adapter.limits();
@@ -90,14 +76,9 @@ fn open() -> Gpu {
         let has_import = hal.physical_device_capabilities().supports_extension(name);
         let mut hp = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
         let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut hp);
-        hal.shared_instance()
-            .raw_instance()
-            .get_physical_device_properties2(hal.raw_physical_device(), &mut p2);
+        hal.shared_instance().raw_instance().get_physical_device_properties2(hal.raw_physical_device(), &mut p2);
         let align = hp.min_imported_host_pointer_alignment as usize;
-        let p = hal
-            .shared_instance()
-            .raw_instance()
-            .get_physical_device_memory_properties(hal.raw_physical_device());
+        let p = hal.shared_instance().raw_instance().get_physical_device_memory_properties(hal.raw_physical_device());
         for (i, h) in p.memory_heaps_as_slice().iter().enumerate() {
             println!("heap {i}: {} MiB {:?}", h.size >> 20, h.flags);
         }
@@ -109,29 +90,13 @@ fn open() -> Gpu {
                 args.extensions.push(name);
             }
         };
-        let open = hal
-            .open_with_callback(
-                wgpu::Features::empty(),
-                &limits,
-                &Default::default(),
-                Some(Box::new(callback)),
-            )
-            .expect("open");
+        let open = hal.open_with_callback(wgpu::Features::empty(), &limits, &Default::default(), Some(Box::new(callback))).expect("open");
         drop(hal);
-        let desc = wgpu::DeviceDescriptor {
-            required_limits: limits,
-            ..Default::default()
-        };
+        let desc = wgpu::DeviceDescriptor { required_limits: limits, ..Default::default() };
         let (dev, q) = adapter.create_device_from_hal(open, &desc).expect("device");
         let import = has_import.then(|| {
             let hal = dev.as_hal::<Hal>().expect("vulkan");
-            (
-                ash::ext::external_memory_host::Device::new(
-                    hal.shared_instance().raw_instance(),
-                    hal.raw_device(),
-                ),
-                align,
-            )
+            (ash::ext::external_memory_host::Device::new(hal.shared_instance().raw_instance(), hal.raw_device()), align)
         });
         Gpu { dev, q, import }
     }
@@ -139,27 +104,14 @@ fn open() -> Gpu {
 
 /// A copy source/destination buffer in the first memory type with exactly these host flags,
 /// mapped for good; `None` where the adapter has no such type.
-fn raw_buffer(
-    g: &Gpu,
-    size: u64,
-    cached: bool,
-    device_local: bool,
-) -> Option<(wgpu::Buffer, *mut u8)> {
+fn raw_buffer(g: &Gpu, size: u64, cached: bool, device_local: bool) -> Option<(wgpu::Buffer, *mut u8)> {
     // SAFETY: a buffer and its memory made on wgpu's device and handed to it whole.
     unsafe {
         let hal = g.dev.as_hal::<Hal>()?;
         let d = hal.raw_device();
-        let props = hal
-            .shared_instance()
-            .raw_instance()
-            .get_physical_device_memory_properties(hal.raw_physical_device());
+        let props = hal.shared_instance().raw_instance().get_physical_device_memory_properties(hal.raw_physical_device());
         let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-        let b = d
-            .create_buffer(
-                &vk::BufferCreateInfo::default().size(size).usage(usage),
-                None,
-            )
-            .ok()?;
+        let b = d.create_buffer(&vk::BufferCreateInfo::default().size(size).usage(usage), None).ok()?;
         let req = d.get_buffer_memory_requirements(b);
         let host = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
         let Some(idx) = (0..props.memory_type_count).find(|&i| {
@@ -172,26 +124,14 @@ fn raw_buffer(
             d.destroy_buffer(b, None);
             return None;
         };
-        let info = vk::MemoryAllocateInfo::default()
-            .allocation_size(req.size)
-            .memory_type_index(idx);
+        let info = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(idx);
         let mem = d.allocate_memory(&info, None).ok()?;
         d.bind_buffer_memory(b, mem, 0).ok()?;
-        let ptr = d
-            .map_memory(mem, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
-            .ok()? as *mut u8;
+        let ptr = d.map_memory(mem, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()).ok()? as *mut u8;
         let hb = <Hal as wgpu::hal::Api>::Buffer::from_raw_managed(b, mem, 0, req.size);
         drop(hal);
         let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-        let buf = g.dev.create_buffer_from_hal::<Hal>(
-            hb,
-            &wgpu::BufferDescriptor {
-                label: None,
-                size,
-                usage,
-                mapped_at_creation: false,
-            },
-        );
+        let buf = g.dev.create_buffer_from_hal::<Hal>(hb, &wgpu::BufferDescriptor { label: None, size, usage, mapped_at_creation: false });
         Some((buf, ptr))
     }
 }
@@ -207,48 +147,22 @@ fn import(g: &Gpu, ptr: *const u8, len: usize) -> Result<(wgpu::Buffer, u64), St
         let hal = g.dev.as_hal::<Hal>().ok_or("not Vulkan")?;
         let d = hal.raw_device();
         let mut props = vk::MemoryHostPointerPropertiesEXT::default();
-        let r = (ext.fp().get_memory_host_pointer_properties_ext)(
-            d.handle(),
-            ht,
-            start as *const _,
-            &mut props,
-        );
+        let r = (ext.fp().get_memory_host_pointer_properties_ext)(d.handle(), ht, start as *const _, &mut props);
         if r != vk::Result::SUCCESS {
             return Err(format!("{r:?}"));
         }
         let mut ext_info = vk::ExternalMemoryBufferCreateInfo::default().handle_types(ht);
         let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-        let b = d
-            .create_buffer(
-                &vk::BufferCreateInfo::default()
-                    .size(size)
-                    .usage(usage)
-                    .push_next(&mut ext_info),
-                None,
-            )
-            .map_err(|e| e.to_string())?;
+        let b = d.create_buffer(&vk::BufferCreateInfo::default().size(size).usage(usage).push_next(&mut ext_info), None).map_err(|e| e.to_string())?;
         let bits = props.memory_type_bits & d.get_buffer_memory_requirements(b).memory_type_bits;
-        let mut imp = vk::ImportMemoryHostPointerInfoEXT::default()
-            .handle_type(ht)
-            .host_pointer(start as *mut _);
-        let info = vk::MemoryAllocateInfo::default()
-            .allocation_size(size)
-            .memory_type_index(bits.trailing_zeros())
-            .push_next(&mut imp);
+        let mut imp = vk::ImportMemoryHostPointerInfoEXT::default().handle_type(ht).host_pointer(start as *mut _);
+        let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(bits.trailing_zeros()).push_next(&mut imp);
         let mem = d.allocate_memory(&info, None).map_err(|e| e.to_string())?;
         d.bind_buffer_memory(b, mem, 0).map_err(|e| e.to_string())?;
         let hb = <Hal as wgpu::hal::Api>::Buffer::from_raw_managed(b, mem, 0, size);
         drop(hal);
         let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-        let buf = g.dev.create_buffer_from_hal::<Hal>(
-            hb,
-            &wgpu::BufferDescriptor {
-                label: None,
-                size,
-                usage,
-                mapped_at_creation: false,
-            },
-        );
+        let buf = g.dev.create_buffer_from_hal::<Hal>(hb, &wgpu::BufferDescriptor { label: None, size, usage, mapped_at_creation: false });
         Ok((buf, (ptr as usize - start) as u64))
     }
 }
@@ -257,76 +171,36 @@ fn staged_paths(g: &Gpu, src: &[u8], dst: &mut [u8], device: &wgpu::Buffer) {
     let len = src.len();
     let size = len as u64;
     let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
-    let up = g.dev.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size,
-        usage,
-        mapped_at_creation: true,
-    });
+    let up = g.dev.create_buffer(&wgpu::BufferDescriptor { label: None, size, usage, mapped_at_creation: true });
     for t in THREADS {
         let s = best(|| {
             let n = len.div_ceil(t).next_multiple_of(4096);
             std::thread::scope(|sc| {
                 for a in (0..len).step_by(n) {
                     let (b, up) = ((a + n).min(len), &up);
-                    sc.spawn(move || {
-                        up.slice(a as u64..b as u64)
-                            .get_mapped_range_mut()
-                            .expect("mapped")
-                            .copy_from_slice(&src[a..b])
-                    });
+                    sc.spawn(move || up.slice(a as u64..b as u64).get_mapped_range_mut().expect("mapped").copy_from_slice(&src[a..b]));
                 }
             });
         });
         println!("host -> MAP_WRITE buffer, {t:2} threads: {}", gbps(len, s));
     }
     up.unmap();
-    println!(
-        "GPU copy MAP_WRITE buffer -> device:   {}",
-        gbps(
-            len,
-            best(|| {
-                gpu_copy(&g.dev, &g.q, &up, 0, device, 0, size);
-                wait(&g.dev)
-            })
-        )
-    );
+    println!("GPU copy MAP_WRITE buffer -> device:   {}", gbps(len, best(|| { gpu_copy(&g.dev, &g.q, &up, 0, device, 0, size); wait(&g.dev) })));
     let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-    let down = g.dev.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size,
-        usage,
-        mapped_at_creation: false,
-    });
-    println!(
-        "GPU copy device -> MAP_READ buffer:    {}",
-        gbps(
-            len,
-            best(|| {
-                gpu_copy(&g.dev, &g.q, device, 0, &down, 0, size);
-                wait(&g.dev)
-            })
-        )
-    );
+    let down = g.dev.create_buffer(&wgpu::BufferDescriptor { label: None, size, usage, mapped_at_creation: false });
+    println!("GPU copy device -> MAP_READ buffer:    {}", gbps(len, best(|| { gpu_copy(&g.dev, &g.q, device, 0, &down, 0, size); wait(&g.dev) })));
     down.slice(..).map_async(wgpu::MapMode::Read, |_| {});
     wait(&g.dev);
     let view = down.get_mapped_range(..).expect("mapped");
     for t in THREADS {
-        println!(
-            "MAP_READ buffer -> host, {t:2} threads:  {}",
-            gbps(len, best(|| par_copy(dst, &view, t)))
-        );
+        println!("MAP_READ buffer -> host, {t:2} threads:  {}", gbps(len, best(|| par_copy(dst, &view, t))));
     }
 }
 
 fn host_memory_paths(g: &Gpu, src: &[u8], dst: &mut [u8], device: &wgpu::Buffer) {
     let len = src.len();
     let size = len as u64;
-    for (name, cached, local) in [
-        ("host-cached", true, false),
-        ("host-uncached", false, false),
-        ("device (BAR)", false, true),
-    ] {
+    for (name, cached, local) in [("host-cached", true, false), ("host-uncached", false, false), ("device (BAR)", false, true)] {
         let Some((buf, ptr)) = raw_buffer(g, size, cached, local) else {
             println!("{name}: no such memory type");
             continue;
@@ -334,37 +208,13 @@ fn host_memory_paths(g: &Gpu, src: &[u8], dst: &mut [u8], device: &wgpu::Buffer)
         // SAFETY: `ptr` maps all `len` bytes of `buf`, which lives until the end of this loop.
         let mapped = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
         for t in THREADS {
-            println!(
-                "host -> {name}, {t:2} threads: {}",
-                gbps(len, best(|| par_copy(mapped, src, t)))
-            );
+            println!("host -> {name}, {t:2} threads: {}", gbps(len, best(|| par_copy(mapped, src, t))));
         }
-        println!(
-            "GPU copy {name} -> device: {}",
-            gbps(
-                len,
-                best(|| {
-                    gpu_copy(&g.dev, &g.q, &buf, 0, device, 0, size);
-                    wait(&g.dev)
-                })
-            )
-        );
-        println!(
-            "GPU copy device -> {name}: {}",
-            gbps(
-                len,
-                best(|| {
-                    gpu_copy(&g.dev, &g.q, device, 0, &buf, 0, size);
-                    wait(&g.dev)
-                })
-            )
-        );
+        println!("GPU copy {name} -> device: {}", gbps(len, best(|| { gpu_copy(&g.dev, &g.q, &buf, 0, device, 0, size); wait(&g.dev) })));
+        println!("GPU copy device -> {name}: {}", gbps(len, best(|| { gpu_copy(&g.dev, &g.q, device, 0, &buf, 0, size); wait(&g.dev) })));
         if !local {
             for t in [4, 8, 16] {
-                println!(
-                    "{name} -> host, {t} threads: {}",
-                    gbps(len, best(|| par_copy(dst, mapped, t)))
-                );
+                println!("{name} -> host, {t} threads: {}", gbps(len, best(|| par_copy(dst, mapped, t))));
             }
         }
         // The host fills 4 MiB chunks on `t` threads; each is copied as soon as it is full.
@@ -381,9 +231,7 @@ fn host_memory_paths(g: &Gpu, src: &[u8], dst: &mut [u8], device: &wgpu::Buffer)
                             for i in (k..n).step_by(t) {
                                 let (a, b) = (i * CHUNK, ((i + 1) * CHUNK).min(len));
                                 // SAFETY: chunk i of the mapping, written by this thread only.
-                                let to = unsafe {
-                                    std::slice::from_raw_parts_mut((at as *mut u8).add(a), b - a)
-                                };
+                                let to = unsafe { std::slice::from_raw_parts_mut((at as *mut u8).add(a), b - a) };
                                 to.copy_from_slice(&src[a..b]);
                                 tx.send(i).expect("receiver");
                             }
@@ -397,10 +245,7 @@ fn host_memory_paths(g: &Gpu, src: &[u8], dst: &mut [u8], device: &wgpu::Buffer)
                 });
                 wait(&g.dev);
             });
-            println!(
-                "host -> {name} -> device, pipelined, {t} threads: {}",
-                gbps(len, s)
-            );
+            println!("host -> {name} -> device, pipelined, {t} threads: {}", gbps(len, s));
         }
     }
 }
@@ -422,23 +267,13 @@ fn import_paths(g: &Gpu, len: usize, device: &wgpu::Buffer) {
             }
         };
         let t_import = t.elapsed().as_secs_f64();
-        let up = best(|| {
-            gpu_copy(&g.dev, &g.q, &buf, off & !3, device, 0, len as u64);
-            wait(&g.dev)
-        });
-        let down = best(|| {
-            gpu_copy(&g.dev, &g.q, device, 0, &buf, off & !3, len as u64);
-            wait(&g.dev)
-        });
+        let up = best(|| { gpu_copy(&g.dev, &g.q, &buf, off & !3, device, 0, len as u64); wait(&g.dev) });
+        let down = best(|| { gpu_copy(&g.dev, &g.q, device, 0, &buf, off & !3, len as u64); wait(&g.dev) });
         let t = Instant::now();
         drop(buf);
         wait(&g.dev);
         let t_release = t.elapsed().as_secs_f64();
-        let pages = if touched {
-            "touched pages"
-        } else {
-            "fresh pages"
-        };
+        let pages = if touched { "touched pages" } else { "fresh pages" };
         println!(
             "imported host array ({pages}): import {:.3} ms, GPU copy up {}, down {}, release {:.3} ms",
             t_import * 1e3, gbps(len, up), gbps(len, down), t_release * 1e3
@@ -454,30 +289,17 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![9, 64, 236]);
-    println!(
-        "cores: {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    println!("cores: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
     for mib in sizes {
         let len = mib << 20;
         println!("\n== {mib} MiB");
         let src: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
         let mut dst = vec![1u8; len];
         for t in THREADS {
-            println!(
-                "host -> host, {t:2} threads: {}",
-                gbps(len, best(|| par_copy(&mut dst, &src, t)))
-            );
+            println!("host -> host, {t:2} threads: {}", gbps(len, best(|| par_copy(&mut dst, &src, t))));
         }
-        let usage = wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_DST
-            | wgpu::BufferUsages::COPY_SRC;
-        let device = g.dev.create_buffer(&wgpu::BufferDescriptor {
-            label: None,
-            size: len as u64,
-            usage,
-            mapped_at_creation: false,
-        });
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let device = g.dev.create_buffer(&wgpu::BufferDescriptor { label: None, size: len as u64, usage, mapped_at_creation: false });
         staged_paths(&g, &src, &mut dst, &device);
         host_memory_paths(&g, &src, &mut dst, &device);
         import_paths(&g, len, &device);

@@ -16,20 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .groups(32)
         .padding(1)
         .build()?;
-    let pointwise = Conv2d::builder(depthwise.y_dims(), [32, 32, 1, 1])
-        .layout(Layout::Nhwc)
-        .residual(0.5)
-        .build()?;
+    let pointwise = Conv2d::builder(depthwise.y_dims(), [32, 32, 1, 1]).layout(Layout::Nhwc).residual(0.5).build()?;
 
-    let x: Vec<f32> = (0..depthwise.lens()[0])
-        .map(|i| ((i * 29 % 61) as f32 - 30.0) / 15.0)
-        .collect();
-    let w1: Vec<f32> = (0..depthwise.lens()[1])
-        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 5.0)
-        .collect();
-    let w2: Vec<f32> = (0..pointwise.lens()[1])
-        .map(|i| ((i * 13 % 17) as f32 - 8.0) / 40.0)
-        .collect();
+    let x: Vec<f32> = (0..depthwise.lens()[0]).map(|i| ((i * 29 % 61) as f32 - 30.0) / 15.0).collect();
+    let w1: Vec<f32> = (0..depthwise.lens()[1]).map(|i| ((i * 7 % 11) as f32 - 5.0) / 5.0).collect();
+    let w2: Vec<f32> = (0..pointwise.lens()[1]).map(|i| ((i * 13 % 17) as f32 - 8.0) / 40.0).collect();
 
     let plan1 = engine.plan(&depthwise)?;
     let plan2 = engine.plan(&pointwise)?;
@@ -42,14 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let h_want = conv2d_f64(&depthwise, &x, &w1, None, None)?;
     let h32: Vec<f32> = h_want.iter().map(|&v| v as f32).collect();
     let y_want = conv2d_f64(&pointwise, &h32, &w2, None, Some(&x))?;
-    let errs = [
-        max_relative_error(&h, &h_want),
-        max_relative_error(&y, &y_want),
-    ];
-    println!(
-        "max relative errors against the float64 reference: {:.2e}, {:.2e}",
-        errs[0], errs[1]
-    );
+    let errs = [max_relative_error(&h, &h_want), max_relative_error(&y, &y_want)];
+    println!("max relative errors against the float64 reference: {:.2e}, {:.2e}", errs[0], errs[1]);
     if errs.iter().any(|&e| e > 2e-5) {
         return Err(format!("results differ from the reference: {errs:?}").into());
     }

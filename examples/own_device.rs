@@ -42,20 +42,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .activation(Activation::Relu)
         .build()?;
     let plan = engine.plan(&problem)?;
-    println!(
-        "{}: {} ({})",
-        problem.label(),
-        plan.variant(),
-        plan.source()
-    );
+    println!("{}: {} ({})", problem.label(), plan.variant(), plan.source());
 
     let [xl, wl, yl] = problem.lens().map(|n| n as usize);
-    let x: Vec<f32> = (0..xl)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
-        .collect();
-    let w: Vec<f32> = (0..wl)
-        .map(|i| ((i * 53 % 97) as f32 - 48.0) / 200.0)
-        .collect();
+    let x: Vec<f32> = (0..xl).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let w: Vec<f32> = (0..wl).map(|i| ((i * 53 % 97) as f32 - 48.0) / 200.0).collect();
     let bias: Vec<f32> = (0..32).map(|k| k as f32 * 0.01 - 0.1).collect();
 
     // x lives at an offset in a larger buffer, as tensors of an application often do.
@@ -63,11 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut x_host = vec![0f32; align / 4];
     x_host.extend(&x);
     let init = |data: &[f32], usage| {
-        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: None,
-            contents: bytemuck::cast_slice(data),
-            usage,
-        })
+        device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: None, contents: bytemuck::cast_slice(data), usage })
     };
     let storage = wgpu::BufferUsages::STORAGE;
     let xb = init(&x_host, storage);
@@ -95,10 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let square_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &square.get_bind_group_layout(0),
-        entries: &[wgpu::BindGroupEntry {
-            binding: 0,
-            resource: yb.as_entire_binding(),
-        }],
+        entries: &[wgpu::BindGroupEntry { binding: 0, resource: yb.as_entire_binding() }],
     });
 
     let mut encoder = device.create_command_encoder(&Default::default());
@@ -120,26 +104,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     queue.submit([encoder.finish()]);
     drop(workspace);
 
-    readback
-        .slice(..)
-        .map_async(wgpu::MapMode::Read, |r| r.expect("mapping the result"));
-    device.poll(wgpu::PollType::Wait {
-        submission_index: None,
-        timeout: None,
-    })?;
+    readback.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("mapping the result"));
+    device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None })?;
     let got: Vec<f32> = bytemuck::cast_slice(&readback.slice(..).get_mapped_range()?).to_vec();
 
-    let want: Vec<f64> = conv2d_f64(&problem, &x, &w, Some(&bias), None)?
-        .iter()
-        .map(|v| v * v)
-        .collect();
+    let want: Vec<f64> = conv2d_f64(&problem, &x, &w, Some(&bias), None)?.iter().map(|v| v * v).collect();
     let err = max_relative_error(&got, &want);
     println!("max relative error against the float64 reference: {err:.2e}");
     // Squaring doubles the relative error of the float32 convolution (bound 1e-5).
     if err > 2e-5 {
-        return Err(
-            format!("result differs from the reference: max relative error {err:.2e}").into(),
-        );
+        return Err(format!("result differs from the reference: max relative error {err:.2e}").into());
     }
     println!("ok");
     Ok(())

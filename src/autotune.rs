@@ -4,14 +4,14 @@
 
 use crate::cache::{Cache, CacheKey, Entry};
 use crate::device::Engine;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::families::Families;
-use crate::kernels::Variant;
+use crate::dtype::DType;
 use crate::params::ConvShape;
-use crate::precision::Precision;
 use crate::split;
+use crate::precision::Precision;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
+use crate::kernels::Variant;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -90,9 +90,7 @@ pub fn budget(arg: Option<f64>) -> Result<Duration> {
         None => match std::env::var("CONVTUNE_TUNE_BUDGET") {
             Ok(v) if !v.trim().is_empty() => {
                 let s = v.trim().parse::<f64>().map_err(|_| {
-                    Error::invalid(format!(
-                        "CONVTUNE_TUNE_BUDGET must be a number of seconds, got {v:?}"
-                    ))
+                    Error::invalid(format!("CONVTUNE_TUNE_BUDGET must be a number of seconds, got {v:?}"))
                 })?;
                 (s, "CONVTUNE_TUNE_BUDGET".to_string())
             }
@@ -100,9 +98,7 @@ pub fn budget(arg: Option<f64>) -> Result<Duration> {
         },
     };
     if !(0.0..=1e6).contains(&secs) {
-        return Err(Error::invalid(format!(
-            "{what} must be between 0 and 1e6 seconds, got {secs}"
-        )));
+        return Err(Error::invalid(format!("{what} must be between 0 and 1e6 seconds, got {secs}")));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -123,8 +119,7 @@ fn usable(
     engine: &Engine,
 ) -> Option<Variant> {
     let v = report.winner_variant().ok()?;
-    let tuned_on =
-        |s: &ConvShape| *s == *shape || tuning_shape(engine, shape).is_ok_and(|t| t == *s);
+    let tuned_on = |s: &ConvShape| *s == *shape || tuning_shape(engine, shape).is_ok_and(|t| t == *s);
     let ok = tuned_on(&report.shape)
         && report.precision == precision
         && families.allows(v.family())
@@ -152,18 +147,12 @@ fn cached(
             warnings: Vec::new(),
         }),
         None => {
-            let excluded = report
-                .winner_variant()
-                .is_ok_and(|v| !families.allows(v.family()));
+            let excluded = report.winner_variant().is_ok_and(|v| !families.allows(v.family()));
             warnings.push(format!(
                 "cached winner {:?} for {} cannot run here{}; ignoring the entry",
                 report.winner,
                 shape.label(),
-                if excluded {
-                    " (its family is excluded by CONVTUNE_FAMILIES)"
-                } else {
-                    ""
-                }
+                if excluded { " (its family is excluded by CONVTUNE_FAMILIES)" } else { "" }
             ));
             None
         }
@@ -176,9 +165,7 @@ fn print_line(report: &TuneReport) {
         return;
     }
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |m| format!("{m:.3} ms"));
-    let speedup = report
-        .speedup()
-        .map_or("-".to_string(), |s| format!("{s:.2}x"));
+    let speedup = report.speedup().map_or("-".to_string(), |s| format!("{s:.2}x"));
     eprintln!(
         "convtune: tuned {}: {} {} ({} over default {} {}), tuning {:.2} s",
         report.shape.label(),
@@ -234,25 +221,11 @@ fn tune_and_store(
         .filter_map(|(s, p)| cached(engine, &s, p, families, cache, &mut Vec::new()))
         .map(|c| c.variant)
         .collect();
-    let opts = TuneOptions {
-        budget,
-        families: families.clone(),
-        also,
-        ..TuneOptions::default()
-    };
-    let report = Arc::new(tuner::tune(
-        engine,
-        &tuning_shape(engine, shape)?,
-        precision,
-        &opts,
-        progress,
-    )?);
+    let opts = TuneOptions { budget, families: families.clone(), also, ..TuneOptions::default() };
+    let report = Arc::new(tuner::tune(engine, &tuning_shape(engine, shape)?, precision, &opts, progress)?);
     print_line(&report);
     let key = CacheKey::new(&engine.desc, shape, precision, families);
-    let entry = Entry {
-        key,
-        report: (*report).clone(),
-    };
+    let entry = Entry { key, report: (*report).clone() };
     if let Err(e) = cache.put(vec![entry], warnings) {
         warnings.push(format!("{e}; the result is kept for this process only"));
     }
@@ -280,24 +253,9 @@ pub fn tune(
             return Ok(c);
         }
     }
-    let report = tune_and_store(
-        engine,
-        shape,
-        precision,
-        &families,
-        budget,
-        &cache,
-        progress,
-        &mut warnings,
-    )?;
+    let report = tune_and_store(engine, shape, precision, &families, budget, &cache, progress, &mut warnings)?;
     let variant = report.winner_variant()?;
-    Ok(Choice {
-        variant,
-        source: Source::Tuned,
-        families,
-        report: Some(report),
-        warnings,
-    })
+    Ok(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings })
 }
 
 /// The variant a conv2d call runs. Tuning failures never fail the call: they are reported as
@@ -314,13 +272,7 @@ pub fn choose(
     let precision = precision.for_data(shape.dtype);
     let families = Families::from_env()?;
     if let Some(variant) = forced {
-        return Ok(Choice {
-            variant,
-            source: Source::Forced,
-            families,
-            report: None,
-            warnings: Vec::new(),
-        });
+        return Ok(Choice { variant, source: Source::Forced, families, report: None, warnings: Vec::new() });
     }
     let default = |warnings| -> Result<Choice> {
         Ok(Choice {
@@ -351,32 +303,14 @@ pub fn choose(
         c.warnings = warnings;
         return Ok(c);
     }
-    match tune_and_store(
-        engine,
-        shape,
-        precision,
-        &families,
-        budget,
-        &cache,
-        progress,
-        &mut warnings,
-    ) {
+    match tune_and_store(engine, shape, precision, &families, budget, &cache, progress, &mut warnings) {
         Ok(report) => {
             let variant = report.winner_variant()?;
-            Ok(Choice {
-                variant,
-                source: Source::Tuned,
-                families,
-                report: Some(report),
-                warnings,
-            })
+            Ok(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings })
         }
         Err(e @ (Error::Cancelled(_) | Error::DeviceLost(_))) => Err(e),
         Err(e) => {
-            warnings.push(format!(
-                "tuning {} failed ({e}); using the default variant",
-                shape.label()
-            ));
+            warnings.push(format!("tuning {} failed ({e}); using the default variant", shape.label()));
             // Where the allowed families cannot run the shape at all, this is the error
             // that says so.
             default(warnings)

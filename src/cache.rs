@@ -15,10 +15,10 @@
 use crate::device::AdapterDesc;
 use crate::error::{Error, Result};
 use crate::families::Families;
-use crate::kernels;
-use crate::params::ConvShape;
 use crate::precision::Precision;
+use crate::params::ConvShape;
 use crate::tuner::TuneReport;
+use crate::kernels;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -108,10 +108,7 @@ pub fn templates_hash() -> &'static str {
 pub fn candidates_hash() -> &'static str {
     static H: OnceLock<String> = OnceLock::new();
     H.get_or_init(|| {
-        let names: Vec<String> = kernels::all_variants()
-            .iter()
-            .map(|v| v.to_string())
-            .collect();
+        let names: Vec<String> = kernels::all_variants().iter().map(|v| v.to_string()).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         sha256_hex(&refs)
     })
@@ -149,12 +146,7 @@ pub fn codegen_hash() -> &'static str {
 }
 
 impl CacheKey {
-    pub fn new(
-        adapter: &AdapterDesc,
-        shape: &ConvShape,
-        precision: Precision,
-        families: &Families,
-    ) -> Self {
+    pub fn new(adapter: &AdapterDesc, shape: &ConvShape, precision: Precision, families: &Families) -> Self {
         CacheKey {
             adapter: adapter.into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -201,18 +193,10 @@ fn read_file(path: &Path) -> Read {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read::Missing,
-        Err(e) => {
-            return Read::Bad(format!(
-                "cannot read tuning cache {}: {e}; ignoring it",
-                path.display()
-            ))
-        }
+        Err(e) => return Read::Bad(format!("cannot read tuning cache {}: {e}; ignoring it", path.display())),
     };
     let corrupt = |e: serde_json::Error| {
-        Read::Bad(format!(
-            "tuning cache {} is corrupt ({e}); ignoring it",
-            path.display()
-        ))
+        Read::Bad(format!("tuning cache {} is corrupt ({e}); ignoring it", path.display()))
     };
     let header: Header = match serde_json::from_str(&text) {
         Ok(h) => h,
@@ -287,24 +271,15 @@ struct Lock(#[allow(dead_code)] File);
 
 fn lock(file: &Path) -> Result<Lock> {
     let dir = file.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|e| {
-        Error::Cache(format!(
-            "cannot create cache directory {}: {e}",
-            dir.display()
-        ))
-    })?;
+    fs::create_dir_all(dir)
+        .map_err(|e| Error::Cache(format!("cannot create cache directory {}: {e}", dir.display())))?;
     let lock_path = file.with_extension("json.lock");
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&lock_path)
-        .map_err(|e| {
-            Error::Cache(format!(
-                "cannot open lock file {}: {e}",
-                lock_path.display()
-            ))
-        })?;
+        .map_err(|e| Error::Cache(format!("cannot open lock file {}: {e}", lock_path.display())))?;
     fs4::fs_std::FileExt::lock_exclusive(&f)
         .map_err(|e| Error::Cache(format!("cannot lock {}: {e}", lock_path.display())))?;
     Ok(Lock(f))
@@ -314,35 +289,24 @@ fn lock(file: &Path) -> Result<Lock> {
 /// so no reader ever sees a partial file.
 fn write_atomic(path: &Path, entries: Vec<Entry>) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let data = FileData {
-        format: FORMAT.into(),
-        format_version: FORMAT_VERSION,
-        entries,
-    };
+    let data = FileData { format: FORMAT.into(), format_version: FORMAT_VERSION, entries };
     // Compact: a report lists every candidate, and the file is read whole.
     let json = serde_json::to_vec(&data).map_err(|e| Error::Cache(e.to_string()))?;
-    let io =
-        |what: &str, e: std::io::Error| Error::Cache(format!("{what} {}: {e}", path.display()));
+    let io = |what: &str, e: std::io::Error| Error::Cache(format!("{what} {}: {e}", path.display()));
     let mut tmp = tempfile::Builder::new()
         .prefix(".tuning-")
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| io("cannot create a temporary file next to", e))?;
     tmp.write_all(&json).map_err(|e| io("cannot write", e))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| io("cannot write", e))?;
-    tmp.persist(path)
-        .map_err(|e| io("cannot replace", e.error))?;
+    tmp.as_file().sync_all().map_err(|e| io("cannot write", e))?;
+    tmp.persist(path).map_err(|e| io("cannot replace", e.error))?;
     Ok(())
 }
 
 /// Keys in `b` replace those in `a`, the rest of `a` is kept, in file order.
 fn merge(a: Vec<Entry>, b: Vec<Entry>) -> Vec<Entry> {
-    let mut out: Vec<Entry> = a
-        .into_iter()
-        .filter(|e| !b.iter().any(|n| n.key == e.key))
-        .collect();
+    let mut out: Vec<Entry> = a.into_iter().filter(|e| !b.iter().any(|n| n.key == e.key)).collect();
     out.extend(b);
     out
 }
@@ -354,16 +318,12 @@ pub struct Cache {
 
 impl Cache {
     pub fn from_env() -> Cache {
-        Cache {
-            file: cache_dir().map(|d| d.join(FILE_NAME)),
-        }
+        Cache { file: cache_dir().map(|d| d.join(FILE_NAME)) }
     }
 
     #[cfg(test)]
     pub fn in_dir(dir: &Path) -> Cache {
-        Cache {
-            file: Some(dir.join(FILE_NAME)),
-        }
+        Cache { file: Some(dir.join(FILE_NAME)) }
     }
 
     pub fn file(&self) -> Option<&Path> {
@@ -397,9 +357,7 @@ impl Cache {
     /// other processes wrote meanwhile.
     pub fn put(&self, entries: Vec<Entry>, warnings: &mut Vec<String>) -> Result<()> {
         with_snapshot(&self.file, |snap| snap.absorb(entries.clone()));
-        let Some(path) = &self.file else {
-            return Ok(());
-        };
+        let Some(path) = &self.file else { return Ok(()) };
         let _lock = lock(path)?;
         let existing = match read_file(path) {
             Read::Good(e) => e,
@@ -424,13 +382,7 @@ impl Cache {
     pub fn entries(&self, warnings: &mut Vec<String>) -> Vec<Entry> {
         let Some(path) = &self.file else {
             return with_snapshot(&self.file, |s| {
-                s.entries
-                    .iter()
-                    .map(|(k, r)| Entry {
-                        key: k.clone(),
-                        report: (**r).clone(),
-                    })
-                    .collect()
+                s.entries.iter().map(|(k, r)| Entry { key: k.clone(), report: (**r).clone() }).collect()
             });
         };
         match read_file(path) {
@@ -479,9 +431,7 @@ impl Cache {
     /// Removes the cache file and forgets its entries.
     pub fn clear(&self) -> Result<()> {
         with_snapshot(&self.file, |s| *s = Snapshot::default());
-        let Some(path) = &self.file else {
-            return Ok(());
-        };
+        let Some(path) = &self.file else { return Ok(()) };
         if !path.exists() {
             return Ok(());
         }
@@ -489,10 +439,7 @@ impl Cache {
         match fs::remove_file(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::Cache(format!(
-                "cannot remove {}: {e}",
-                path.display()
-            ))),
+            Err(e) => Err(Error::Cache(format!("cannot remove {}: {e}", path.display()))),
         }
     }
 }
@@ -517,16 +464,7 @@ mod tests {
     }
 
     fn shape(k: usize) -> ConvShape {
-        ConvShape::new(
-            [1, 3, 8, 8],
-            [k, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
+        ConvShape::new([1, 3, 8, 8], [k, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap()
     }
 
     fn report(s: &ConvShape, winner: &str) -> TuneReport {
@@ -559,10 +497,7 @@ mod tests {
     fn entry(device: u32, k: usize, winner: &str) -> Entry {
         let s = shape(k);
         let key = CacheKey::new(&adapter(device), &s, Precision::Highest, &Families::all());
-        Entry {
-            key,
-            report: report(&s, winner),
-        }
+        Entry { key, report: report(&s, winner) }
     }
 
     #[test]
@@ -594,10 +529,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::in_dir(dir.path());
         let e = entry(1, 8, "gemm_b32x32x8_t4x4");
-        for bad in [
-            "{not json",
-            r#"{"format": "convtune-tuning-cache", "format_version": 999, "entries": 5}"#,
-        ] {
+        for bad in ["{not json", r#"{"format": "convtune-tuning-cache", "format_version": 999, "entries": 5}"#] {
             forget_memory();
             fs::write(cache.file().unwrap(), bad).unwrap();
             let mut w = Vec::new();
@@ -621,9 +553,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for j in 0..5 {
                         let mut w = Vec::new();
-                        Cache::in_dir(&d)
-                            .put(vec![entry(i, 1 + j, "direct_wg64x1_u0_k1w1")], &mut w)
-                            .unwrap();
+                        Cache::in_dir(&d).put(vec![entry(i, 1 + j, "direct_wg64x1_u0_k1w1")], &mut w).unwrap();
                     }
                 })
             })
@@ -642,22 +572,14 @@ mod tests {
         let mut w = Vec::new();
         let mine = entry(1, 8, "gemm_b32x32x8_t4x4");
         let theirs = entry(2, 8, "direct_wg64x1_u0_k1w1");
-        Cache::in_dir(a.path())
-            .put(vec![mine.clone(), theirs.clone()], &mut w)
-            .unwrap();
+        Cache::in_dir(a.path()).put(vec![mine.clone(), theirs.clone()], &mut w).unwrap();
         let out = a.path().join("export.json");
         assert_eq!(Cache::in_dir(a.path()).export(&out, &mut w).unwrap(), 2);
         let cb = Cache::in_dir(b.path());
         assert_eq!(cb.import(&out, &mut w).unwrap(), 2);
         forget_memory();
-        assert_eq!(
-            cb.get(&mine.key, &mut w).unwrap().winner,
-            "gemm_b32x32x8_t4x4"
-        );
-        assert_eq!(
-            cb.get(&theirs.key, &mut w).unwrap().winner,
-            "direct_wg64x1_u0_k1w1"
-        );
+        assert_eq!(cb.get(&mine.key, &mut w).unwrap().winner, "gemm_b32x32x8_t4x4");
+        assert_eq!(cb.get(&theirs.key, &mut w).unwrap().winner, "direct_wg64x1_u0_k1w1");
         fs::write(&out, "garbage").unwrap();
         assert!(matches!(cb.import(&out, &mut w), Err(Error::Cache(_))));
         cb.clear().unwrap();

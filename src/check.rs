@@ -71,19 +71,9 @@ impl Checker {
         let (fill16, compare16) = (pipeline("fill16"), pipeline("compare16"));
         let maxabs4 = pipeline("maxabs4");
         if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader {
-                variant: "check".into(),
-                message: e.to_string(),
-            });
+            return Err(Error::Shader { variant: "check".into(), message: e.to_string() });
         }
-        Ok(Checker {
-            fill,
-            fill16,
-            compare,
-            compare16,
-            maxabs,
-            maxabs4,
-        })
+        Ok(Checker { fill, fill16, compare, compare16, maxabs, maxabs4 })
     }
 
     /// Records one pass of `pipeline` over `buffers` (binding, buffer).
@@ -97,46 +87,23 @@ impl Checker {
     ) {
         let entries: Vec<_> = buffers
             .iter()
-            .map(|&(binding, buf)| wgpu::BindGroupEntry {
-                binding,
-                resource: buf.binding(),
-            })
+            .map(|&(binding, buf)| wgpu::BindGroupEntry { binding, resource: buf.binding() })
             .collect();
         let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(label),
-            timestamp_writes,
-        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups(WORKGROUPS, 1, 1);
     }
 
     /// Records filling `buf`, an output of `dtype`, with its poison pattern.
-    pub fn fill(
-        &self,
-        device: &wgpu::Device,
-        enc: &mut wgpu::CommandEncoder,
-        buf: &PooledBuffer,
-        dtype: DType,
-    ) {
-        let pipeline = if dtype == DType::F16 {
-            &self.fill16
-        } else {
-            &self.fill
-        };
-        Self::record(
-            device,
-            enc,
-            pipeline,
-            "convtune poison",
-            &[(3, buf.view())],
-            None,
-        );
+    pub fn fill(&self, device: &wgpu::Device, enc: &mut wgpu::CommandEncoder, buf: &PooledBuffer, dtype: DType) {
+        let pipeline = if dtype == DType::F16 { &self.fill16 } else { &self.fill };
+        Self::record(device, enc, pipeline, "convtune poison", &[(3, buf.view())], None);
     }
 
     /// Records writing max |x| and max |w| over finite elements into `scales` (16 bytes,
@@ -154,10 +121,7 @@ impl Checker {
         enc.clear_buffer(scales, 0, Some(16));
         // x's vec4 view needs one whole vec4; the scalar pass takes the rare x smaller than that.
         let (pipeline, buffers) = if x.size >= 16 {
-            (
-                &self.maxabs4,
-                vec![(0, x), (1, w), (2, scales.view()), (4, x)],
-            )
+            (&self.maxabs4, vec![(0, x), (1, w), (2, scales.view()), (4, x)])
         } else {
             (&self.maxabs, vec![(0, x), (1, w), (2, scales.view())])
         };
@@ -166,14 +130,7 @@ impl Checker {
             beginning_of_pass_write_index: Some(i),
             end_of_pass_write_index: None,
         });
-        Self::record(
-            device,
-            enc,
-            pipeline,
-            "convtune maxabs",
-            &buffers,
-            timestamp_writes,
-        );
+        Self::record(device, enc, pipeline, "convtune maxabs", &buffers, timestamp_writes);
     }
 
     /// Records comparing `got` with `want`, both of `dtype`, into `stats` (16 bytes, zeroed here).
@@ -187,26 +144,14 @@ impl Checker {
         dtype: DType,
     ) {
         enc.clear_buffer(stats, 0, Some(16));
-        let pipeline = if dtype == DType::F16 {
-            &self.compare16
-        } else {
-            &self.compare
-        };
-        Self::record(
-            device,
-            enc,
-            pipeline,
-            "convtune compare",
-            &[(0, got.view()), (1, want.view()), (2, stats.view())],
-            None,
-        );
+        let pipeline = if dtype == DType::F16 { &self.compare16 } else { &self.compare };
+        Self::record(device, enc, pipeline, "convtune compare", &[(0, got.view()), (1, want.view()), (2, stats.view())], None);
     }
 }
 
 impl Comparison {
     pub fn from_stats(raw: &[u8; 16]) -> Comparison {
-        let word =
-            |i: usize| u32::from_le_bytes(raw[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+        let word = |i: usize| u32::from_le_bytes(raw[4 * i..4 * i + 4].try_into().expect("4 bytes"));
         Comparison {
             max_diff: f32::from_bits(word(0)),
             max_want: f32::from_bits(word(1)),

@@ -65,18 +65,7 @@ pub struct WeightPrep {
 impl Kernel {
     /// A kernel that is one dispatch of `main` over `workgroups` workgroups.
     pub fn plain(source: String, workgroups: u64) -> Kernel {
-        Kernel {
-            source,
-            workgroups,
-            scaled: false,
-            prologue: None,
-            prescale: false,
-            workspace: [0, 0],
-            w_blocks: 0,
-            finish: None,
-            wprep: None,
-            chunks: 1,
-        }
+        Kernel { source, workgroups, scaled: false, prologue: None, prescale: false, workspace: [0, 0], w_blocks: 0, finish: None, wprep: None, chunks: 1 }
     }
 }
 
@@ -91,11 +80,10 @@ pub fn render(template: &str, vars: &[(&str, String)]) -> Result<String> {
             .find("}}")
             .ok_or_else(|| Error::Gpu("unterminated placeholder in shader template".into()))?;
         let name = &after[..end];
-        let value = vars.iter().find(|(k, _)| *k == name).ok_or_else(|| {
-            Error::Gpu(format!(
-                "shader template placeholder {{{{{name}}}}} has no value"
-            ))
-        })?;
+        let value = vars
+            .iter()
+            .find(|(k, _)| *k == name)
+            .ok_or_else(|| Error::Gpu(format!("shader template placeholder {{{{{name}}}}} has no value")))?;
         out.push_str(&value.1);
         rest = &after[end + 2..];
     }
@@ -128,22 +116,11 @@ pub fn shape_vars(shape: &ConvShape, variant: &str) -> Vec<(&'static str, String
         ("KG", s.kg().to_string()),
         ("GROUPS", s.groups.to_string()),
         // The store step: the epilogue, then where its value goes (`ystore`).
-        (
-            "EPILOGUE",
-            s.epilogue.wgsl(s.bias, s.dtype, s.scatter.map(|_| "ybias")) + &store_index_wgsl(s),
-        ),
+        ("EPILOGUE", s.epilogue.wgsl(s.bias, s.dtype, s.scatter.map(|_| "ybias")) + &store_index_wgsl(s)),
         // The data's element type; float16 needs WGSL's f16 extension (coop.wgsl enables it
         // for its own use in any case).
         ("DT", s.dtype.wgsl().to_string()),
-        (
-            "ENABLES",
-            if s.dtype == crate::dtype::DType::F16 {
-                "enable f16;\n"
-            } else {
-                ""
-            }
-            .to_string(),
-        ),
+        ("ENABLES", if s.dtype == crate::dtype::DType::F16 { "enable f16;\n" } else { "" }.to_string()),
         ("XSN", s.x_strides()[0].to_string()),
         ("XSC", s.x_strides()[1].to_string()),
         ("XSH", s.x_strides()[2].to_string()),
@@ -257,15 +234,9 @@ fn ystore(yi: i32) -> i32 {{
             (false, _) if sc.inner > 1 => {
                 let (q, p) = (sc.inner, sh * sw);
                 let (phase, c) = if sc.phase_major {
-                    (
-                        format!("(k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg),
-                        format!("k % {}", sc.kg),
-                    )
+                    (format!("(k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg), format!("k % {}", sc.kg))
                 } else {
-                    (
-                        format!("(k % {gk}) % {p}", gk = s.kg()),
-                        format!("(k % {gk}) / {p}", gk = s.kg()),
-                    )
+                    (format!("(k % {gk}) % {p}", gk = s.kg()), format!("(k % {gk}) / {p}", gk = s.kg()))
                 };
                 format!(
                     "(k / {gk}) * {kgt} + (({c}) * {q} + (({phase}) / {sw}) % {q}) * {q} + (({phase}) % {sw}) % {q}",
@@ -274,30 +245,12 @@ fn ystore(yi: i32) -> i32 {{
                 )
             }
             (true, false) => "k".to_string(),
-            (true, true) => format!(
-                "(k / {gk}) * {gk} + (k % {kgf}) * {p} + (k % {gk}) / {kgf}",
-                gk = s.kg(),
-                kgf = sc.kg,
-                p = sh * sw
-            ),
+            (true, true) => format!("(k / {gk}) * {gk} + (k % {kgf}) * {p} + (k % {gk}) / {kgf}", gk = s.kg(), kgf = sc.kg, p = sh * sw),
             (false, true) => format!("(k / {gk}) * {kgf} + k % {kgf}", gk = s.kg(), kgf = sc.kg),
-            (false, false) => format!(
-                "(k / {gk}) * {kgf} + (k % {gk}) / {p}",
-                gk = s.kg(),
-                kgf = sc.kg,
-                p = sh * sw
-            ),
+            (false, false) => format!("(k / {gk}) * {kgf} + (k % {gk}) / {p}", gk = s.kg(), kgf = sc.kg, p = sh * sw),
         },
-        phase_of_n = if sc.phase_major {
-            format!("n / {}", sc.kg)
-        } else {
-            format!("n % {}", sh * sw)
-        },
-        c_of_n = if sc.phase_major {
-            format!("n % {}", sc.kg)
-        } else {
-            format!("n / {}", sh * sw)
-        },
+        phase_of_n = if sc.phase_major { format!("n / {}", sc.kg) } else { format!("n % {}", sh * sw) },
+        c_of_n = if sc.phase_major { format!("n % {}", sc.kg) } else { format!("n / {}", sh * sw) },
         gk = s.kg(),
         kgf = sc.kg,
         oh0 = sc.off.0,
@@ -323,9 +276,8 @@ pub const LANES: [&str; 4] = ["x", "y", "z", "w"];
 /// The epilogue of four outputs at y elements `base` + 0..3 (channels `ks`), packed for one
 /// vec4 store.
 pub fn epilogue_quad(values: [String; 4], ks: [String; 4], base: &str) -> String {
-    let parts: Vec<String> = (0..4)
-        .map(|e| format!("DT(epilogue({}, {}, {base} + {e}))", values[e], ks[e]))
-        .collect();
+    let parts: Vec<String> =
+        (0..4).map(|e| format!("DT(epilogue({}, {}, {base} + {e}))", values[e], ks[e])).collect();
     format!("vec4<DT>({})", parts.join(", "))
 }
 
@@ -345,20 +297,17 @@ pub fn scatter_store_stmt(s: &ConvShape, pixel: &str, chan: &str, value: &str, k
 #[cfg(test)]
 pub fn validate(source: &str) -> std::result::Result<(), String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-    naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .map_err(|e| e.emit_to_string(source))?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        .validate(&module)
+        .map_err(|e| e.emit_to_string(source))?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::swept_variants;
     use crate::params::Padding;
+    use crate::kernels::swept_variants;
 
     #[test]
     fn render_fills_and_rejects_missing() {
@@ -371,241 +320,70 @@ mod tests {
     #[test]
     fn swept_variants_validate() {
         let shapes = [
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [4, 3, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 2),
-                (1, 2),
-                2,
-                Some(4),
-            )
-            .unwrap(),
-            ConvShape::new(
-                [1, 3, 5, 5],
-                [5, 3, 1, 1],
-                (1, 1),
-                Padding::Valid,
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap(),
+            ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4)).unwrap(),
+            ConvShape::new([1, 3, 5, 5], [5, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap(),
             // Channel counts the channels-last gathers take.
-            ConvShape::new(
-                [2, 8, 9, 7],
-                [6, 4, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 0),
-                (1, 2),
-                2,
-                Some(6),
-            )
-            .unwrap(),
+            ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6)).unwrap(),
             // NHWC, read in place by the channels-last tensor-core variants.
-            ConvShape::new(
-                [2, 8, 9, 7],
-                [6, 4, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 0),
-                (1, 2),
-                2,
-                Some(6),
-            )
-            .unwrap()
-            .with_layout(crate::params::Layout::Nhwc),
+            ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc),
             // NHWC with C/groups 3: the tensor-core prologue's padded copy.
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [4, 3, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 2),
-                (1, 2),
-                2,
-                Some(4),
-            )
-            .unwrap()
-            .with_layout(crate::params::Layout::Nhwc),
+            ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4))
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc),
             // 3x3 at stride 1 (the Winograd family): groups, bias, odd output sizes, residual.
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [10, 3, 3, 3],
-                (1, 1),
-                Padding::Explicit(2, 0),
-                (1, 1),
-                2,
-                Some(10),
-            )
-            .unwrap()
-            .with_epilogue(
-                crate::epilogue::Epilogue::new(0.5, 2.0, true, crate::epilogue::Activation::Relu)
-                    .unwrap(),
-            ),
+            ConvShape::new([2, 6, 9, 7], [10, 3, 3, 3], (1, 1), Padding::Explicit(2, 0), (1, 1), 2, Some(10))
+                .unwrap()
+                .with_epilogue(crate::epilogue::Epilogue::new(0.5, 2.0, true, crate::epilogue::Activation::Relu).unwrap()),
             // Outputs stored four at a time: whole quads of pixels (NCHW) or of channels (NHWC).
-            ConvShape::new(
-                [2, 8, 8, 8],
-                [8, 8, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                Some(8),
-            )
-            .unwrap()
-            .with_epilogue(
-                crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu)
-                    .unwrap(),
-            ),
-            ConvShape::new(
-                [2, 8, 9, 7],
-                [8, 8, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                Some(8),
-            )
-            .unwrap()
-            .with_layout(crate::params::Layout::Nhwc),
+            ConvShape::new([2, 8, 8, 8], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(8))
+                .unwrap()
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            ConvShape::new([2, 8, 9, 7], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(8))
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc),
             // Short grids with a long reduction: the tensor-core split-K variants.
-            ConvShape::new(
-                [2, 64, 8, 8],
-                [32, 64, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                Some(32),
-            )
-            .unwrap()
-            .with_epilogue(
-                crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu)
-                    .unwrap(),
-            ),
-            ConvShape::new(
-                [2, 64, 8, 8],
-                [32, 64, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap()
-            .with_layout(crate::params::Layout::Nhwc)
-            .with_dtype(crate::dtype::DType::F16),
+            ConvShape::new([2, 64, 8, 8], [32, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(32))
+                .unwrap()
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            ConvShape::new([2, 64, 8, 8], [32, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16),
             // 1x1 at stride 1 with whole quads of pixels: gathered four pixels at a time.
-            ConvShape::new(
-                [2, 8, 4, 6],
-                [6, 4, 1, 1],
-                (1, 1),
-                Padding::Explicit(0, 0),
-                (1, 1),
-                2,
-                Some(6),
-            )
-            .unwrap(),
+            ConvShape::new([2, 8, 4, 6], [6, 4, 1, 1], (1, 1), Padding::Explicit(0, 0), (1, 1), 2, Some(6)).unwrap(),
             // float16 data, both layouts.
-            ConvShape::new(
-                [2, 8, 9, 7],
-                [6, 4, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 0),
-                (1, 2),
-                2,
-                Some(6),
-            )
-            .unwrap()
-            .with_dtype(crate::dtype::DType::F16),
-            ConvShape::new(
-                [2, 8, 9, 7],
-                [8, 8, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap()
-            .with_layout(crate::params::Layout::Nhwc)
-            .with_dtype(crate::dtype::DType::F16)
-            .with_epilogue(
-                crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu)
-                    .unwrap(),
-            ),
+            ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 2, Some(6))
+                .unwrap()
+                .with_dtype(crate::dtype::DType::F16),
+            ConvShape::new([2, 8, 9, 7], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
             // Pixel-shuffled stores, both layouts (3x3 at stride 1 for the Winograd family).
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [18, 3, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                2,
-                Some(18),
-            )
-            .unwrap()
-            .with_pixel_shuffle(3)
-            .unwrap(),
-            ConvShape::new(
-                [2, 8, 9, 7],
-                [16, 8, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap()
-            .with_layout(crate::params::Layout::Nhwc)
-            .with_dtype(crate::dtype::DType::F16)
-            .with_epilogue(
-                crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu)
-                    .unwrap(),
-            )
-            .with_pixel_shuffle(2)
-            .unwrap(),
+            ConvShape::new([2, 6, 9, 7], [18, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, Some(18))
+                .unwrap()
+                .with_pixel_shuffle(3)
+                .unwrap(),
+            ConvShape::new([2, 8, 9, 7], [16, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap())
+                .with_pixel_shuffle(2)
+                .unwrap(),
             // Transposed: strided, dilated, grouped, output padding; NHWC float16 with a residual.
-            ConvShape::new_transposed(
-                [2, 6, 5, 4],
-                [6, 2, 3, 2],
-                (2, 3),
-                (1, 0),
-                (1, 2),
-                (1, 2),
-                2,
-                Some(4),
-            )
-            .unwrap(),
-            ConvShape::new_transposed(
-                [2, 8, 5, 4],
-                [8, 8, 4, 4],
-                (2, 2),
-                (1, 1),
-                (0, 0),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap()
-            .with_layout(crate::params::Layout::Nhwc)
-            .with_dtype(crate::dtype::DType::F16)
-            .with_epilogue(
-                crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu)
-                    .unwrap(),
-            ),
+            ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 2], (2, 3), (1, 0), (1, 2), (1, 2), 2, Some(4)).unwrap(),
+            ConvShape::new_transposed([2, 8, 5, 4], [8, 8, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
             // Lowered to plain convolutions by stride phases (every family): kernels short of
             // a stride multiple, grouped, with a bias.
-            ConvShape::new_transposed(
-                [2, 6, 5, 4],
-                [6, 2, 3, 3],
-                (2, 3),
-                (1, 0),
-                (1, 2),
-                (1, 1),
-                2,
-                Some(4),
-            )
-            .unwrap(),
+            ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 3], (2, 3), (1, 0), (1, 2), (1, 1), 2, Some(4)).unwrap(),
         ];
         for shape in &shapes {
             for v in swept_variants() {
@@ -615,16 +393,12 @@ mod tests {
                     // its limit, a Winograd variant a filter other than 3x3 at stride 1),
                     // never one it suits.
                     Err(e) if !v.suits(shape) => {
-                        assert!(
-                            e.to_string().contains("cannot run on this shape"),
-                            "{v}: {e}"
-                        );
+                        assert!(e.to_string().contains("cannot run on this shape"), "{v}: {e}");
                         continue;
                     }
                     Err(e) => panic!("{v} on {}: {e}", shape.label()),
                 };
-                for source in std::iter::once(&k.source).chain(k.wprep.as_ref().map(|p| &p.source))
-                {
+                for source in std::iter::once(&k.source).chain(k.wprep.as_ref().map(|p| &p.source)) {
                     if let Err(e) = validate(source) {
                         panic!("{v} on {}: {e}", shape.label());
                     }

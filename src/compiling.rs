@@ -76,11 +76,7 @@ impl Compiler {
 
     /// One worker's loop: compiles the next candidate that `want` (given the slowest rate
     /// so far) agrees to, until every candidate is taken or `stop`.
-    pub fn run_worker(
-        &self,
-        want: impl Fn(usize, Option<f64>) -> bool,
-        compile: impl Fn(usize) -> Built,
-    ) {
+    pub fn run_worker(&self, want: impl Fn(usize, Option<f64>) -> bool, compile: impl Fn(usize) -> Built) {
         lower_priority();
         loop {
             let (i, rate) = {
@@ -118,18 +114,11 @@ impl Compiler {
     /// given; an error from it ends the wait.
     /// After `stop`, only the candidates compiled since, and `Ok(None)` once no worker is
     /// compiling any more.
-    pub fn next(
-        &self,
-        mut idle: Option<&mut dyn FnMut() -> Result<()>>,
-    ) -> Result<Option<(usize, Option<Built>)>> {
+    pub fn next(&self, mut idle: Option<&mut dyn FnMut() -> Result<()>>) -> Result<Option<(usize, Option<Built>)>> {
         let mut s = self.lock();
         loop {
             if s.stop {
-                if let Some(i) = s
-                    .slots
-                    .iter()
-                    .position(|slot| matches!(slot, Slot::Done(_)))
-                {
+                if let Some(i) = s.slots.iter().position(|slot| matches!(slot, Slot::Done(_))) {
                     if let Slot::Done(built) = std::mem::replace(&mut s.slots[i], Slot::Taken) {
                         return Ok(Some((i, Some(built))));
                     }
@@ -149,22 +138,13 @@ impl Compiler {
                 s.allowed = (first + self.threads).min(n);
                 self.changed.notify_all();
             }
-            let handed_out = self.overlap
-                || s.slots[..s.allowed.min(n)]
-                    .iter()
-                    .all(|slot| !matches!(slot, Slot::Pending));
+            let handed_out = self.overlap || s.slots[..s.allowed.min(n)].iter().all(|slot| !matches!(slot, Slot::Pending));
             if handed_out {
-                if let Some(i) = s
-                    .slots
-                    .iter()
-                    .position(|slot| matches!(slot, Slot::Done(_) | Slot::Skipped))
-                {
-                    return Ok(Some(
-                        match std::mem::replace(&mut s.slots[i], Slot::Taken) {
-                            Slot::Done(built) => (i, Some(built)),
-                            _ => (i, None),
-                        },
-                    ));
+                if let Some(i) = s.slots.iter().position(|slot| matches!(slot, Slot::Done(_) | Slot::Skipped)) {
+                    return Ok(Some(match std::mem::replace(&mut s.slots[i], Slot::Taken) {
+                        Slot::Done(built) => (i, Some(built)),
+                        _ => (i, None),
+                    }));
                 }
             }
             match idle.as_mut() {
@@ -202,9 +182,7 @@ impl Drop for StopOnDrop<'_> {
 
 /// Compile workers for a tuning run: one per core but the timing thread's, 2 to 16.
 pub fn worker_count() -> usize {
-    std::thread::available_parallelism()
-        .map_or(4, |n| n.get().saturating_sub(1))
-        .clamp(2, 16)
+    std::thread::available_parallelism().map_or(4, |n| n.get().saturating_sub(1)).clamp(2, 16)
 }
 
 /// How far ahead of the timing workers compile, in multiples of their number: enough that a
@@ -241,11 +219,7 @@ mod tests {
                         c.run_worker(
                             |i, _| i % 5 != 3,
                             |i| {
-                                std::thread::sleep(Duration::from_millis(if i == 1 {
-                                    60
-                                } else {
-                                    2
-                                }));
+                                std::thread::sleep(Duration::from_millis(if i == 1 { 60 } else { 2 }));
                                 order.lock().unwrap().push(i);
                                 (Err(Error::Gpu(format!("{i}"))), Duration::from_millis(1))
                             },

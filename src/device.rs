@@ -7,8 +7,8 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{Caps, Variant};
 use crate::params::ConvShape;
+use crate::kernels::{Caps, Variant};
 use crate::resident::key_of;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -92,10 +92,11 @@ pub struct WeightPass {
 
 /// The features the cooperative-matrix family needs (subgroup barriers guard its scratch
 /// tiles: `kernels::coop::store`).
-const TENSOR_CORE_FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
-    .union(wgpu::Features::SHADER_F16)
-    .union(wgpu::Features::SUBGROUP)
-    .union(wgpu::Features::SUBGROUP_BARRIER);
+const TENSOR_CORE_FEATURES: wgpu::Features =
+    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        .union(wgpu::Features::SHADER_F16)
+        .union(wgpu::Features::SUBGROUP)
+        .union(wgpu::Features::SUBGROUP_BARRIER);
 
 /// Whether the adapter has what the cooperative-matrix family uses: the features, a
 /// 16x16x16 f16 x f16 -> f32 configuration and subgroups of exactly 32 invocations (the
@@ -169,11 +170,7 @@ pub struct Engine {
 /// for the same reason). None on CPU adapters, whose device threads need the cores.
 pub fn spin_time(cpu: bool) -> Duration {
     static VAR: OnceLock<Option<String>> = OnceLock::new();
-    spin_setting(
-        VAR.get_or_init(|| std::env::var("CONVTUNE_SPIN_US").ok())
-            .as_deref(),
-        cpu,
-    )
+    spin_setting(VAR.get_or_init(|| std::env::var("CONVTUNE_SPIN_US").ok()).as_deref(), cpu)
 }
 
 /// The polling time `CONVTUNE_SPIN_US` (`var`, microseconds) asks for, else the default.
@@ -238,10 +235,7 @@ fn apply_nvidia_egl_fallback() -> Option<String> {
     {
         return None;
     }
-    let path = std::env::temp_dir().join(format!(
-        "convtune-nvidia-egl-icd-{}.json",
-        std::process::id()
-    ));
+    let path = std::env::temp_dir().join(format!("convtune-nvidia-egl-icd-{}.json", std::process::id()));
     let manifest = r#"{ "file_format_version": "1.0.1", "ICD": { "library_path": "libEGL_nvidia.so.0", "api_version": "1.3.0" } }"#;
     std::fs::write(&path, manifest).ok()?;
     // The loader reads these when the next instance is created; instance creation is
@@ -274,8 +268,7 @@ fn instance_and_adapters() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
 }
 
 fn has_vulkan(list: &[wgpu::Adapter]) -> bool {
-    list.iter()
-        .any(|a| a.get_info().backend == wgpu::Backend::Vulkan)
+    list.iter().any(|a| a.get_info().backend == wgpu::Backend::Vulkan)
 }
 
 /// Creates the instance and lists adapters, applying the headless-NVIDIA fallback when the
@@ -330,11 +323,7 @@ fn no_adapter_message(loader_present: bool, list_empty: bool) -> Error {
 pub fn list_adapters() -> Result<Vec<AdapterDesc>> {
     not_forked()?;
     let (_instance, list) = discover();
-    Ok(list
-        .iter()
-        .enumerate()
-        .map(|(i, a)| AdapterDesc::from_info(Some(i), &a.get_info()))
-        .collect())
+    Ok(list.iter().enumerate().map(|(i, a)| AdapterDesc::from_info(Some(i), &a.get_info())).collect())
 }
 
 /// The adapter `selector` (`CONVTUNE_ADAPTER`: an index or a name substring) names, else
@@ -373,47 +362,26 @@ struct DeviceMemory {
     host_maps_heap: bool,
 }
 
-#[cfg(all(
-    not(target_arch = "wasm32"),
-    any(windows, all(unix, not(target_vendor = "apple")))
-))]
+#[cfg(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple")))))]
 fn device_memory(adapter: &wgpu::Adapter) -> DeviceMemory {
     // SAFETY: reads properties of the physical device only; nothing is created or destroyed.
-    let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else {
-        return DeviceMemory::default();
-    };
+    let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else { return DeviceMemory::default() };
     let instance = hal.shared_instance().raw_instance();
     // SAFETY: the physical device belongs to this instance, which the adapter keeps alive.
-    let props =
-        unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
     const DEVICE_LOCAL: u32 = 0x1; // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
     const MAPPED_DEVICE: u32 = DEVICE_LOCAL | 0x2 | 0x4; // | HOST_VISIBLE_BIT | HOST_COHERENT_BIT
     let heaps = props.memory_heaps_as_slice();
-    let heap = heaps
-        .iter()
-        .filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0)
-        .map(|h| h.size)
-        .max();
-    let mapped = props
-        .memory_types_as_slice()
-        .iter()
-        .find(|t| t.property_flags.as_raw() & MAPPED_DEVICE == MAPPED_DEVICE);
+    let heap = heaps.iter().filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0).map(|h| h.size).max();
+    let mapped = props.memory_types_as_slice().iter().find(|t| t.property_flags.as_raw() & MAPPED_DEVICE == MAPPED_DEVICE);
     let host_maps_heap = match (mapped, heap) {
-        (Some(t), Some(largest)) => heaps
-            .get(t.heap_index as usize)
-            .is_some_and(|h| h.size == largest),
+        (Some(t), Some(largest)) => heaps.get(t.heap_index as usize).is_some_and(|h| h.size == largest),
         _ => false,
     };
-    DeviceMemory {
-        heap,
-        host_maps_heap,
-    }
+    DeviceMemory { heap, host_maps_heap }
 }
 
-#[cfg(not(all(
-    not(target_arch = "wasm32"),
-    any(windows, all(unix, not(target_vendor = "apple")))
-)))]
+#[cfg(not(all(not(target_arch = "wasm32"), any(windows, all(unix, not(target_vendor = "apple"))))))]
 fn device_memory(_adapter: &wgpu::Adapter) -> DeviceMemory {
     DeviceMemory::default()
 }
@@ -423,9 +391,7 @@ fn device_memory(_adapter: &wgpu::Adapter) -> DeviceMemory {
 /// a staging buffer and a GPU copy per input.
 fn direct_inputs(adapter: &wgpu::Adapter, memory: DeviceMemory) -> bool {
     !std::env::var("CONVTUNE_DIRECT_UPLOAD").is_ok_and(|v| v.trim() == "0")
-        && adapter
-            .features()
-            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        && adapter.features().contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
         && memory.host_maps_heap
 }
 
@@ -451,21 +417,13 @@ pub const STORAGE_BINDINGS: u32 = 8;
 /// [`Engine::from_device`]: crate::Engine::from_device
 pub fn memory_hints() -> wgpu::MemoryHints {
     const BLOCK: u64 = 32 << 20;
-    wgpu::MemoryHints::Manual {
-        suballocated_device_memory_block_size: BLOCK..BLOCK,
-    }
+    wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: BLOCK..BLOCK }
 }
 
 /// What a device lacks that every kernel needs, one item each; empty when it has all.
-pub fn missing_requirements(
-    device: &wgpu::Device,
-    downlevel: &wgpu::DownlevelCapabilities,
-) -> Vec<String> {
+pub fn missing_requirements(device: &wgpu::Device, downlevel: &wgpu::DownlevelCapabilities) -> Vec<String> {
     let mut missing = Vec::new();
-    if !downlevel
-        .flags
-        .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
-    {
+    if !downlevel.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS) {
         missing.push("compute shaders (DownlevelFlags::COMPUTE_SHADERS)".to_string());
     }
     let l = device.limits();
@@ -474,28 +432,12 @@ pub fn missing_requirements(
             missing.push(format!("limit {name} >= {need} (the device has {have})"));
         }
     };
-    at_least(
-        "max_storage_buffers_per_shader_stage",
-        l.max_storage_buffers_per_shader_stage.into(),
-        STORAGE_BINDINGS.into(),
-    );
+    at_least("max_storage_buffers_per_shader_stage", l.max_storage_buffers_per_shader_stage.into(), STORAGE_BINDINGS.into());
     at_least("max_bind_groups", l.max_bind_groups.into(), 1);
     // The output checks and max-|x| passes run 256-wide workgroups.
-    at_least(
-        "max_compute_invocations_per_workgroup",
-        l.max_compute_invocations_per_workgroup.into(),
-        256,
-    );
-    at_least(
-        "max_compute_workgroup_size_x",
-        l.max_compute_workgroup_size_x.into(),
-        256,
-    );
-    at_least(
-        "max_compute_workgroups_per_dimension",
-        l.max_compute_workgroups_per_dimension.into(),
-        1,
-    );
+    at_least("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup.into(), 256);
+    at_least("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x.into(), 256);
+    at_least("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension.into(), 1);
     missing
 }
 
@@ -519,11 +461,7 @@ impl Engine {
 
     /// An engine on a device the caller opened: nothing of the device's own settings
     /// (error handler, lost callback) is changed. Fails naming what the device lacks.
-    pub fn on_device(
-        adapter: &wgpu::Adapter,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-    ) -> Result<Engine> {
+    pub fn on_device(adapter: &wgpu::Adapter, device: &wgpu::Device, queue: &wgpu::Queue) -> Result<Engine> {
         let missing = missing_requirements(device, &adapter.get_downlevel_capabilities());
         if !missing.is_empty() {
             return Err(Error::Unsupported(format!(
@@ -534,14 +472,7 @@ impl Engine {
         }
         let memory = device_memory(adapter);
         let (device, queue) = (device.clone(), queue.clone());
-        Self::assemble(
-            adapter.clone(),
-            device,
-            queue,
-            None,
-            memory,
-            Arc::new(AtomicBool::new(false)),
-        )
+        Self::assemble(adapter.clone(), device, queue, None, memory, Arc::new(AtomicBool::new(false)))
     }
 
     /// Opens a device on `adapter` with every optional feature it has that convtune uses.
@@ -593,8 +524,7 @@ impl Engine {
         let features = device.features() & OPTIONAL_FEATURES;
         let limits = device.limits();
         let tensor_cores = has_tensor_cores(&adapter) && features.contains(TENSOR_CORE_FEATURES);
-        let direct_inputs = direct_inputs(&adapter, memory)
-            && features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        let direct_inputs = direct_inputs(&adapter, memory) && features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
         let entry = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,
@@ -646,9 +576,7 @@ impl Engine {
             mapped_at_creation: true,
         });
         {
-            let indices: Vec<u8> = (0..crate::codegen::MAX_CHUNKS)
-                .flat_map(u32::to_le_bytes)
-                .collect();
+            let indices: Vec<u8> = (0..crate::codegen::MAX_CHUNKS).flat_map(u32::to_le_bytes).collect();
             let mut view = chunk_indices
                 .slice(..)
                 .get_mapped_range_mut()
@@ -658,18 +586,13 @@ impl Engine {
         chunk_indices.unmap();
         let device_heap = memory.heap;
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
-        let pool =
-            crate::pool::Pool::new(device.clone(), crate::pool::default_cap(device_heap, cpu));
+        let pool = crate::pool::Pool::new(device.clone(), crate::pool::default_cap(device_heap, cpu));
         Ok(Engine {
             adapter,
             device,
             queue,
             desc: AdapterDesc::from_info(index, &info),
-            caps: Caps {
-                limits,
-                features,
-                tensor_cores,
-            },
+            caps: Caps { limits, features, tensor_cores },
             loader_note: LOADER_NOTE.get().cloned(),
             bind_layout,
             pipeline_layout,
@@ -706,14 +629,8 @@ impl Engine {
 
     /// The largest buffer a kernel can bind (`CONVTUNE_MAX_BINDING` lowers it, for tests).
     pub fn max_binding(&self) -> u64 {
-        let adapter = self
-            .caps
-            .limits
-            .max_storage_buffer_binding_size
-            .min(self.caps.limits.max_buffer_size);
-        let forced = std::env::var("CONVTUNE_MAX_BINDING")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok());
+        let adapter = self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size);
+        let forced = std::env::var("CONVTUNE_MAX_BINDING").ok().and_then(|v| v.parse::<u64>().ok());
         // Bindings are whole f32 elements.
         forced.map_or(adapter, |f| f.min(adapter)).max(16) / 4 * 4
     }
@@ -723,14 +640,8 @@ impl Engine {
     /// for fewer chunks), else the default bound (`codegen::MAX_WORKSPACE`, 128 MiB); never
     /// past the adapter's largest binding.
     pub fn max_workspace(&self) -> u64 {
-        let adapter = self
-            .caps
-            .limits
-            .max_storage_buffer_binding_size
-            .min(self.caps.limits.max_buffer_size);
-        let forced = std::env::var("CONVTUNE_MAX_WORKSPACE")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        let adapter = self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size);
+        let forced = std::env::var("CONVTUNE_MAX_WORKSPACE").ok().and_then(|v| v.trim().parse::<u64>().ok());
         workspace_bound(forced, adapter)
     }
 
@@ -752,12 +663,7 @@ impl Engine {
     pub fn pipeline(&self, variant: &Variant, shape: &ConvShape) -> Result<Arc<Compiled>> {
         let max_workspace = self.max_workspace();
         let key = (*variant, *shape, max_workspace);
-        if let Some(p) = self
-            .pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(p.clone());
         }
         // Compiling outside the map's lock lets other threads use cached pipelines meanwhile.
@@ -776,12 +682,7 @@ impl Engine {
     }
 
     /// `compile` with each workspace binding held to `max_workspace` bytes.
-    pub fn compile_within(
-        &self,
-        variant: &Variant,
-        shape: &ConvShape,
-        max_workspace: u64,
-    ) -> Result<Compiled> {
+    pub fn compile_within(&self, variant: &Variant, shape: &ConvShape, max_workspace: u64) -> Result<Compiled> {
         if let Some(why) = variant.unfit(&self.caps) {
             return Err(Error::invalid(why));
         }
@@ -793,28 +694,24 @@ impl Engine {
         }
         let kernel = variant.generate_within(shape, max_workspace)?;
         if kernel.chunks == 0 || kernel.chunks > crate::codegen::MAX_CHUNKS {
-            return Err(Error::Gpu(format!(
-                "variant {variant} asks for {} chunks",
-                kernel.chunks
-            )));
+            return Err(Error::Gpu(format!("variant {variant} asks for {} chunks", kernel.chunks)));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.shader_module(&kernel.source);
         let wprep_module = kernel.wprep.as_ref().map(|p| self.shader_module(&p.source));
         let entry_of = |module: &wgpu::ShaderModule, name: &str| {
-            self.device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some("convtune conv2d"),
-                    layout: Some(&self.pipeline_layout),
-                    module,
-                    entry_point: Some(name),
-                    // Every kernel writes workgroup memory before reading it.
-                    compilation_options: wgpu::PipelineCompilationOptions {
-                        zero_initialize_workgroup_memory: self.runtime_checks,
-                        ..Default::default()
-                    },
-                    cache: None,
-                })
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("convtune conv2d"),
+                layout: Some(&self.pipeline_layout),
+                module,
+                entry_point: Some(name),
+                // Every kernel writes workgroup memory before reading it.
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: self.runtime_checks,
+                    ..Default::default()
+                },
+                cache: None,
+            })
         };
         let entry = |name: &str| entry_of(&module, name);
         let pipeline = entry("main");
@@ -824,17 +721,9 @@ impl Engine {
             .wprep
             .as_ref()
             .zip(wprep_module.as_ref())
-            .map(|(p, m)| WeightPass {
-                pipeline: entry_of(m, "main"),
-                workgroups: p.workgroups,
-                bytes: p.bytes,
-                key: key_of(&p.source),
-            });
+            .map(|(p, m)| WeightPass { pipeline: entry_of(m, "main"), workgroups: p.workgroups, bytes: p.bytes, key: key_of(&p.source) });
         if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader {
-                variant: variant.to_string(),
-                message: err.to_string(),
-            });
+            return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
         }
         Ok(Compiled {
             pipeline,
@@ -920,12 +809,7 @@ pub fn engine() -> Result<Arc<Engine>> {
 /// The workspace bound for a setting of `CONVTUNE_MAX_WORKSPACE` (`forced`) on an adapter
 /// whose largest binding is `adapter` bytes: whole f32 elements, at least one.
 fn workspace_bound(forced: Option<u64>, adapter: u64) -> u64 {
-    forced
-        .unwrap_or(crate::codegen::MAX_WORKSPACE)
-        .min(adapter)
-        .max(16)
-        / 4
-        * 4
+    forced.unwrap_or(crate::codegen::MAX_WORKSPACE).min(adapter).max(16) / 4 * 4
 }
 
 #[cfg(test)]
@@ -935,16 +819,10 @@ mod tests {
     #[test]
     fn missing_pieces_name_the_package_to_install() {
         let msg = no_adapter_message(false, true).to_string();
-        assert!(
-            msg.contains("libvulkan.so.1") && msg.contains("apt-get install libvulkan1"),
-            "{msg}"
-        );
+        assert!(msg.contains("libvulkan.so.1") && msg.contains("apt-get install libvulkan1"), "{msg}");
         assert!(msg.contains("mesa-vulkan-drivers"), "{msg}");
         let msg = no_adapter_message(true, true).to_string();
-        assert!(
-            msg.contains("no GPU adapter") && msg.contains("mesa-vulkan-drivers"),
-            "{msg}"
-        );
+        assert!(msg.contains("no GPU adapter") && msg.contains("mesa-vulkan-drivers"), "{msg}");
         let msg = no_adapter_message(true, false).to_string();
         assert!(msg.contains("CONVTUNE_ADAPTER"), "{msg}");
     }
@@ -954,10 +832,7 @@ mod tests {
         assert_eq!(spin_setting(None, false), DEFAULT_SPIN);
         assert_eq!(spin_setting(None, true), Duration::ZERO);
         assert_eq!(spin_setting(Some("0"), false), Duration::ZERO);
-        assert_eq!(
-            spin_setting(Some(" 250 "), true),
-            Duration::from_micros(250)
-        );
+        assert_eq!(spin_setting(Some(" 250 "), true), Duration::from_micros(250));
         assert_eq!(spin_setting(Some("soon"), false), DEFAULT_SPIN);
     }
 
@@ -976,10 +851,7 @@ mod tests {
 
     #[test]
     fn adapter_selector_that_matches_nothing_is_an_error() {
-        assert!(matches!(
-            pick(Vec::new(), Some("no such adapter".into())),
-            Err(Error::NoAdapter(_))
-        ));
+        assert!(matches!(pick(Vec::new(), Some("no such adapter".into())), Err(Error::NoAdapter(_))));
         assert!(matches!(pick(Vec::new(), None), Err(Error::NoAdapter(_))));
     }
 }

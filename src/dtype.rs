@@ -24,9 +24,7 @@ impl DType {
         match name {
             "float32" => Ok(DType::F32),
             "float16" => Ok(DType::F16),
-            other => Err(Error::invalid(format!(
-                "dtype must be \"float32\" or \"float16\", got {other:?}"
-            ))),
+            other => Err(Error::invalid(format!("dtype must be \"float32\" or \"float16\", got {other:?}"))),
         }
     }
 
@@ -113,21 +111,14 @@ pub fn finite_abs_max<T: Elem>(data: &[T]) -> u32 {
             *m = (*m).max(finite_abs_bits(v.to_f32()));
         }
     }
-    let tail = blocks
-        .remainder()
-        .iter()
-        .map(|&v| finite_abs_bits(v.to_f32()));
+    let tail = blocks.remainder().iter().map(|&v| finite_abs_bits(v.to_f32()));
     lanes.into_iter().chain(tail).max().unwrap_or(0)
 }
 
 /// |v|'s bits where v is finite, else 0.
 fn finite_abs_bits(v: f32) -> u32 {
     let b = v.to_bits() & 0x7fff_ffff;
-    if b < 0x7f80_0000 {
-        b
-    } else {
-        0
-    }
+    if b < 0x7f80_0000 { b } else { 0 }
 }
 
 /// `data` converted to `T`, rounding to nearest.
@@ -148,24 +139,12 @@ mod tests {
         assert_eq!(finite_abs_max(&v), 7.5f32.to_bits());
         assert_eq!(finite_abs_max::<f32>(&[f32::NAN, -0.0]), 0);
         assert_eq!(finite_abs_max::<f32>(&[]), 0);
-        assert_eq!(
-            finite_abs_max(&convert::<u16>(&[1.0, -2.0, 0.5])),
-            2.0f32.to_bits()
-        );
+        assert_eq!(finite_abs_max(&convert::<u16>(&[1.0, -2.0, 0.5])), 2.0f32.to_bits());
     }
 
     #[test]
     fn float16_bits_round_trip_and_round_to_nearest() {
-        for v in [
-            0.0f32,
-            -0.0,
-            1.0,
-            -2.5,
-            65504.0,
-            2f32.powi(-14),
-            2f32.powi(-24),
-            f32::INFINITY,
-        ] {
+        for v in [0.0f32, -0.0, 1.0, -2.5, 65504.0, 2f32.powi(-14), 2f32.powi(-24), f32::INFINITY] {
             assert_eq!(u16::from_f32(v).to_f32(), v);
         }
         assert!(u16::from_f32(f32::NAN).to_f32().is_nan());

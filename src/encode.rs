@@ -41,18 +41,10 @@ pub struct Workspace {
 
 /// `slice` as the binding of a tensor of `bytes` bytes, or an error naming `what` and the
 /// rule it breaks.
-fn view<'a>(
-    engine: &Engine,
-    what: &str,
-    slice: wgpu::BufferSlice<'a>,
-    bytes: u64,
-) -> Result<View<'a>> {
+fn view<'a>(engine: &Engine, what: &str, slice: wgpu::BufferSlice<'a>, bytes: u64) -> Result<View<'a>> {
     let buffer = slice.buffer();
     if !buffer.usage().contains(wgpu::BufferUsages::STORAGE) {
-        return Err(Error::invalid(format!(
-            "{what}'s buffer needs BufferUsages::STORAGE, it has {:?}",
-            buffer.usage()
-        )));
+        return Err(Error::invalid(format!("{what}'s buffer needs BufferUsages::STORAGE, it has {:?}", buffer.usage())));
     }
     let align = engine.limits().min_storage_buffer_offset_alignment as u64;
     if slice.offset() % align != 0 {
@@ -62,10 +54,7 @@ fn view<'a>(
         )));
     }
     if slice.size() < bytes {
-        return Err(Error::invalid(format!(
-            "{what} needs {bytes} bytes from its offset, its slice holds {}",
-            slice.size()
-        )));
+        return Err(Error::invalid(format!("{what} needs {bytes} bytes from its offset, its slice holds {}", slice.size())));
     }
     let max = engine.max_binding();
     if bytes > max {
@@ -74,20 +63,11 @@ fn view<'a>(
              encode takes problems whose tensors each fit one binding"
         )));
     }
-    Ok(View {
-        buffer,
-        offset: slice.offset(),
-        size: bytes,
-    })
+    Ok(View { buffer, offset: slice.offset(), size: bytes })
 }
 
 /// An optional tensor: present exactly when the problem has it.
-fn optional<'a>(
-    engine: &Engine,
-    what: &str,
-    slice: Option<wgpu::BufferSlice<'a>>,
-    bytes: Option<u64>,
-) -> Result<Option<View<'a>>> {
+fn optional<'a>(engine: &Engine, what: &str, slice: Option<wgpu::BufferSlice<'a>>, bytes: Option<u64>) -> Result<Option<View<'a>>> {
     expect_present(what, slice.is_some(), bytes.is_some())?;
     match (slice, bytes) {
         (Some(s), Some(b)) => view(engine, what, s, b).map(Some),
@@ -105,12 +85,7 @@ impl Engine {
     /// first use of the (variant, problem) pair and kept.
     ///
     /// Returns the [`Workspace`] to keep until the command buffer is submitted.
-    pub fn encode(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        plan: &Plan,
-        buffers: &Conv2dBuffers<'_>,
-    ) -> Result<Workspace> {
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, plan: &Plan, buffers: &Conv2dBuffers<'_>) -> Result<Workspace> {
         self.check_lost()?;
         let bytes = plan.problem().buffer_bytes();
         let t = Tensors {
@@ -126,8 +101,6 @@ impl Engine {
         let kernel = engine.pipeline(&plan.variant, &plan.problem().shape)?;
         let bound = scoped(engine, || runner::bind(engine, &kernel, t))??;
         runner::encode(engine, encoder, &kernel, &bound, None)?;
-        Ok(Workspace {
-            _buffers: bound.into_workspace(),
-        })
+        Ok(Workspace { _buffers: bound.into_workspace() })
     }
 }

@@ -16,9 +16,7 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("adapter", &self.inner.desc.name)
-            .finish_non_exhaustive()
+        f.debug_struct("Engine").field("adapter", &self.inner.desc.name).finish_non_exhaustive()
     }
 }
 
@@ -50,11 +48,7 @@ impl Engine {
     ///
     /// [`OPTIONAL_FEATURES`]: crate::OPTIONAL_FEATURES
     /// [`memory_hints`]: crate::memory_hints
-    pub fn from_device(
-        adapter: &wgpu::Adapter,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-    ) -> Result<Engine> {
+    pub fn from_device(adapter: &wgpu::Adapter, device: &wgpu::Device, queue: &wgpu::Queue) -> Result<Engine> {
         device::Engine::on_device(adapter, device, queue).map(|e| Engine { inner: Arc::new(e) })
     }
 
@@ -134,10 +128,7 @@ impl Engine {
     pub(crate) fn check_lost(&self) -> Result<()> {
         self.inner.check_process()?;
         if self.inner.is_lost() {
-            return Err(Error::DeviceLost(format!(
-                "{} was lost",
-                self.inner.desc.name
-            )));
+            return Err(Error::DeviceLost(format!("{} was lost", self.inner.desc.name)));
         }
         Ok(())
     }

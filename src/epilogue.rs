@@ -49,12 +49,7 @@ pub struct Epilogue {
 
 impl Default for Epilogue {
     fn default() -> Self {
-        Epilogue {
-            alpha1: 1.0,
-            alpha2: 1.0,
-            residual: false,
-            activation: Activation::None,
-        }
+        Epilogue { alpha1: 1.0, alpha2: 1.0, residual: false, activation: Activation::None }
     }
 }
 
@@ -80,11 +75,7 @@ impl Activation {
     /// The activation if its parameters are usable: finite, and a clamp's min ≤ max.
     fn checked(self) -> Result<Self> {
         let finite = |what: &str, v: f32| {
-            if v.is_finite() {
-                Ok(v)
-            } else {
-                Err(Error::invalid(format!("{what} must be finite, got {v}")))
-            }
+            if v.is_finite() { Ok(v) } else { Err(Error::invalid(format!("{what} must be finite, got {v}"))) }
         };
         match self {
             Activation::LeakyRelu { negative_slope } => {
@@ -93,9 +84,7 @@ impl Activation {
             Activation::Clamp { min, max } => {
                 let (min, max) = (finite("clamp min", min)?, finite("clamp max", max)?);
                 if min > max {
-                    return Err(Error::invalid(format!(
-                        "clamp min must be <= max, got ({min}, {max})"
-                    )));
+                    return Err(Error::invalid(format!("clamp min must be <= max, got ({min}, {max})")));
                 }
             }
             _ => {}
@@ -131,10 +120,7 @@ impl Activation {
             Activation::None => "    return v;".into(),
             Activation::Relu => "    return select(max(v, 0.0), v, nan);".into(),
             Activation::LeakyRelu { negative_slope } => {
-                format!(
-                    "    return select(select(v, v * {}, v < 0.0), v, nan);",
-                    lit(negative_slope)
-                )
+                format!("    return select(select(v, v * {}, v < 0.0), v, nan);", lit(negative_slope))
             }
             Activation::Silu => "    return v / (1.0 + exp(-v));".into(),
             // tanh's argument is clamped: some drivers build tanh from exp and give NaN for
@@ -146,54 +132,27 @@ impl Activation {
             )
             .into(),
             Activation::Clamp { min, max } => {
-                format!(
-                    "    return select(clamp(v, {}, {}), v, nan);",
-                    lit(min),
-                    lit(max)
-                )
+                format!("    return select(clamp(v, {}, {}), v, nan);", lit(min), lit(max))
             }
         }
     }
 
     /// Whether the WGSL needs `nan`: activations that may replace a value by a constant.
     fn tests_nan(&self) -> bool {
-        matches!(
-            self,
-            Activation::Relu | Activation::LeakyRelu { .. } | Activation::Clamp { .. }
-        )
+        matches!(self, Activation::Relu | Activation::LeakyRelu { .. } | Activation::Clamp { .. })
     }
 
     fn apply(&self, v: f32) -> f32 {
         match *self {
             Activation::None => v,
-            Activation::Relu => {
-                if v < 0.0 {
-                    0.0
-                } else {
-                    v
-                }
-            }
-            Activation::LeakyRelu { negative_slope } => {
-                if v < 0.0 {
-                    v * negative_slope
-                } else {
-                    v
-                }
-            }
+            Activation::Relu => if v < 0.0 { 0.0 } else { v },
+            Activation::LeakyRelu { negative_slope } => if v < 0.0 { v * negative_slope } else { v },
             Activation::Silu => v / (1.0 + (-v).exp()),
             Activation::Gelu => {
                 let t = 0.797_884_6 * (v + 0.044715 * v * v * v);
                 0.5 * v * (1.0 + t.clamp(-10.0, 10.0).tanh())
             }
-            Activation::Clamp { min, max } => {
-                if v < min {
-                    min
-                } else if v > max {
-                    max
-                } else {
-                    v
-                }
-            }
+            Activation::Clamp { min, max } => if v < min { min } else if v > max { max } else { v },
         }
     }
 }
@@ -207,17 +166,10 @@ impl Epilogue {
     pub fn new(alpha1: f32, alpha2: f32, residual: bool, activation: Activation) -> Result<Self> {
         for (name, v) in [("alpha1", alpha1), ("alpha2", alpha2)] {
             if !v.is_finite() {
-                return Err(Error::invalid(format!(
-                    "{name} must be a finite number, got {v}"
-                )));
+                return Err(Error::invalid(format!("{name} must be a finite number, got {v}")));
             }
         }
-        Ok(Epilogue {
-            alpha1,
-            alpha2,
-            residual,
-            activation: activation.checked()?,
-        })
+        Ok(Epilogue { alpha1, alpha2, residual, activation: activation.checked()? })
     }
 
     /// y = conv(x, w) + bias: what every kernel did before epilogues existed.
@@ -227,18 +179,8 @@ impl Epilogue {
 
     fn key(&self) -> (u32, u32, bool, &'static str, [u32; 2]) {
         // alpha2 means nothing without a residual: equal problems, one key.
-        let a2 = if self.residual {
-            self.alpha2.to_bits()
-        } else {
-            0
-        };
-        (
-            self.alpha1.to_bits(),
-            a2,
-            self.residual,
-            self.activation.name(),
-            self.activation.params(),
-        )
+        let a2 = if self.residual { self.alpha2.to_bits() } else { 0 };
+        (self.alpha1.to_bits(), a2, self.residual, self.activation.name(), self.activation.params())
     }
 
     /// Appended to a shape's label: "" when plain, else e.g. " *0.1 +0.5z relu".
@@ -248,17 +190,11 @@ impl Epilogue {
             s += &format!(" *{}", self.alpha1);
         }
         if self.residual {
-            s += &if self.alpha2 == 1.0 {
-                " +z".to_string()
-            } else {
-                format!(" +{}z", self.alpha2)
-            };
+            s += &if self.alpha2 == 1.0 { " +z".to_string() } else { format!(" +{}z", self.alpha2) };
         }
         match self.activation {
             Activation::None => {}
-            Activation::LeakyRelu { negative_slope } => {
-                s += &format!(" leaky_relu({negative_slope})")
-            }
+            Activation::LeakyRelu { negative_slope } => s += &format!(" leaky_relu({negative_slope})"),
             Activation::Clamp { min, max } => s += &format!(" clamp({min},{max})"),
             a => s += &format!(" {}", a.name()),
         }
@@ -271,26 +207,14 @@ impl Epilogue {
     /// `bias_of` names the function giving a channel's bias entry (`None`: the channel
     /// itself).
     pub fn wgsl(&self, bias: bool, dtype: DType, bias_of: Option<&str>) -> String {
-        let mut s =
-            String::from("// The store step: y = act(alpha1 * conv + alpha2 * z + bias).\n");
+        let mut s = String::from("// The store step: y = act(alpha1 * conv + alpha2 * z + bias).\n");
         if self.residual {
-            s += &format!(
-                "@group(0) @binding(7) var<storage, read> z: array<{}>;\n",
-                dtype.wgsl()
-            );
+            s += &format!("@group(0) @binding(7) var<storage, read> z: array<{}>;\n", dtype.wgsl());
         }
         s += "fn epilogue(acc: f32, k: i32, i: i32) -> f32 {\n";
-        s += &if self.alpha1 == 1.0 {
-            "    var v = acc;\n".to_string()
-        } else {
-            format!("    var v = acc * {};\n", lit(self.alpha1))
-        };
+        s += &if self.alpha1 == 1.0 { "    var v = acc;\n".to_string() } else { format!("    var v = acc * {};\n", lit(self.alpha1)) };
         if self.residual {
-            s += &if self.alpha2 == 1.0 {
-                "    v = v + f32(z[i]);\n".to_string()
-            } else {
-                format!("    v = v + {} * f32(z[i]);\n", lit(self.alpha2))
-            };
+            s += &if self.alpha2 == 1.0 { "    v = v + f32(z[i]);\n".to_string() } else { format!("    v = v + {} * f32(z[i]);\n", lit(self.alpha2)) };
         }
         if bias {
             s += &match bias_of {
@@ -340,14 +264,9 @@ mod tests {
         assert!(e.is_plain());
         assert_eq!(e.label(), "");
         let w = e.wgsl(true, DType::F32, None);
-        assert!(
-            w.contains("v = v + bias[k]") && !w.contains("binding(7)"),
-            "{w}"
-        );
+        assert!(w.contains("v = v + bias[k]") && !w.contains("binding(7)"), "{w}");
         // alpha2 without a residual changes nothing.
-        assert!(Epilogue::new(1.0, 0.5, false, Activation::None)
-            .unwrap()
-            .is_plain());
+        assert!(Epilogue::new(1.0, 0.5, false, Activation::None).unwrap().is_plain());
     }
 
     #[test]
@@ -381,38 +300,16 @@ mod tests {
         let acts = [
             Activation::None,
             Activation::Relu,
-            Activation::LeakyRelu {
-                negative_slope: 0.2,
-            },
+            Activation::LeakyRelu { negative_slope: 0.2 },
             Activation::Silu,
             Activation::Gelu,
-            Activation::Clamp {
-                min: -1.0,
-                max: 2.5,
-            },
+            Activation::Clamp { min: -1.0, max: 2.5 },
         ];
-        let names = [
-            "direct_wg64x1_u1_k4w4",
-            "gemm_b32x32x8_t4x4",
-            "gemm_b32x32x16_t4x4_k4",
-            "coop_b64x64x32_s2x2_p3_l1",
-        ];
-        let variants: Vec<_> = all_variants()
-            .into_iter()
-            .filter(|v| names.contains(&v.to_string().as_str()))
-            .collect();
+        let names = ["direct_wg64x1_u1_k4w4", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4", "coop_b64x64x32_s2x2_p3_l1"];
+        let variants: Vec<_> = all_variants().into_iter().filter(|v| names.contains(&v.to_string().as_str())).collect();
         assert_eq!(variants.len(), names.len());
         for bias in [None, Some(8)] {
-            let base = ConvShape::new(
-                [1, 8, 9, 9],
-                [8, 8, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                bias,
-            )
-            .unwrap();
+            let base = ConvShape::new([1, 8, 9, 9], [8, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, bias).unwrap();
             for act in acts {
                 for residual in [false, true] {
                     let shape = base.with_epilogue(Epilogue::new(0.5, 2.0, residual, act).unwrap());
@@ -429,15 +326,7 @@ mod tests {
 
     #[test]
     fn labels_name_every_part() {
-        let e = Epilogue::new(
-            0.1,
-            1.0,
-            true,
-            Activation::LeakyRelu {
-                negative_slope: 0.2,
-            },
-        )
-        .unwrap();
+        let e = Epilogue::new(0.1, 1.0, true, Activation::LeakyRelu { negative_slope: 0.2 }).unwrap();
         assert_eq!(e.label(), " *0.1 +z leaky_relu(0.2)");
     }
 }

@@ -65,25 +65,15 @@ pub enum Error {
 /// [`Error::Internal`] naming `what` (worked out only then: the entry points that run GPU
 /// work go through this on every call), so a panic fails one call and leaves the engine
 /// usable.
-pub(crate) fn no_panic<T>(
-    what: impl FnOnce() -> String,
-    f: impl FnOnce() -> Result<T>,
-) -> Result<T> {
+pub(crate) fn no_panic<T>(what: impl FnOnce() -> String, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        Err(Error::Internal(format!(
-            "{} panicked: {}",
-            what(),
-            panic_message(payload.as_ref())
-        )))
+        Err(Error::Internal(format!("{} panicked: {}", what(), panic_message(payload.as_ref()))))
     })
 }
 
 /// The text a panic was raised with.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (
-        payload.downcast_ref::<&str>(),
-        payload.downcast_ref::<String>(),
-    ) {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
         (Some(s), _) => s.to_string(),
         (_, Some(s)) => s.clone(),
         _ => "a panic without a message".into(),

@@ -20,20 +20,14 @@ impl Default for Families {
 
 impl Families {
     pub fn all() -> Families {
-        Families {
-            allowed: family_names(),
-        }
+        Families { allowed: family_names() }
     }
 
     /// Parses a comma-separated list of family names (case and spaces ignored).
     pub fn parse(text: &str) -> Result<Families> {
         let known = family_names();
         let mut wanted = Vec::new();
-        for item in text
-            .split(',')
-            .map(|t| t.trim().to_ascii_lowercase())
-            .filter(|t| !t.is_empty())
-        {
+        for item in text.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty()) {
             match known.iter().find(|&&k| k == item) {
                 Some(&k) => wanted.push(k),
                 None => {
@@ -50,9 +44,7 @@ impl Families {
                 known.join(", ")
             )));
         }
-        Ok(Families {
-            allowed: known.into_iter().filter(|k| wanted.contains(k)).collect(),
-        })
+        Ok(Families { allowed: known.into_iter().filter(|k| wanted.contains(k)).collect() })
     }
 
     /// `CONVTUNE_FAMILIES` now; unset or blank allows every family.
@@ -73,10 +65,7 @@ impl Families {
 
     /// The families left out, in list order.
     pub fn excluded(&self) -> Vec<&'static str> {
-        family_names()
-            .into_iter()
-            .filter(|f| !self.allows(f))
-            .collect()
+        family_names().into_iter().filter(|f| !self.allows(f)).collect()
     }
 
     pub fn is_all(&self) -> bool {
@@ -98,23 +87,11 @@ mod tests {
     fn parses_names_in_list_order_and_rejects_unknown_ones() {
         let f = Families::parse(" GEMM, direct,,gemm ").unwrap();
         assert_eq!(f.allowed(), ["direct", "gemm"]);
-        assert_eq!(
-            f.excluded(),
-            ["stem", "coop", "wino", "tconv", "wgemm", "wcoop"]
-        );
+        assert_eq!(f.excluded(), ["stem", "coop", "wino", "tconv", "wgemm", "wcoop"]);
         assert_eq!(f.key().as_deref(), Some("direct,gemm"));
-        assert!(
-            Families::parse("coop,gemm,wino,direct,stem,tconv,wgemm,wcoop")
-                .unwrap()
-                .key()
-                .is_none()
-        );
+        assert!(Families::parse("coop,gemm,wino,direct,stem,tconv,wgemm,wcoop").unwrap().key().is_none());
         let e = Families::parse("direct,winograd").unwrap_err().to_string();
-        assert!(
-            e.contains("\"winograd\"")
-                && e.contains("direct, stem, gemm, coop, wino, tconv, wgemm, wcoop"),
-            "{e}"
-        );
+        assert!(e.contains("\"winograd\"") && e.contains("direct, stem, gemm, coop, wino, tconv, wgemm, wcoop"), "{e}");
         assert!(Families::parse(" , ").is_err());
     }
 }

@@ -26,9 +26,7 @@ pub(crate) fn poison() -> bool {
 /// An error unless `data` holds `want` elements.
 pub(crate) fn expect_len(what: &str, len: usize, want: u64) -> Result<()> {
     if len as u64 != want {
-        return Err(Error::invalid(format!(
-            "{what} must hold {want} elements for this problem, got {len}"
-        )));
+        return Err(Error::invalid(format!("{what} must hold {want} elements for this problem, got {len}")));
     }
     Ok(())
 }
@@ -36,24 +34,15 @@ pub(crate) fn expect_len(what: &str, len: usize, want: u64) -> Result<()> {
 /// An error unless an optional input is present exactly when the problem has it.
 pub(crate) fn expect_present(what: &str, given: bool, wanted: bool) -> Result<()> {
     match (given, wanted) {
-        (true, false) => Err(Error::invalid(format!(
-            "{what} given, but the problem has none (see Conv2dBuilder)"
-        ))),
-        (false, true) => Err(Error::invalid(format!(
-            "the problem has {what}, but none was given"
-        ))),
+        (true, false) => Err(Error::invalid(format!("{what} given, but the problem has none (see Conv2dBuilder)"))),
+        (false, true) => Err(Error::invalid(format!("the problem has {what}, but none was given"))),
         _ => Ok(()),
     }
 }
 
 /// An error unless w, the bias and z are what `p` takes: `z` is `None` without a residual,
 /// `Some(None)` for a device tensor (checked elsewhere), `Some(Some(len))` for host data.
-pub(crate) fn expect_operands(
-    p: &Conv2d,
-    w: usize,
-    bias: Option<&[f32]>,
-    z: Option<Option<usize>>,
-) -> Result<()> {
+pub(crate) fn expect_operands(p: &Conv2d, w: usize, bias: Option<&[f32]>, z: Option<Option<usize>>) -> Result<()> {
     let [_, wl, yl] = p.lens();
     expect_len("w", w, wl)?;
     expect_present("a bias", bias.is_some(), p.has_bias())?;
@@ -72,14 +61,7 @@ impl Engine {
     /// [`Conv2d::y_dims`](crate::Conv2d::y_dims)). `T` is `f32`, or `u16` holding float16
     /// bits for float16 problems; the bias is float32 either way. Problems larger than one
     /// storage binding run in pieces.
-    pub fn conv2d<T: Elem>(
-        &self,
-        plan: &Plan,
-        x: &[T],
-        w: &[T],
-        bias: Option<&[f32]>,
-        z: Option<&[T]>,
-    ) -> Result<Vec<T>> {
+    pub fn conv2d<T: Elem>(&self, plan: &Plan, x: &[T], w: &[T], bias: Option<&[f32]>, z: Option<&[T]>) -> Result<Vec<T>> {
         let mut out = vec![T::from_f32(0.0); plan.problem().lens()[2] as usize];
         self.conv2d_into(plan, x, w, bias, z, &mut out)?;
         Ok(out)
@@ -87,15 +69,7 @@ impl Engine {
 
     /// [`conv2d`](Self::conv2d) into `out`. [`last_call_timings`](crate::last_call_timings)
     /// tells where its time went.
-    pub fn conv2d_into<T: Elem>(
-        &self,
-        plan: &Plan,
-        x: &[T],
-        w: &[T],
-        bias: Option<&[f32]>,
-        z: Option<&[T]>,
-        out: &mut [T],
-    ) -> Result<()> {
+    pub fn conv2d_into<T: Elem>(&self, plan: &Plan, x: &[T], w: &[T], bias: Option<&[f32]>, z: Option<&[T]>, out: &mut [T]) -> Result<()> {
         let mut ph = Phases::start();
         self.conv2d_timed(plan, x, w, bias, z, out, &mut ph)?;
         ph.finish();
@@ -121,22 +95,8 @@ impl Engine {
         expect_len("x", x.len(), xl)?;
         expect_len("the output", out.len(), yl)?;
         expect_operands(p, w.len(), bias, z.map(|z| Some(z.len())))?;
-        no_panic(
-            || format!("conv2d on {}", p.label()),
-            || {
-                runner::conv2d_timed(
-                    &self.inner,
-                    &p.shape,
-                    &plan.variant,
-                    x,
-                    w,
-                    bias,
-                    z,
-                    out,
-                    poison(),
-                    ph,
-                )
-            },
-        )
+        no_panic(|| format!("conv2d on {}", p.label()), || {
+            runner::conv2d_timed(&self.inner, &p.shape, &plan.variant, x, w, bias, z, out, poison(), ph)
+        })
     }
 }

@@ -112,21 +112,21 @@ mod plan;
 mod pool;
 mod precision;
 mod problem;
-#[cfg(feature = "python")]
-mod python;
 pub mod reference;
 mod resident;
 mod runner;
 mod sizes;
 mod split;
-#[doc(hidden)]
-pub mod support;
 mod tensor;
 mod timing;
 mod transfer;
 mod tuner;
 mod tuning_cache;
 mod wait;
+#[doc(hidden)]
+pub mod support;
+#[cfg(feature = "python")]
+mod python;
 
 pub use device::{memory_hints, AdapterDesc, OPTIONAL_FEATURES};
 pub use dtype::{DType, Elem as Element};
@@ -135,10 +135,7 @@ pub use engine::{adapters, Engine};
 pub use epilogue::Activation;
 pub use error::{Error, Result};
 pub use params::{Layout, Padding};
-pub use plan::{
-    families, tune_mode, variant_knobs, variant_names, Candidate, Plan, Progress, ProgressFn,
-    Report, TuneOptions,
-};
+pub use plan::{families, tune_mode, variant_knobs, variant_names, Candidate, Plan, Progress, ProgressFn, Report, TuneOptions};
 pub use pool::PoolStats;
 pub use precision::Precision;
 pub use problem::{Conv2d, Conv2dBuilder, Hw, TensorBytes};

@@ -29,9 +29,7 @@ pub struct Need {
 }
 
 fn total(parts: &[(String, u64)]) -> u64 {
-    parts
-        .iter()
-        .fold(0u64, |acc, (_, b)| acc.saturating_add(*b))
+    parts.iter().fold(0u64, |acc, (_, b)| acc.saturating_add(*b))
 }
 
 fn f32_bytes(elems: u64) -> u64 {
@@ -69,12 +67,7 @@ fn breakdown(parts: &[(String, u64)]) -> String {
 }
 
 /// An error when `parts` need more than `available`; `kind` is "host" or "GPU".
-pub fn check_against(
-    what: &str,
-    kind: &str,
-    parts: &[(String, u64)],
-    available: Option<&Available>,
-) -> Result<()> {
+pub fn check_against(what: &str, kind: &str, parts: &[(String, u64)], available: Option<&Available>) -> Result<()> {
     let need = total(parts);
     match available {
         Some(a) if need > a.bytes => Err(Error::MemoryLimit(format!(
@@ -96,9 +89,7 @@ pub fn check(engine: &Engine, what: &str, need: &Need) -> Result<()> {
     let host = total(&need.host);
     if host >= HOST_UNCHECKED_BELOW {
         // A recent reading serves calls that need at most half of what it found free.
-        let avail = host_reading(false)
-            .filter(|a| host <= a.bytes / 2)
-            .or_else(|| host_reading(true));
+        let avail = host_reading(false).filter(|a| host <= a.bytes / 2).or_else(|| host_reading(true));
         check_against(what, "host", &need.host, avail.as_ref())?;
     }
     Ok(())
@@ -148,14 +139,8 @@ fn host_reading(fresh: bool) -> Option<Available> {
 pub fn conv2d_host(shape: &ConvShape, max_binding: u64) -> Result<Need> {
     let pieces = split::plan(shape, max_binding)?;
     let subs = || pieces.iter().filter_map(|p| p.shape);
-    let x_piece = subs()
-        .map(|s| data_bytes(shape, s.x_len()))
-        .max()
-        .unwrap_or(0);
-    let y_piece = subs()
-        .map(|s| data_bytes(shape, s.y_len()))
-        .max()
-        .unwrap_or(0);
+    let x_piece = subs().map(|s| data_bytes(shape, s.x_len())).max().unwrap_or(0);
+    let y_piece = subs().map(|s| data_bytes(shape, s.y_len())).max().unwrap_or(0);
     let banded = pieces.iter().any(|p| p.rows != shape.oh());
     let weights = weight_bytes(shape);
     // The epilogue's residual travels like the output, in pieces of its size.
@@ -164,10 +149,7 @@ pub fn conv2d_host(shape: &ConvShape, max_binding: u64) -> Result<Need> {
         host: vec![
             part("output", data_bytes(shape, shape.y_len())),
             part("staging", weights + x_piece + y_piece + z_piece),
-            part(
-                "row-band buffers",
-                if banded { x_piece + y_piece } else { 0 },
-            ),
+            part("row-band buffers", if banded { x_piece + y_piece } else { 0 }),
         ],
         device: vec![
             part("weights", size_class(weights)),
@@ -201,10 +183,7 @@ pub fn conv2d_device(shape: &ConvShape, max_binding: u64) -> Result<Need> {
 /// each in one binding (no splitting), the inputs made on the host, and the output kept
 /// twice on each side (a reference and the candidate's).
 pub fn whole_problem(shape: &ConvShape, max_binding: u64) -> Result<Need> {
-    let (x, y) = (
-        data_bytes(shape, shape.x_len()),
-        data_bytes(shape, shape.y_len()),
-    );
+    let (x, y) = (data_bytes(shape, shape.x_len()), data_bytes(shape, shape.y_len()));
     binding_fits("x", x, max_binding)?;
     binding_fits("w", data_bytes(shape, shape.w_len()), max_binding)?;
     binding_fits("the output", y, max_binding)?;
@@ -229,37 +208,23 @@ pub fn whole_problem(shape: &ConvShape, max_binding: u64) -> Result<Need> {
 pub fn upload(elems: u64, max_binding: u64) -> Result<Need> {
     let bytes = f32_bytes(elems);
     binding_fits("the tensor", bytes, max_binding)?;
-    Ok(Need {
-        host: vec![part("staging", bytes)],
-        device: vec![part("tensor", size_class(bytes))],
-    })
+    Ok(Need { host: vec![part("staging", bytes)], device: vec![part("tensor", size_class(bytes))] })
 }
 
 /// `Tensor.numpy()`: a new array, filled through a read-back staging buffer.
 pub fn download(elems: u64) -> Need {
     let bytes = f32_bytes(elems);
-    Need {
-        host: vec![part("output", bytes), part("staging", bytes)],
-        device: Vec::new(),
-    }
+    Need { host: vec![part("output", bytes), part("staging", bytes)], device: Vec::new() }
 }
 
 /// Bytes of the epilogue's residual when the problem has one (`y` bytes), else 0.
 fn residual(shape: &ConvShape, y: u64) -> u64 {
-    if shape.epilogue.residual {
-        y
-    } else {
-        0
-    }
+    if shape.epilogue.residual { y } else { 0 }
 }
 
 /// The GPU buffer a residual of `bytes` takes from the pool; none for a problem without one.
 fn residual_class(bytes: u64) -> u64 {
-    if bytes > 0 {
-        size_class(bytes)
-    } else {
-        0
-    }
+    if bytes > 0 { size_class(bytes) } else { 0 }
 }
 
 fn weight_bytes(shape: &ConvShape) -> u64 {
@@ -297,10 +262,7 @@ fn read(path: &str) -> Option<String> {
 /// The kernel's estimate of memory available without swapping, else free physical pages.
 fn physical_available() -> Option<Available> {
     if let Some(bytes) = read("/proc/meminfo").and_then(|t| proc_kb(&t, "MemAvailable")) {
-        return Some(Available {
-            bytes,
-            source: "MemAvailable in /proc/meminfo".into(),
-        });
+        return Some(Available { bytes, source: "MemAvailable in /proc/meminfo".into() });
     }
     sysconf_available()
 }
@@ -308,19 +270,11 @@ fn physical_available() -> Option<Available> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn sysconf_available() -> Option<Available> {
     // SAFETY: sysconf only reads system configuration.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_AVPHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
+    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_AVPHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
     if pages <= 0 || size <= 0 {
         return None;
     }
-    Some(Available {
-        bytes: (pages as u64).saturating_mul(size as u64),
-        source: "free physical pages".into(),
-    })
+    Some(Available { bytes: (pages as u64).saturating_mul(size as u64), source: "free physical pages".into() })
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -330,9 +284,7 @@ fn sysconf_available() -> Option<Available> {
 
 /// The cgroup (v2) directory of this process, from a /proc/self/cgroup text.
 fn cgroup_dir(proc_self_cgroup: &str) -> Option<String> {
-    let path = proc_self_cgroup
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))?;
+    let path = proc_self_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     Some(format!("/sys/fs/cgroup{}", path.trim_end_matches('/')))
 }
 
@@ -355,17 +307,10 @@ fn cgroup_available() -> Option<Available> {
     loop {
         let room = read(&format!("{dir}/memory.max")).and_then(|max| {
             let current = read(&format!("{dir}/memory.current"))?;
-            cgroup_room(
-                &max,
-                &current,
-                &read(&format!("{dir}/memory.stat")).unwrap_or_default(),
-            )
+            cgroup_room(&max, &current, &read(&format!("{dir}/memory.stat")).unwrap_or_default())
         });
         if let Some(bytes) = room {
-            let here = Available {
-                bytes,
-                source: format!("the memory.max of cgroup {dir}"),
-            };
+            let here = Available { bytes, source: format!("the memory.max of cgroup {dir}") };
             best = tightest([best, Some(here)]);
         }
         match dir.rfind('/') {
@@ -379,19 +324,12 @@ fn cgroup_available() -> Option<Available> {
 /// current virtual size.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn address_space_available() -> Option<Available> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given and nothing else.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
-        || lim.rlim_cur == libc::RLIM_INFINITY
-    {
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
         return None;
     }
-    let used = read("/proc/self/status")
-        .and_then(|t| proc_kb(&t, "VmSize"))
-        .unwrap_or(0);
+    let used = read("/proc/self/status").and_then(|t| proc_kb(&t, "VmSize")).unwrap_or(0);
     #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
     let cap = lim.rlim_cur as u64;
     Some(Available {
@@ -411,16 +349,7 @@ mod tests {
     use crate::params::Padding;
 
     fn shape(x: [usize; 4], w: [usize; 4], pad: i64) -> ConvShape {
-        ConvShape::new(
-            x,
-            w,
-            (1, 1),
-            Padding::Explicit(pad, pad),
-            (1, 1),
-            1,
-            Some(w[0]),
-        )
-        .unwrap()
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(pad, pad), (1, 1), 1, Some(w[0])).unwrap()
     }
 
     #[test]
@@ -428,75 +357,36 @@ mod tests {
         let meminfo = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:    2048 kB\n";
         assert_eq!(proc_kb(meminfo, "MemAvailable"), Some(2048 * 1024));
         assert_eq!(proc_kb(meminfo, "MemFre"), None);
-        assert_eq!(
-            proc_kb("VmPeak:\t 10 kB\nVmSize:\t  7 kB\n", "VmSize"),
-            Some(7 * 1024)
-        );
+        assert_eq!(proc_kb("VmPeak:\t 10 kB\nVmSize:\t  7 kB\n", "VmSize"), Some(7 * 1024));
     }
 
     #[test]
     fn cgroup_room_counts_page_cache_as_free() {
-        assert_eq!(
-            cgroup_room("1000\n", "800\n", "anon 500\ninactive_file 300\n"),
-            Some(500)
-        );
+        assert_eq!(cgroup_room("1000\n", "800\n", "anon 500\ninactive_file 300\n"), Some(500));
         assert_eq!(cgroup_room("max\n", "800\n", ""), None);
         assert_eq!(cgroup_room("1000", "1200", ""), Some(0));
-        assert_eq!(
-            cgroup_dir("0::/user.slice/a.scope\n").as_deref(),
-            Some("/sys/fs/cgroup/user.slice/a.scope")
-        );
+        assert_eq!(cgroup_dir("0::/user.slice/a.scope\n").as_deref(), Some("/sys/fs/cgroup/user.slice/a.scope"));
         assert_eq!(cgroup_dir("0::/\n").as_deref(), Some("/sys/fs/cgroup"));
         assert_eq!(cgroup_dir("4:memory:/docker/abc\n"), None);
     }
 
     #[test]
     fn over_the_limit_names_the_bytes_and_the_limit() {
-        let parts = vec![
-            part("output", 3 << 30),
-            part("staging", 1 << 30),
-            part("gathers", 0),
-        ];
-        let limit = Available {
-            bytes: 2 << 30,
-            source: "test limit".into(),
-        };
+        let parts = vec![part("output", 3 << 30), part("staging", 1 << 30), part("gathers", 0)];
+        let limit = Available { bytes: 2 << 30, source: "test limit".into() };
         let err = check_against("conv2d", "host", &parts, Some(&limit)).unwrap_err();
         assert!(matches!(err, Error::MemoryLimit(_)));
         let msg = err.to_string();
-        assert!(
-            msg.contains(&(4u64 << 30).to_string()) && msg.contains("4.00 GiB"),
-            "{msg}"
-        );
-        assert!(
-            msg.contains(&(2u64 << 30).to_string()) && msg.contains("test limit"),
-            "{msg}"
-        );
-        assert!(
-            msg.contains("output 3221225472") && !msg.contains("gathers"),
-            "{msg}"
-        );
-        assert!(check_against(
-            "conv2d",
-            "host",
-            &parts,
-            Some(&Available {
-                bytes: 4 << 30,
-                ..limit
-            })
-        )
-        .is_ok());
+        assert!(msg.contains(&(4u64 << 30).to_string()) && msg.contains("4.00 GiB"), "{msg}");
+        assert!(msg.contains(&(2u64 << 30).to_string()) && msg.contains("test limit"), "{msg}");
+        assert!(msg.contains("output 3221225472") && !msg.contains("gathers"), "{msg}");
+        assert!(check_against("conv2d", "host", &parts, Some(&Available { bytes: 4 << 30, ..limit })).is_ok());
         assert!(check_against("conv2d", "host", &parts, None).is_ok());
     }
 
     #[test]
     fn tightest_limit_wins() {
-        let a = |bytes, s: &str| {
-            Some(Available {
-                bytes,
-                source: s.into(),
-            })
-        };
+        let a = |bytes, s: &str| Some(Available { bytes, source: s.into() });
         assert_eq!(tightest([a(5, "a"), None, a(3, "b")]).unwrap().source, "b");
         assert_eq!(tightest([None, None]), None);
     }
@@ -509,10 +399,7 @@ mod tests {
         assert_eq!(need.host[0], part("output", y));
         assert_eq!(need.host[1], part("staging", w + x + y));
         assert_eq!(need.host[2].1, 0);
-        assert_eq!(
-            total(&need.device),
-            size_class(w) + size_class(x) + size_class(y)
-        );
+        assert_eq!(total(&need.device), size_class(w) + size_class(x) + size_class(y));
         // float16 data takes half the bytes; the bias stays float32.
         let half = s.with_dtype(crate::dtype::DType::F16);
         let need = conv2d_host(&half, 1 << 20).unwrap();
@@ -529,33 +416,20 @@ mod tests {
         let need = conv2d_host(&s, binding).unwrap();
         assert_eq!(need.host[0].1, 4 * 40_001 * 40_001);
         assert!(need.host[2].1 > 0, "row bands are gathered on the host");
-        assert!(
-            total(&need.device) <= 4 + 2 * size_class(binding),
-            "{need:?}"
-        );
+        assert!(total(&need.device) <= 4 + 2 * size_class(binding), "{need:?}");
     }
 
     #[test]
     fn gpu_resident_results_must_fit_one_binding() {
         let s = shape([1, 4, 64, 64], [8, 4, 3, 3], 1);
         assert!(conv2d_device(&s, 1 << 20).is_ok());
-        assert!(matches!(
-            conv2d_device(&s, 1 << 16),
-            Err(Error::InvalidArgument(_))
-        ));
+        assert!(matches!(conv2d_device(&s, 1 << 16), Err(Error::InvalidArgument(_))));
         let wide = shape([1, 4, 8, 8], [512, 4, 8, 8], 0); // w: 512 KiB, y: 2 KiB
-        assert!(
-            matches!(conv2d_device(&wide, 500 << 10), Err(Error::InvalidArgument(m)) if m.starts_with("w needs"))
-        );
-        assert!(matches!(
-            upload(1 << 20, 1 << 20),
-            Err(Error::InvalidArgument(_))
-        ));
+        assert!(matches!(conv2d_device(&wide, 500 << 10), Err(Error::InvalidArgument(m)) if m.starts_with("w needs")));
+        assert!(matches!(upload(1 << 20, 1 << 20), Err(Error::InvalidArgument(_))));
         assert_eq!(download(10).host.iter().map(|p| p.1).sum::<u64>(), 80);
         let need = whole_problem(&s, 1 << 20).unwrap();
         assert_eq!(need.host[1].1, 2 * 4 * s.y_len());
-        assert!(
-            matches!(whole_problem(&s, 1 << 15), Err(Error::InvalidArgument(m)) if m.starts_with("x needs"))
-        );
+        assert!(matches!(whole_problem(&s, 1 << 15), Err(Error::InvalidArgument(m)) if m.starts_with("x needs")));
     }
 }

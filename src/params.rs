@@ -41,9 +41,7 @@ impl Layout {
         match name {
             "NCHW" => Ok(Layout::Nchw),
             "NHWC" => Ok(Layout::Nhwc),
-            other => Err(Error::invalid(format!(
-                "layout must be \"NCHW\" or \"NHWC\", got {other:?}"
-            ))),
+            other => Err(Error::invalid(format!("layout must be \"NCHW\" or \"NHWC\", got {other:?}"))),
         }
     }
 
@@ -201,9 +199,7 @@ fn group_count(groups: i64) -> Result<u32> {
 /// The input channels split evenly into the groups.
 fn channels_divide(c: u32, groups: u32) -> Result<()> {
     if c % groups != 0 {
-        return Err(Error::invalid(format!(
-            "input channels C={c} are not divisible by groups={groups}"
-        )));
+        return Err(Error::invalid(format!("input channels C={c} are not divisible by groups={groups}")));
     }
     Ok(())
 }
@@ -229,12 +225,7 @@ impl ConvShape {
         let [n, c, h, wd] = x;
         let [k, cg, r, s] = w;
         let (n, c, h, wd) = (dim("N", n)?, dim("C", c)?, dim("H", h)?, dim("W", wd)?);
-        let (k, cg, r, s) = (
-            dim("K", k)?,
-            dim("C/groups", cg)?,
-            dim("R", r)?,
-            dim("S", s)?,
-        );
+        let (k, cg, r, s) = (dim("K", k)?, dim("C/groups", cg)?, dim("R", r)?, dim("S", s)?);
         channels_divide(c, groups)?;
         if k % groups != 0 {
             return Err(Error::invalid(format!(
@@ -250,9 +241,7 @@ impl ConvShape {
             )));
         }
         if r == 0 || s == 0 {
-            return Err(Error::invalid(format!(
-                "kernel size must be >= 1, got {r}x{s}"
-            )));
+            return Err(Error::invalid(format!("kernel size must be >= 1, got {r}x{s}")));
         }
         if let Some(len) = bias_len {
             if len != k as usize {
@@ -286,18 +275,7 @@ impl ConvShape {
             }
         };
         let shape = ConvShape {
-            n,
-            c,
-            h,
-            w: wd,
-            k,
-            r,
-            s,
-            stride,
-            pad,
-            pad_end,
-            dilation,
-            groups,
+            n, c, h, w: wd, k, r, s, stride, pad, pad_end, dilation, groups,
             bias: bias_len.is_some(),
             epilogue: Epilogue::default(),
             layout: Layout::Nchw,
@@ -349,10 +327,7 @@ impl ConvShape {
         let dilation = pair_at_least("dilation", dilation, 1)?;
         let pad = pair_at_least("padding", padding, 0)?;
         let op = pair_at_least("output_padding", output_padding, 0)?;
-        for (axis, o, st, d) in [
-            ("height", op.0, stride.0, dilation.0),
-            ("width", op.1, stride.1, dilation.1),
-        ] {
+        for (axis, o, st, d) in [("height", op.0, stride.0, dilation.0), ("width", op.1, stride.1, dilation.1)] {
             if o >= st && o >= d {
                 return Err(Error::invalid(format!(
                     "output_padding must be smaller than the stride or the dilation; got \
@@ -364,12 +339,7 @@ impl ConvShape {
         let [n, c, h, wd] = x;
         let [wc, kg, r, s] = w;
         let (n, c, h, wd) = (dim("N", n)?, dim("C", c)?, dim("H", h)?, dim("W", wd)?);
-        let (wc, kg, r, s) = (
-            dim("w.shape[0]", wc)?,
-            dim("K/groups", kg)?,
-            dim("R", r)?,
-            dim("S", s)?,
-        );
+        let (wc, kg, r, s) = (dim("w.shape[0]", wc)?, dim("K/groups", kg)?, dim("R", r)?, dim("S", s)?);
         if wc != c {
             return Err(Error::invalid(format!(
                 "w.shape[0] must be x's channel count C = {c} (w is (C, K/groups, R, S) for a \
@@ -377,11 +347,9 @@ impl ConvShape {
             )));
         }
         channels_divide(c, groups)?;
-        let k = kg.checked_mul(groups).ok_or_else(|| {
-            Error::invalid(format!(
-                "K = w.shape[1] * groups = {kg} * {groups} is too large"
-            ))
-        })?;
+        let k = kg
+            .checked_mul(groups)
+            .ok_or_else(|| Error::invalid(format!("K = w.shape[1] * groups = {kg} * {groups} is too large")))?;
         if n == 0 || c == 0 || h == 0 || wd == 0 || kg == 0 || r == 0 || s == 0 {
             return Err(Error::invalid(format!(
                 "empty tensor: x shape ({n}, {c}, {h}, {wd}), w shape ({wc}, {kg}, {r}, {s}); \
@@ -410,24 +378,10 @@ impl ConvShape {
             )));
         }
         if oh > i32::MAX as i64 || ow > i32::MAX as i64 {
-            return Err(Error::invalid(format!(
-                "output {oh}x{ow} is too large (at most {} per dimension)",
-                i32::MAX
-            )));
+            return Err(Error::invalid(format!("output {oh}x{ow} is too large (at most {} per dimension)", i32::MAX)));
         }
         let shape = ConvShape {
-            n,
-            c,
-            h,
-            w: wd,
-            k,
-            r,
-            s,
-            stride,
-            pad,
-            pad_end: pad,
-            dilation,
-            groups,
+            n, c, h, w: wd, k, r, s, stride, pad, pad_end: pad, dilation, groups,
             bias: bias_len.is_some(),
             epilogue: Epilogue::default(),
             layout: Layout::Nchw,
@@ -445,15 +399,10 @@ impl ConvShape {
     /// dilation), the shuffle then folded into that form's scatter.
     pub fn with_pixel_shuffle(self, r: i64) -> Result<Self> {
         if r < 1 {
-            return Err(Error::invalid(format!(
-                "pixel_shuffle must be >= 1, got {r}"
-            )));
+            return Err(Error::invalid(format!("pixel_shuffle must be >= 1, got {r}")));
         }
         if r == 1 {
-            return Ok(ConvShape {
-                pixel_shuffle: None,
-                ..self
-            });
+            return Ok(ConvShape { pixel_shuffle: None, ..self });
         }
         let r2 = r.checked_mul(r).filter(|&r2| r2 <= self.k as i64);
         if r2.is_none_or(|r2| self.k as i64 % r2 != 0) {
@@ -462,17 +411,10 @@ impl ConvShape {
                 self.k
             )));
         }
-        let shape = ConvShape {
-            pixel_shuffle: Some(r as u32),
-            ..self
-        };
+        let shape = ConvShape { pixel_shuffle: Some(r as u32), ..self };
         // Output rows and columns grow by r: they must still index in 32 bits.
-        if shape.oh() as u64 * r as u64 > i32::MAX as u64
-            || shape.ow() as u64 * r as u64 > i32::MAX as u64
-        {
-            return Err(Error::invalid(format!(
-                "pixel_shuffle={r} makes the output too large"
-            )));
+        if shape.oh() as u64 * r as u64 > i32::MAX as u64 || shape.ow() as u64 * r as u64 > i32::MAX as u64 {
+            return Err(Error::invalid(format!("pixel_shuffle={r} makes the output too large")));
         }
         if shape.is_transposed() && shape.lowered().is_none() {
             return Err(Error::invalid(format!(
@@ -538,15 +480,14 @@ impl ConvShape {
         }
         // Per axis: kernel taps, padding before and after, the grid's offset, given the
         // input extent, stride, padding taken off and output extent.
-        let axis =
-            |len: u32, st: u32, p: u32, taps: u32, out: u32| -> Option<(u32, u32, u32, u32)> {
-                let a = taps.div_ceil(st);
-                let first = p / st;
-                let pad = (a - 1).checked_sub(first)?;
-                let rows = (out - 1 + p) / st - first + 1;
-                let pad_end = (rows + a - 1).saturating_sub(pad + len);
-                Some((a, pad, pad_end, p - first * st))
-            };
+        let axis = |len: u32, st: u32, p: u32, taps: u32, out: u32| -> Option<(u32, u32, u32, u32)> {
+            let a = taps.div_ceil(st);
+            let first = p / st;
+            let pad = (a - 1).checked_sub(first)?;
+            let rows = (out - 1 + p) / st - first + 1;
+            let pad_end = (rows + a - 1).saturating_sub(pad + len);
+            Some((a, pad, pad_end, p - first * st))
+        };
         let (oh, ow) = (self.oh(), self.ow());
         let (r, ph, ph_end, off_h) = axis(self.h, self.stride.0, self.pad.0, self.r, oh)?;
         let (s, pw, pw_end, off_w) = axis(self.w, self.stride.1, self.pad.1, self.s, ow)?;
@@ -574,8 +515,7 @@ impl ConvShape {
                 // stride, phase-major lets the tensor-core tiles skip the taps a phase never
                 // reaches (on an H200, "high" on a 3x3 stride-2 decoder: channels-last
                 // skipping 0.061 ms, channels-first NCHW 0.105).
-                phase_major: self.layout == Layout::Nhwc
-                    || (q == 1 && (self.r % self.stride.0 != 0 || self.s % self.stride.1 != 0)),
+                phase_major: self.layout == Layout::Nhwc || (q == 1 && (self.r % self.stride.0 != 0 || self.s % self.stride.1 != 0)),
                 inner: q,
                 kernel: (self.r, self.s),
             }),
@@ -676,12 +616,7 @@ impl ConvShape {
     /// y's dims in the problem's layout, after any pixel shuffle.
     pub fn y_dims(&self) -> [usize; 4] {
         let r = self.shuffle() as usize;
-        self.layout.dims([
-            self.n as usize,
-            self.k as usize / (r * r),
-            self.oh() as usize * r,
-            self.ow() as usize * r,
-        ])
+        self.layout.dims([self.n as usize, self.k as usize / (r * r), self.oh() as usize * r, self.ow() as usize * r])
     }
 
     /// The same problem with x and y in `layout`.
@@ -726,13 +661,7 @@ impl ConvShape {
             "{}x{}x{}x{} k{} {}x{}",
             self.n, self.c, self.h, self.w, self.k, self.r, self.s
         );
-        let pair = |(a, b): (u32, u32)| {
-            if a == b {
-                a.to_string()
-            } else {
-                format!("{a},{b}")
-            }
-        };
+        let pair = |(a, b): (u32, u32)| if a == b { a.to_string() } else { format!("{a},{b}") };
         s += &format!(" s{}", pair(self.stride));
         if self.pad == self.pad_end {
             s += &format!(" p{}", pair(self.pad));
@@ -757,12 +686,7 @@ impl ConvShape {
         // Scatter forms are never keys; their labels head the WGSL they generate.
         match self.scatter {
             Some(sc) if sc.shuffle => s += &format!(" ps{} (phase-major)", sc.phases.0),
-            Some(sc) => {
-                s += &format!(
-                    " (lowered from a stride {} transposed convolution)",
-                    pair(sc.phases)
-                )
-            }
+            Some(sc) => s += &format!(" (lowered from a stride {} transposed convolution)", pair(sc.phases)),
             None => {}
         }
         if self.bias {
@@ -798,16 +722,8 @@ mod tests {
 
     #[test]
     fn output_size_matches_pytorch_formula() {
-        let s = ConvShape::new(
-            [2, 3, 10, 7],
-            [4, 3, 3, 2],
-            (2, 1),
-            Padding::Explicit(1, 0),
-            (1, 2),
-            1,
-            None,
-        )
-        .unwrap();
+        let s = ConvShape::new([2, 3, 10, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 0), (1, 2), 1, None)
+            .unwrap();
         // floor((10 + 2 - 3) / 2) + 1 = 5 ; floor((7 - 3) / 1) + 1 = 5
         assert_eq!((s.oh(), s.ow()), (5, 5));
     }
@@ -823,16 +739,7 @@ mod tests {
     /// permutation of the output.
     #[test]
     fn store_index_is_pixel_shuffle() {
-        let base = ConvShape::new(
-            [2, 3, 4, 5],
-            [18, 3, 1, 1],
-            (1, 1),
-            Padding::Valid,
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let base = ConvShape::new([2, 3, 4, 5], [18, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap();
         let s = base.with_pixel_shuffle(3).unwrap();
         let (kc, h2, w2) = (2u64, 12u64, 15u64);
         for layout in [Layout::Nchw, Layout::Nhwc] {
@@ -862,16 +769,7 @@ mod tests {
     /// valid); a shuffled one's keeps it.
     #[test]
     fn pixel_shuffle_is_left_out_of_plain_keys() {
-        let s = ConvShape::new(
-            [1, 3, 4, 5],
-            [8, 3, 1, 1],
-            (1, 1),
-            Padding::Valid,
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let s = ConvShape::new([1, 3, 4, 5], [8, 3, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap();
         let plain = serde_json::to_string(&s).unwrap();
         assert!(!plain.contains("pixel_shuffle"), "{plain}");
         assert_eq!(serde_json::from_str::<ConvShape>(&plain).unwrap(), s);
@@ -886,55 +784,10 @@ mod tests {
     fn rejects_bad_parameters() {
         assert!(shape([1, 4, 8, 8], [2, 3, 3, 3], Padding::Valid).is_err());
         assert!(shape([1, 1, 2, 2], [1, 1, 3, 3], Padding::Valid).is_err());
-        assert!(ConvShape::new(
-            [1, 4, 8, 8],
-            [2, 2, 3, 3],
-            (1, 1),
-            Padding::Valid,
-            (1, 1),
-            3,
-            None
-        )
-        .is_err());
-        assert!(ConvShape::new(
-            [1, 1, 8, 8],
-            [2, 1, 3, 3],
-            (0, 1),
-            Padding::Valid,
-            (1, 1),
-            1,
-            None
-        )
-        .is_err());
-        assert!(ConvShape::new(
-            [1, 1, 8, 8],
-            [2, 1, 3, 3],
-            (1, 1),
-            Padding::Explicit(-1, 0),
-            (1, 1),
-            1,
-            None
-        )
-        .is_err());
-        assert!(ConvShape::new(
-            [1, 1, 8, 8],
-            [2, 1, 3, 3],
-            (1, 1),
-            Padding::Valid,
-            (1, 1),
-            1,
-            Some(3)
-        )
-        .is_err());
-        assert!(ConvShape::new(
-            [1, 1, 8, 8],
-            [2, 1, 3, 3],
-            (2, 1),
-            Padding::Same,
-            (1, 1),
-            1,
-            None
-        )
-        .is_err());
+        assert!(ConvShape::new([1, 4, 8, 8], [2, 2, 3, 3], (1, 1), Padding::Valid, (1, 1), 3, None).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (0, 1), Padding::Valid, (1, 1), 1, None).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (1, 1), Padding::Explicit(-1, 0), (1, 1), 1, None).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (1, 1), Padding::Valid, (1, 1), 1, Some(3)).is_err());
+        assert!(ConvShape::new([1, 1, 8, 8], [2, 1, 3, 3], (2, 1), Padding::Same, (1, 1), 1, None).is_err());
     }
 }

@@ -57,16 +57,8 @@ pub struct Candidate<'a> {
     inner: &'a CandidateResult,
 }
 
-fn progress_bridge<'a, 'f>(
-    f: &'a mut ProgressFn<'f>,
-) -> impl FnMut(&tuner::Progress) -> Result<()> + use<'a, 'f> {
-    move |p| {
-        f(Progress {
-            done: p.done,
-            total: p.total,
-            candidate: p.name,
-        })
-    }
+fn progress_bridge<'a, 'f>(f: &'a mut ProgressFn<'f>) -> impl FnMut(&tuner::Progress) -> Result<()> + use<'a, 'f> {
+    move |p| f(Progress { done: p.done, total: p.total, candidate: p.name })
 }
 
 impl Engine {
@@ -75,30 +67,12 @@ impl Engine {
     /// else a tuning run (`auto`, the default; the result goes to the on-disk cache shared
     /// with Python), or the default rule (`off`, or `cached` without an entry). A failed
     /// tuning run falls back to the default rule and says so in [`Plan::warnings`].
-    pub fn choose(
-        &self,
-        problem: &Conv2d,
-        variant: Option<&str>,
-        progress: &mut ProgressFn<'_>,
-    ) -> Result<Plan> {
+    pub fn choose(&self, problem: &Conv2d, variant: Option<&str>, progress: &mut ProgressFn<'_>) -> Result<Plan> {
         let forced = variant.map(str::parse::<Variant>).transpose()?;
-        let choice = no_panic(
-            || format!("choosing a kernel for {}", problem.label()),
-            || {
-                autotune::choose(
-                    &self.inner,
-                    &problem.shape,
-                    problem.precision,
-                    forced,
-                    &mut progress_bridge(progress),
-                )
-            },
-        )?;
-        Ok(Plan {
-            problem: *problem,
-            variant: choice.variant,
-            choice,
-        })
+        let choice = no_panic(|| format!("choosing a kernel for {}", problem.label()), || {
+            autotune::choose(&self.inner, &problem.shape, problem.precision, forced, &mut progress_bridge(progress))
+        })?;
+        Ok(Plan { problem: *problem, variant: choice.variant, choice })
     }
 
     /// [`choose`](Self::choose) without a forced variant or a progress callback.
@@ -115,43 +89,18 @@ impl Engine {
 
     /// Tunes `problem` (or takes the cached result unless `options.force`), ignoring
     /// `CONVTUNE_TUNE`, and stores the result in the on-disk cache.
-    pub fn tune(
-        &self,
-        problem: &Conv2d,
-        options: TuneOptions,
-        progress: &mut ProgressFn<'_>,
-    ) -> Result<Plan> {
+    pub fn tune(&self, problem: &Conv2d, options: TuneOptions, progress: &mut ProgressFn<'_>) -> Result<Plan> {
         let budget = autotune::budget(options.budget)?;
-        let choice = no_panic(
-            || format!("tuning {}", problem.label()),
-            || {
-                autotune::tune(
-                    &self.inner,
-                    &problem.shape,
-                    problem.precision,
-                    budget,
-                    options.force,
-                    &mut progress_bridge(progress),
-                )
-            },
-        )?;
-        Ok(Plan {
-            problem: *problem,
-            variant: choice.variant,
-            choice,
-        })
+        let choice = no_panic(|| format!("tuning {}", problem.label()), || {
+            autotune::tune(&self.inner, &problem.shape, problem.precision, budget, options.force, &mut progress_bridge(progress))
+        })?;
+        Ok(Plan { problem: *problem, variant: choice.variant, choice })
     }
 
     /// The untuned choice for `problem` within the families `CONVTUNE_FAMILIES` allows.
     pub fn default_variant(&self, problem: &Conv2d) -> Result<String> {
         let families = Families::from_env()?;
-        Ok(tuner::default_choice(
-            &problem.shape,
-            &self.inner.caps,
-            problem.precision,
-            &families,
-        )?
-        .to_string())
+        Ok(tuner::default_choice(&problem.shape, &self.inner.caps, problem.precision, &families)?.to_string())
     }
 
     /// GPU seconds of each of `reps` runs of `plan` on pseudo-random inputs (timestamp
@@ -165,12 +114,7 @@ impl Engine {
         let t = DeviceTensors::random(engine, shape, [11, 12, 13, 14])?;
         if warmup > 0 {
             t.time(engine, &kernel, warmup)?;
-            t.settle(
-                engine,
-                &kernel,
-                Duration::from_millis(500),
-                Duration::from_secs(2),
-            )?;
+            t.settle(engine, &kernel, Duration::from_millis(500), Duration::from_secs(2))?;
         }
         t.time(engine, &kernel, reps)
     }
@@ -301,11 +245,7 @@ impl Report {
 
     /// Every candidate, in the order they were tried.
     pub fn candidates(&self) -> Vec<Candidate<'_>> {
-        self.inner
-            .candidates
-            .iter()
-            .map(|inner| Candidate { inner })
-            .collect()
+        self.inner.candidates.iter().map(|inner| Candidate { inner }).collect()
     }
 }
 
@@ -354,10 +294,7 @@ impl Candidate<'_> {
 
 /// Every variant name the generator can emit.
 pub fn variant_names() -> Vec<String> {
-    kernels::all_variants()
-        .iter()
-        .map(|v| v.to_string())
-        .collect()
+    kernels::all_variants().iter().map(|v| v.to_string()).collect()
 }
 
 /// A variant's family and knobs, by name.

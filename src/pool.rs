@@ -26,8 +26,7 @@ pub fn default_cap(device_heap: Option<u64>, cpu: bool) -> u64 {
 /// Host-visible buffers the host writes and the GPU copies from. wgpu's `write_buffer`
 /// allocates (and the driver pins) a fresh one of these per call; pooled ones are kept
 /// mapped while idle, so a call writes into them at once.
-pub const UPLOAD: wgpu::BufferUsages =
-    wgpu::BufferUsages::MAP_WRITE.union(wgpu::BufferUsages::COPY_SRC);
+pub const UPLOAD: wgpu::BufferUsages = wgpu::BufferUsages::MAP_WRITE.union(wgpu::BufferUsages::COPY_SRC);
 /// Kernel inputs the host writes in place: storage buffers in device memory that the host
 /// can map, where an adapter has it (see `Engine::direct_inputs`). Kept mapped while idle,
 /// like `UPLOAD` buffers.
@@ -36,8 +35,7 @@ pub const INPUT_MAPPED: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_DST)
     .union(wgpu::BufferUsages::MAP_WRITE);
 /// Host-visible buffers the GPU copies results into for the host to read.
-pub const DOWNLOAD: wgpu::BufferUsages =
-    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+pub const DOWNLOAD: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 
 /// Where a host-visible buffer's mapping stands, as its last map or unmap left it: kept
 /// beside the buffer because wgpu has no query for it, and set only by `PooledBuffer`'s own
@@ -52,11 +50,7 @@ const MAPPED: u8 = 2;
 /// the buffers the host writes (the next call writes at once), unmapped for read-backs (the
 /// next call's GPU copy writes them, and a submission may not use a mapped buffer).
 fn resting_state(usage: wgpu::BufferUsages) -> u8 {
-    if host_written(usage) {
-        MAPPED
-    } else {
-        UNMAPPED
-    }
+    if host_written(usage) { MAPPED } else { UNMAPPED }
 }
 
 fn host_visible(usage: wgpu::BufferUsages) -> bool {
@@ -85,8 +79,7 @@ pub struct Pool {
 }
 
 fn is_device_local(usage: wgpu::BufferUsages) -> bool {
-    usage.contains(wgpu::BufferUsages::STORAGE)
-        || !usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
+    usage.contains(wgpu::BufferUsages::STORAGE) || !usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
 }
 
 /// Buffers the host writes: they start mapped and are kept mapped while idle.
@@ -151,8 +144,7 @@ impl Pool {
     }
 
     pub fn reset_peak(&self) {
-        self.peak_device
-            .store(self.live_device.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.peak_device.store(self.live_device.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Drops every idle buffer (after an out-of-memory error, or on request).
@@ -206,8 +198,7 @@ impl Pool {
                         self.create(usage, class)?
                     }
                 };
-                let state =
-                    host_visible(usage).then(|| Arc::new(AtomicU8::new(resting_state(usage))));
+                let state = host_visible(usage).then(|| Arc::new(AtomicU8::new(resting_state(usage))));
                 Idle { buf, state }
             }
         };
@@ -217,12 +208,7 @@ impl Pool {
             let now = self.live_device.fetch_add(class, Ordering::Relaxed) + class;
             self.peak_device.fetch_max(now, Ordering::Relaxed);
         }
-        Ok(PooledBuffer {
-            buf: Some(buf),
-            size,
-            pool: self.clone(),
-            state,
-        })
+        Ok(PooledBuffer { buf: Some(buf), size, pool: self.clone(), state })
     }
 
     fn give_back(&self, buf: wgpu::Buffer, state: Option<MapState>) {
@@ -241,9 +227,7 @@ impl Pool {
         // come back cannot be written by the next call, and a read-back buffer still mapped,
         // or with a map pending (an error or a panic cut its call short), would fail the next
         // call's submission ("still mapped"). Those are freed instead.
-        let unusable = state
-            .as_ref()
-            .is_some_and(|m| m.load(Ordering::Acquire) != resting_state(buf.usage()));
+        let unusable = state.as_ref().is_some_and(|m| m.load(Ordering::Acquire) != resting_state(buf.usage()));
         if unusable || self.idle.load(Ordering::Relaxed) + size > self.cap {
             buf.destroy();
             return;
@@ -251,12 +235,7 @@ impl Pool {
         self.idle.fetch_add(size, Ordering::Relaxed);
         let key = (buf.usage().bits(), size);
         let idle = Idle { buf, state };
-        self.free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key)
-            .or_default()
-            .push(idle);
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(idle);
     }
 }
 
@@ -275,10 +254,7 @@ impl PooledBuffer {
     /// error), e.g. an upload buffer so a submission can copy from it; shadows
     /// `wgpu::Buffer::unmap`, so the pool always knows the state.
     pub fn unmap(&self) {
-        let was = self
-            .state
-            .as_ref()
-            .map_or(MAPPED, |s| s.swap(UNMAPPED, Ordering::AcqRel));
+        let was = self.state.as_ref().map_or(MAPPED, |s| s.swap(UNMAPPED, Ordering::AcqRel));
         if was != UNMAPPED {
             self.buffer().unmap();
         }
@@ -286,11 +262,7 @@ impl PooledBuffer {
 
     /// Maps `..bytes` for reading once the submissions using the buffer are done; `done`
     /// gets the result, on whichever thread polls the device then.
-    pub fn map_read(
-        &self,
-        bytes: u64,
-        done: impl FnOnce(std::result::Result<(), wgpu::BufferAsyncError>) + Send + 'static,
-    ) {
+    pub fn map_read(&self, bytes: u64, done: impl FnOnce(std::result::Result<(), wgpu::BufferAsyncError>) + Send + 'static) {
         self.map(wgpu::MapMode::Read, ..bytes, done);
     }
 
@@ -318,30 +290,19 @@ impl PooledBuffer {
             if let Some(s) = state {
                 // Only a pending map may settle the state: an unmap that cancelled it
                 // has already set it.
-                let _ = s.compare_exchange(
-                    PENDING,
-                    if r.is_ok() { MAPPED } else { UNMAPPED },
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                let _ = s.compare_exchange(PENDING, if r.is_ok() { MAPPED } else { UNMAPPED }, Ordering::AcqRel, Ordering::Acquire);
             }
             done(r);
         });
     }
 
     fn buffer(&self) -> &wgpu::Buffer {
-        self.buf
-            .as_ref()
-            .expect("a pooled buffer is present until drop")
+        self.buf.as_ref().expect("a pooled buffer is present until drop")
     }
 
     /// The bytes asked for, as a kernel binds them.
     pub fn view(&self) -> View<'_> {
-        View {
-            buffer: self,
-            offset: 0,
-            size: self.size,
-        }
+        View { buffer: self, offset: 0, size: self.size }
     }
 
     /// A binding of exactly the bytes asked for.

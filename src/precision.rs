@@ -92,11 +92,7 @@ impl Precision {
 }
 
 fn quoted_names() -> String {
-    NAMES
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    NAMES.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
 }
 
 impl FromStr for Precision {
@@ -106,10 +102,7 @@ impl FromStr for Precision {
         match s {
             "highest" => Ok(Precision::Highest),
             "high" => Ok(Precision::High),
-            _ => Err(Error::invalid(format!(
-                "precision must be one of {}, got {s:?}",
-                quoted_names()
-            ))),
+            _ => Err(Error::invalid(format!("precision must be one of {}, got {s:?}", quoted_names()))),
         }
     }
 }
@@ -130,10 +123,7 @@ mod tests {
             assert_eq!(n.parse::<Precision>().unwrap().as_str(), n);
         }
         let e = "fast".parse::<Precision>().unwrap_err().to_string();
-        assert!(
-            e.contains("'highest'") && e.contains("'high'") && e.contains("fast"),
-            "{e}"
-        );
+        assert!(e.contains("'highest'") && e.contains("'high'") && e.contains("fast"), "{e}");
         assert!("HIGH".parse::<Precision>().is_err());
         assert!(Precision::High.tolerance() > Precision::Highest.tolerance());
     }
@@ -143,13 +133,7 @@ mod tests {
     #[test]
     fn highest_is_validated_with_a_margin() {
         assert_eq!(Precision::Highest.validation_bound(DType::F32), 5e-6);
-        assert_eq!(
-            Precision::High.validation_bound(DType::F32),
-            Precision::High.tolerance()
-        );
-        assert_eq!(
-            Precision::Highest.validation_bound(DType::F16),
-            Precision::Highest.tolerance_for(DType::F16)
-        );
+        assert_eq!(Precision::High.validation_bound(DType::F32), Precision::High.tolerance());
+        assert_eq!(Precision::Highest.validation_bound(DType::F16), Precision::Highest.tolerance_for(DType::F16));
     }
 }

@@ -98,18 +98,13 @@ impl Conv2d {
     }
 
     pub(crate) fn from_shape(shape: ConvShape, precision: Precision) -> Conv2d {
-        Conv2d {
-            shape,
-            precision: precision.for_data(shape.dtype),
-        }
+        Conv2d { shape, precision: precision.for_data(shape.dtype) }
     }
 
     /// x's dims as laid out in memory.
     pub fn x_dims(&self) -> [usize; 4] {
         let s = &self.shape;
-        self.shape
-            .layout
-            .dims([s.n, s.c, s.h, s.w].map(|d| d as usize))
+        self.shape.layout.dims([s.n, s.c, s.h, s.w].map(|d| d as usize))
     }
 
     /// The weights' dims: (K, C/groups, R, S), or (C, K/groups, R, S) for a transposed
@@ -186,10 +181,7 @@ impl Conv2d {
 
     /// The WGSL source convtune generates for the variant named `variant` on this problem.
     pub fn wgsl(&self, variant: &str) -> Result<String> {
-        Ok(variant
-            .parse::<crate::kernels::Variant>()?
-            .generate(&self.shape)?
-            .source)
+        Ok(variant.parse::<crate::kernels::Variant>()?.generate(&self.shape)?.source)
     }
 
     /// The problem as a shape spec, the form reports and the command line use
@@ -376,30 +368,14 @@ mod tests {
 
     #[test]
     fn builder_resolves_padding_and_names_bad_arguments() {
-        let p = Conv2d::builder([2, 8, 10, 12], [4, 8, 3, 3])
-            .padding(Padding::Same)
-            .build()
-            .unwrap();
+        let p = Conv2d::builder([2, 8, 10, 12], [4, 8, 3, 3]).padding(Padding::Same).build().unwrap();
         assert_eq!(p.y_dims(), [2, 4, 10, 12]);
-        let nhwc = Conv2d::builder([2, 10, 12, 8], [4, 8, 3, 3])
-            .layout(Layout::Nhwc)
-            .stride(2)
-            .padding(1)
-            .build()
-            .unwrap();
+        let nhwc = Conv2d::builder([2, 10, 12, 8], [4, 8, 3, 3]).layout(Layout::Nhwc).stride(2).padding(1).build().unwrap();
         assert_eq!(nhwc.y_dims(), [2, 5, 6, 4]);
         assert_eq!(nhwc.x_dims(), [2, 10, 12, 8]);
-        let e = Conv2d::builder([1, 6, 8, 8], [4, 3, 3, 3])
-            .groups(4)
-            .build()
-            .unwrap_err()
-            .to_string();
+        let e = Conv2d::builder([1, 6, 8, 8], [4, 3, 3, 3]).groups(4).build().unwrap_err().to_string();
         assert!(e.contains("groups"), "{e}");
-        let e = Conv2d::builder([1, 6, 8, 8], [4, 6, 3, 3])
-            .stride((1, 0))
-            .build()
-            .unwrap_err()
-            .to_string();
+        let e = Conv2d::builder([1, 6, 8, 8], [4, 6, 3, 3]).stride((1, 0)).build().unwrap_err().to_string();
         assert!(e.contains("stride"), "{e}");
         let e = Conv2d::builder([1, 6, 8, 8], [4, 6, 3, 3])
             .activation(Activation::Clamp { min: 1.0, max: 0.0 })
@@ -412,100 +388,46 @@ mod tests {
     #[test]
     fn transposed_problems_follow_pytorch() {
         // (28 - 1) * 2 - 2 + 4 - 1 + 1 = 56: a DCGAN-style 4x4 stride-2 upsampler.
-        let p = Conv2d::builder([2, 16, 28, 28], [16, 8, 4, 4])
-            .stride(2)
-            .padding(1)
-            .transposed(0)
-            .build()
-            .unwrap();
+        let p = Conv2d::builder([2, 16, 28, 28], [16, 8, 4, 4]).stride(2).padding(1).transposed(0).build().unwrap();
         assert_eq!(p.y_dims(), [2, 8, 56, 56]);
         assert_eq!(p.w_dims(), [16, 8, 4, 4]);
-        let g = Conv2d::builder([1, 6, 5, 7], [6, 2, 3, 3])
-            .stride((3, 2))
-            .groups(3)
-            .transposed((2, 1));
+        let g = Conv2d::builder([1, 6, 5, 7], [6, 2, 3, 3]).stride((3, 2)).groups(3).transposed((2, 1));
         let e = g.clone().bias_len(Some(2)).build().unwrap_err().to_string();
         assert!(e.contains("bias must have K=6"), "{e}");
         let p = g.bias(true).build().unwrap();
         assert!(p.has_bias());
         assert_eq!(p.y_dims(), [1, 6, (5 - 1) * 3 + 3 + 2, (7 - 1) * 2 + 3 + 1]);
-        let e = Conv2d::builder([1, 4, 5, 5], [4, 2, 3, 3])
-            .stride(2)
-            .transposed(2)
-            .build()
-            .unwrap_err()
-            .to_string();
+        let e = Conv2d::builder([1, 4, 5, 5], [4, 2, 3, 3]).stride(2).transposed(2).build().unwrap_err().to_string();
         assert!(e.contains("output_padding"), "{e}");
-        let e = Conv2d::builder([1, 4, 5, 5], [3, 2, 3, 3])
-            .transposed(0)
-            .build()
-            .unwrap_err()
-            .to_string();
+        let e = Conv2d::builder([1, 4, 5, 5], [3, 2, 3, 3]).transposed(0).build().unwrap_err().to_string();
         assert!(e.contains("w.shape[0]"), "{e}");
         // Output padding below the dilation is allowed even at stride 1, as in PyTorch.
-        assert!(Conv2d::builder([1, 4, 5, 5], [4, 2, 3, 3])
-            .dilation(2)
-            .transposed(1)
-            .build()
-            .is_ok());
+        assert!(Conv2d::builder([1, 4, 5, 5], [4, 2, 3, 3]).dilation(2).transposed(1).build().is_ok());
     }
 
     #[test]
     fn pixel_shuffle_moves_channels_into_pixels() {
-        let p = Conv2d::builder([2, 8, 10, 12], [36, 8, 3, 3])
-            .padding(1)
-            .pixel_shuffle(3)
-            .build()
-            .unwrap();
+        let p = Conv2d::builder([2, 8, 10, 12], [36, 8, 3, 3]).padding(1).pixel_shuffle(3).build().unwrap();
         assert_eq!(p.y_dims(), [2, 4, 30, 36]);
         assert!(p.label().ends_with(" ps3"), "{}", p.label());
-        let nhwc = Conv2d::builder([2, 10, 12, 8], [16, 8, 3, 3])
-            .layout(Layout::Nhwc)
-            .pixel_shuffle(2)
-            .build()
-            .unwrap();
+        let nhwc = Conv2d::builder([2, 10, 12, 8], [16, 8, 3, 3]).layout(Layout::Nhwc).pixel_shuffle(2).build().unwrap();
         assert_eq!(nhwc.y_dims(), [2, 16, 20, 4]);
-        let plain = Conv2d::builder([2, 8, 10, 12], [36, 8, 3, 3])
-            .pixel_shuffle(1)
-            .build()
-            .unwrap();
+        let plain = Conv2d::builder([2, 8, 10, 12], [36, 8, 3, 3]).pixel_shuffle(1).build().unwrap();
         assert_eq!(plain.shape.pixel_shuffle, None);
         for (k, r) in [(36, 4), (8, 0), (8, -2), (2, 2)] {
-            let e = Conv2d::builder([1, 8, 6, 6], [k, 8, 3, 3])
-                .pixel_shuffle(r)
-                .build()
-                .unwrap_err()
-                .to_string();
+            let e = Conv2d::builder([1, 8, 6, 6], [k, 8, 3, 3]).pixel_shuffle(r).build().unwrap_err().to_string();
             assert!(e.contains("pixel_shuffle"), "{e}");
         }
         // After a transposed convolution: its output shuffled, in its lowered form (no dilation).
-        let t = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3])
-            .stride(2)
-            .transposed(0)
-            .pixel_shuffle(2)
-            .build()
-            .unwrap();
+        let t = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3]).stride(2).transposed(0).pixel_shuffle(2).build().unwrap();
         assert_eq!(t.y_dims(), [1, 1, 22, 22]);
-        let e = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3])
-            .dilation(2)
-            .transposed(0)
-            .pixel_shuffle(2)
-            .build()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("pixel_shuffle") && e.contains("dilation 1"),
-            "{e}"
-        );
+        let e = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3]).dilation(2).transposed(0).pixel_shuffle(2).build().unwrap_err().to_string();
+        assert!(e.contains("pixel_shuffle") && e.contains("dilation 1"), "{e}");
     }
 
     #[test]
     fn float16_problems_run_as_high() {
-        let p = Conv2d::builder([1, 4, 6, 6], [4, 4, 1, 1])
-            .dtype(DType::F16)
-            .precision(Precision::Highest)
-            .build()
-            .unwrap();
+        let p = Conv2d::builder([1, 4, 6, 6], [4, 4, 1, 1]).dtype(DType::F16).precision(Precision::Highest).build().unwrap();
         assert_eq!(p.precision(), Precision::High);
         assert_eq!(p.buffer_bytes().x, 4 * 36 * 2);
     }

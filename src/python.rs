@@ -7,12 +7,12 @@
 
 use crate::support::{self, Parts, Phases};
 use crate::{
-    Activation, AdapterDesc, Conv2d, Conv2dBuilder, DType, Element as Elem, Engine, Error, Layout,
-    Padding, Plan, Precision, Progress, Report, Residual, Tensor, TuneOptions, Weights,
+    Activation, AdapterDesc, Conv2d, Conv2dBuilder, DType, Element as Elem, Engine, Error, Layout, Padding, Plan,
+    Precision, Progress, Report, Residual, Tensor, TuneOptions, Weights,
 };
 use numpy::{
-    npyffi, Element, PyArray4, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1,
-    PyReadonlyArray4, PyUntypedArrayMethods,
+    npyffi, Element, PyArray4, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
+    PyUntypedArrayMethods,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUserWarning, PyValueError};
@@ -21,43 +21,13 @@ use pyo3::types::{PyDict, PyTuple};
 use std::ffi::CString;
 use std::path::PathBuf;
 
-create_exception!(
-    _convtune,
-    ConvtuneError,
-    PyRuntimeError,
-    "A GPU-side failure in convtune."
-);
-create_exception!(
-    _convtune,
-    NoAdapterError,
-    ConvtuneError,
-    "No usable GPU adapter or Vulkan loader."
-);
-create_exception!(
-    _convtune,
-    OutOfMemoryError,
-    ConvtuneError,
-    "The GPU or the host has not enough memory for this call."
-);
-create_exception!(
-    _convtune,
-    DeviceLostError,
-    ConvtuneError,
-    "The GPU device was lost; the next call opens a new one."
-);
-create_exception!(
-    _convtune,
-    ShaderError,
-    ConvtuneError,
-    "A generated shader failed to compile."
-);
+create_exception!(_convtune, ConvtuneError, PyRuntimeError, "A GPU-side failure in convtune.");
+create_exception!(_convtune, NoAdapterError, ConvtuneError, "No usable GPU adapter or Vulkan loader.");
+create_exception!(_convtune, OutOfMemoryError, ConvtuneError, "The GPU or the host has not enough memory for this call.");
+create_exception!(_convtune, DeviceLostError, ConvtuneError, "The GPU device was lost; the next call opens a new one.");
+create_exception!(_convtune, ShaderError, ConvtuneError, "A generated shader failed to compile.");
 create_exception!(_convtune, InternalError, ConvtuneError, "A failure inside convtune or a dependency (a Rust panic): the call failed, the next one works.");
-create_exception!(
-    _convtune,
-    ConvtuneWarning,
-    PyUserWarning,
-    "A recoverable problem: an unreadable tuning cache, a failed tuning run."
-);
+create_exception!(_convtune, ConvtuneWarning, PyUserWarning, "A recoverable problem: an unreadable tuning cache, a failed tuning run.");
 
 /// The one place where a convtune error becomes a Python exception.
 fn to_pyerr(e: Error) -> PyErr {
@@ -70,11 +40,9 @@ fn to_pyerr(e: Error) -> PyErr {
         Error::DeviceLost(_) => DeviceLostError::new_err(msg),
         Error::Shader { .. } => ShaderError::new_err(msg),
         Error::Internal(_) => InternalError::new_err(msg),
-        Error::Gpu(_)
-        | Error::Cache(_)
-        | Error::Cancelled(_)
-        | Error::Unsupported(_)
-        | Error::Forked(_) => ConvtuneError::new_err(msg),
+        Error::Gpu(_) | Error::Cache(_) | Error::Cancelled(_) | Error::Unsupported(_) | Error::Forked(_) => {
+            ConvtuneError::new_err(msg)
+        }
     }
 }
 
@@ -100,12 +68,8 @@ fn guarded<T>(name: &str, body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     let problem = PROBLEM.with(|p| p.take());
     r.unwrap_or_else(|payload| {
         let what = crate::support::panic_message(payload.as_ref());
-        let on = problem
-            .map(|p| format!(" on {}", p.label()))
-            .unwrap_or_default();
-        Err(to_pyerr(Error::Internal(format!(
-            "convtune.{name}{on} panicked: {what}"
-        ))))
+        let on = problem.map(|p| format!(" on {}", p.label())).unwrap_or_default();
+        Err(to_pyerr(Error::Internal(format!("convtune.{name}{on} panicked: {what}"))))
     })
 }
 
@@ -158,7 +122,8 @@ fn builder_of(
         Some(op) => b.transposed(op),
         None => b,
     };
-    Ok(b.stride(stride)
+    Ok(b
+        .stride(stride)
         .padding(padding(pad).py_err()?)
         .dilation(dilation)
         .groups(groups)
@@ -178,21 +143,13 @@ impl EpilogueArg {
         let EpilogueArg(alpha1, alpha2, residual, act, slope, lo, hi) = self;
         let act = Activation::parse(act.as_deref(), slope, (lo, hi)).py_err()?;
         let b = b.alpha1(alpha1).activation(act);
-        Ok(if residual {
-            b.residual(alpha2)
-        } else {
-            b.alpha2(alpha2)
-        })
+        Ok(if residual { b.residual(alpha2) } else { b.alpha2(alpha2) })
     }
 }
 
 /// The problem `b` describes with the epilogue, if one was given: shapes and parameters
 /// are checked first, then the epilogue, as always.
-fn problem_of(
-    b: Conv2dBuilder,
-    precision: Precision,
-    epilogue: Option<EpilogueArg>,
-) -> PyResult<Conv2d> {
+fn problem_of(b: Conv2dBuilder, precision: Precision, epilogue: Option<EpilogueArg>) -> PyResult<Conv2d> {
     let b = b.precision(precision);
     let plain = b.clone().build().py_err()?;
     let problem = match epilogue {
@@ -208,47 +165,15 @@ fn problem_of(
 /// padding or None, pixel shuffle), x_shape in the layout's order; an output padding makes
 /// the problem a transposed convolution; a pixel shuffle of 1 is none.
 #[derive(FromPyObject)]
-struct Spec(
-    [usize; 4],
-    [usize; 4],
-    (i64, i64),
-    PadArg,
-    (i64, i64),
-    i64,
-    Option<usize>,
-    Option<EpilogueArg>,
-    String,
-    String,
-    Option<(i64, i64)>,
-    i64,
-);
+struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String, Option<(i64, i64)>, i64);
 
 impl Spec {
     /// The problem, in `precision` (the functions that take none pass the default).
     fn problem(self, precision: Precision) -> PyResult<Conv2d> {
-        let Spec(
-            x,
-            w,
-            stride,
-            pad,
-            dilation,
-            groups,
-            bias_len,
-            epilogue,
-            layout,
-            dtype,
-            transposed,
-            shuffle,
-        ) = self;
+        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype, transposed, shuffle) = self;
         let layout = Layout::parse(&layout).py_err()?;
         let dtype = DType::parse(&dtype).py_err()?;
-        problem_of(
-            builder_of(
-                x, w, stride, pad, dilation, groups, bias_len, layout, dtype, transposed, shuffle,
-            )?,
-            precision,
-            epilogue,
-        )
+        problem_of(builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype, transposed, shuffle)?, precision, epilogue)
     }
 }
 
@@ -294,20 +219,14 @@ struct PyProgress {
 
 impl PyProgress {
     fn new(callback: Option<Py<PyAny>>, problem: &Conv2d) -> Self {
-        PyProgress {
-            callback,
-            label: problem.label(),
-            raised: None,
-        }
+        PyProgress { callback, label: problem.label(), raised: None }
     }
 
     fn report(&mut self, p: Progress<'_>) -> Result<(), Error> {
         Python::attach(|py| {
             py.check_signals()?;
             match &self.callback {
-                Some(cb) => cb
-                    .call1(py, (p.done, p.total, p.candidate, self.label.as_str()))
-                    .map(|_| ()),
+                Some(cb) => cb.call1(py, (p.done, p.total, p.candidate, self.label.as_str())).map(|_| ()),
                 None => Ok(()),
             }
         })
@@ -398,10 +317,7 @@ impl Data4<'_> {
 }
 
 /// `d` as an array of `T`, or a TypeError naming `what`.
-fn typed<'a, 'py, T: HostElem>(
-    d: &'a Data4<'py>,
-    what: &str,
-) -> PyResult<&'a PyReadonlyArray4<'py, T>> {
+fn typed<'a, 'py, T: HostElem>(d: &'a Data4<'py>, what: &str) -> PyResult<&'a PyReadonlyArray4<'py, T>> {
     T::of(d).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "{what} holds {} data but x holds {}: x, w and z must have the same dtype",
@@ -421,10 +337,7 @@ fn public<'py, T: HostElem>(a: Bound<'py, PyArray4<T>>) -> PyResult<Bound<'py, P
 
 /// A new, uninitialised array of `T`. numpy's own constructor in the `numpy` crate panics
 /// when the allocation fails; this raises the MemoryError numpy set instead.
-fn new_output<'py, T: Element>(
-    py: Python<'py>,
-    dims: [usize; 4],
-) -> PyResult<Bound<'py, PyArray4<T>>> {
+fn new_output<'py, T: Element>(py: Python<'py>, dims: [usize; 4]) -> PyResult<Bound<'py, PyArray4<T>>> {
     let mut shape = dims.map(|d| d as npyffi::npy_intp);
     // SAFETY: the arguments describe a fresh C-ordered array of `dims` elements of T that
     // numpy allocates itself; the descriptor reference is stolen by the call, as it expects.
@@ -480,19 +393,7 @@ fn conv2d<'py>(
     pixel_shuffle: i64,
 ) -> PyResult<Bound<'py, PyAny>> {
     guarded("conv2d", || {
-        let args = (
-            stride,
-            padding,
-            dilation,
-            groups,
-            variant,
-            progress,
-            precision,
-            epilogue,
-            layout,
-            output_padding,
-            pixel_shuffle,
-        );
+        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
         match x.dtype() {
             DType::F32 => conv2d_typed::<f32>(py, &x, &w, bias, z.as_ref(), args),
             DType::F16 => conv2d_typed::<u16>(py, &x, &w, bias, z.as_ref(), args),
@@ -502,19 +403,7 @@ fn conv2d<'py>(
 
 /// conv2d's arguments other than the arrays (the last two: an output padding, for a
 /// transposed convolution, and the pixel shuffle, 1 for none).
-type CallArgs<'a> = (
-    (i64, i64),
-    PadArg,
-    (i64, i64),
-    i64,
-    Option<&'a str>,
-    Option<Py<PyAny>>,
-    Option<&'a str>,
-    Option<EpilogueArg>,
-    Option<&'a str>,
-    Option<(i64, i64)>,
-    i64,
-);
+type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>, Option<(i64, i64)>, i64);
 
 fn conv2d_typed<'py, T: HostElem>(
     py: Python<'py>,
@@ -522,19 +411,7 @@ fn conv2d_typed<'py, T: HostElem>(
     w: &Data4<'py>,
     bias: Option<PyReadonlyArray1<'py, f32>>,
     z: Option<&Data4<'py>>,
-    (
-        stride,
-        padding,
-        dilation,
-        groups,
-        variant,
-        progress,
-        precision,
-        epilogue,
-        layout,
-        output_padding,
-        pixel_shuffle,
-    ): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut ph = Phases::start();
     let (x, w) = (typed::<T>(x, "x")?, typed::<T>(w, "w")?);
@@ -558,14 +435,9 @@ fn conv2d_typed<'py, T: HostElem>(
     if let Some(z) = &z {
         residual_dims(z.shape(), &problem)?;
     }
-    let zs = z
-        .as_ref()
-        .map(|z| z.as_slice().map_err(not_contiguous))
-        .transpose()?;
+    let zs = z.as_ref().map(|z| z.as_slice().map_err(not_contiguous)).transpose()?;
     if zs.is_some() != problem.has_residual() {
-        return Err(PyValueError::new_err(
-            "z and the epilogue's residual flag disagree",
-        ));
+        return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
     }
     let xs = x.as_slice().map_err(not_contiguous)?;
     let (ws, bs) = weight_slices(&w, &bias)?;
@@ -579,10 +451,7 @@ fn conv2d_typed<'py, T: HostElem>(
     let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     ph.mark("output_alloc");
     let ph = py
-        .detach(|| {
-            eng.conv2d_timed(&plan, xs, ws, bs, zs, dst, &mut ph)
-                .map(|_| ph)
-        })
+        .detach(|| eng.conv2d_timed(&plan, xs, ws, bs, zs, dst, &mut ph).map(|_| ph))
         .py_err()?;
     ph.finish();
     public(out)
@@ -618,49 +487,22 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let d = adapter_dict(py, eng.adapter_desc())?;
         let l = eng.limits();
         let limits = PyDict::new(py);
-        limits.set_item(
-            "max_compute_invocations_per_workgroup",
-            l.max_compute_invocations_per_workgroup,
-        )?;
-        limits.set_item(
-            "max_compute_workgroup_size_x",
-            l.max_compute_workgroup_size_x,
-        )?;
-        limits.set_item(
-            "max_compute_workgroup_size_y",
-            l.max_compute_workgroup_size_y,
-        )?;
-        limits.set_item(
-            "max_compute_workgroup_storage_size",
-            l.max_compute_workgroup_storage_size,
-        )?;
-        limits.set_item(
-            "max_compute_workgroups_per_dimension",
-            l.max_compute_workgroups_per_dimension,
-        )?;
-        limits.set_item(
-            "max_storage_buffer_binding_size",
-            l.max_storage_buffer_binding_size,
-        )?;
+        limits.set_item("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup)?;
+        limits.set_item("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x)?;
+        limits.set_item("max_compute_workgroup_size_y", l.max_compute_workgroup_size_y)?;
+        limits.set_item("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size)?;
+        limits.set_item("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension)?;
+        limits.set_item("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size)?;
         limits.set_item("max_buffer_size", l.max_buffer_size)?;
-        limits.set_item(
-            "min_storage_buffer_offset_alignment",
-            l.min_storage_buffer_offset_alignment,
-        )?;
+        limits.set_item("min_storage_buffer_offset_alignment", l.min_storage_buffer_offset_alignment)?;
         d.set_item("limits", limits)?;
         let f = eng.adapter().features();
         let features = PyDict::new(py);
         features.set_item("shader_f16", f.contains(wgpu::Features::SHADER_F16))?;
-        features.set_item(
-            "cooperative_matrix",
-            f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
-        )?;
+        features.set_item("cooperative_matrix", f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX))?;
         features.set_item("tensor_cores", eng.tensor_cores_missing().is_none())?;
         features.set_item("subgroup", f.contains(wgpu::Features::SUBGROUP))?;
-        features.set_item(
-            "timestamp_query",
-            f.contains(wgpu::Features::TIMESTAMP_QUERY),
-        )?;
+        features.set_item("timestamp_query", f.contains(wgpu::Features::TIMESTAMP_QUERY))?;
         features.set_item(
             "timestamp_query_inside_passes",
             f.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
@@ -676,7 +518,9 @@ fn adapter_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// The kernel families `CONVTUNE_FAMILIES` allows now and the ones it leaves out.
 #[pyfunction]
 fn families() -> PyResult<(Vec<&'static str>, Vec<&'static str>)> {
-    guarded("families", || crate::families().py_err())
+    guarded("families", || {
+        crate::families().py_err()
+    })
 }
 
 /// Every variant name the generator can emit.
@@ -696,7 +540,11 @@ fn variant_knobs<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict
 /// The untuned choice for this shape, within the families `CONVTUNE_FAMILIES` allows.
 #[pyfunction]
 #[pyo3(signature = (spec, precision=None))]
-fn default_variant(py: Python<'_>, spec: Spec, precision: Option<&str>) -> PyResult<String> {
+fn default_variant(
+    py: Python<'_>,
+    spec: Spec,
+    precision: Option<&str>,
+) -> PyResult<String> {
     guarded("default_variant", || {
         let precision = Precision::resolve(precision).py_err()?;
         let problem = spec.problem(precision)?;
@@ -709,7 +557,10 @@ fn default_variant(py: Python<'_>, spec: Spec, precision: Option<&str>) -> PyRes
 /// The WGSL source convtune generates for `variant` on this shape.
 #[pyfunction]
 #[pyo3(signature = (variant, spec))]
-fn wgsl(variant: &str, spec: Spec) -> PyResult<String> {
+fn wgsl(
+    variant: &str,
+    spec: Spec,
+) -> PyResult<String> {
     guarded("wgsl", || {
         spec.problem(Precision::default())?.wgsl(variant).py_err()
     })
@@ -738,10 +589,7 @@ fn time_variant(
     })
 }
 
-fn knobs_dict<'py>(
-    py: Python<'py>,
-    (family, knobs): (&str, Vec<(&str, u32)>),
-) -> PyResult<Bound<'py, PyDict>> {
+fn knobs_dict<'py>(py: Python<'py>, (family, knobs): (&str, Vec<(&str, u32)>)) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("family", family)?;
     for (k, val) in knobs {
@@ -820,9 +668,7 @@ fn tune<'py>(
         let r = py.detach(|| eng.tune(&problem, options, &mut |p| bridge.report(p)));
         let plan = bridge.finish(r)?;
         emit_warnings(py, plan.warnings())?;
-        let report = plan
-            .report()
-            .ok_or_else(|| ConvtuneError::new_err("tuning produced no report"))?;
+        let report = plan.report().ok_or_else(|| ConvtuneError::new_err("tuning produced no report"))?;
         report_dict(py, &report, plan.source())
     })
 }
@@ -848,10 +694,7 @@ fn explain<'py>(
         d.set_item("family", plan.family())?;
         // The mode the call runs in: float16 data always runs as "high".
         d.set_item("precision", problem.precision().as_str())?;
-        d.set_item(
-            "tensor_cores",
-            eng.tensor_cores_missing().unwrap_or("available"),
-        )?;
+        d.set_item("tensor_cores", eng.tensor_cores_missing().unwrap_or("available"))?;
         d.set_item("source", plan.source())?;
         d.set_item("mode", mode)?;
         d.set_item("shape", problem.label())?;
@@ -949,8 +792,7 @@ impl PyTensor {
 
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let d = self.inner.dims();
-        PyTuple::new(py, if self.unbatched { &d[1..] } else { &d[..] })
+        PyTuple::new(py, self.visible_dims())
     }
 
     /// The 4-D shape the kernels see (a batch of one for an unbatched tensor).
@@ -993,7 +835,7 @@ impl PyTensor {
     fn __repr__(&self) -> String {
         format!(
             "convtune.Tensor(shape=({}), layout={}, dtype={}, device={:?})",
-            self.inner.dims()[usize::from(self.unbatched)..].iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+            self.visible_dims().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
             self.layout.name(),
             self.inner.dtype().name(),
             self.inner.engine().adapter_desc().name
@@ -1002,13 +844,17 @@ impl PyTensor {
 }
 
 impl PyTensor {
+    /// Its dims as Python sees them: without the batch axis where unbatched.
+    fn visible_dims(&self) -> Vec<usize> {
+        self.inner.dims()[usize::from(self.unbatched)..].to_vec()
+    }
+
     fn read<'py, T: HostElem>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (host, device) = support::download_footprint(self.inner.len() as u64);
         support::check_memory(self.inner.engine(), "Tensor.numpy()", host, device).py_err()?;
         // Fully written by the read below, or dropped on error.
         let out = new_output::<T>(py, self.inner.dims())?;
-        let dst =
-            unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let dst = unsafe { out.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         py.detach(|| self.inner.read(dst)).py_err()?;
         public(out)
     }
@@ -1030,12 +876,7 @@ fn to_device(py: Python<'_>, x: Data4<'_>, layout: Option<&str>, unbatched: bool
     })
 }
 
-fn upload_tensor<T: HostElem>(
-    py: Python<'_>,
-    eng: &Engine,
-    x: &Data4<'_>,
-    dims: [usize; 4],
-) -> PyResult<Tensor> {
+fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims: [usize; 4]) -> PyResult<Tensor> {
     let xs = typed::<T>(x, "x")?.as_slice().map_err(not_contiguous)?;
     py.detach(|| eng.upload(xs, dims)).py_err()
 }
@@ -1064,27 +905,11 @@ fn conv2d_tensor(
     w_tensor: Option<PyRef<'_, PyTensor>>,
 ) -> PyResult<PyTensor> {
     guarded("conv2d_tensor", || {
-        let args = (
-            stride,
-            padding,
-            dilation,
-            groups,
-            variant,
-            progress,
-            precision,
-            epilogue,
-            layout,
-            output_padding,
-            pixel_shuffle,
-        );
+        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
         let w = match (&w, w_tensor.as_deref()) {
             (Some(a), None) => WeightsArg::Host(a),
             (None, Some(t)) => WeightsArg::Tensor(t),
-            _ => {
-                return Err(PyValueError::new_err(
-                    "w must be given once: as an array or as a Tensor",
-                ))
-            }
+            _ => return Err(PyValueError::new_err("w must be given once: as an array or as a Tensor")),
         };
         match x.inner.dtype() {
             DType::F32 => conv2d_tensor_typed::<f32>(py, x, w, bias, z.as_ref(), z_tensor, args),
@@ -1107,29 +932,14 @@ fn conv2d_tensor_typed<T: HostElem>(
     bias: Option<PyReadonlyArray1<'_, f32>>,
     z: Option<&Data4<'_>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
-    (
-        stride,
-        padding,
-        dilation,
-        groups,
-        variant,
-        progress,
-        precision,
-        epilogue,
-        layout,
-        output_padding,
-        pixel_shuffle,
-    ): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
 ) -> PyResult<PyTensor> {
     let mut ph = Phases::start();
     // w's dims and the weights the engine takes: a host array (of T) or the Tensor itself.
     let (w_dims, weights) = match w {
         WeightsArg::Host(a) => {
             let a = typed::<T>(a, "w")?;
-            (
-                a.shape().to_vec(),
-                Weights::Host(a.as_slice().map_err(not_contiguous)?),
-            )
+            (a.shape().to_vec(), Weights::Host(a.as_slice().map_err(not_contiguous)?))
         }
         WeightsArg::Tensor(t) => (t.inner.dims().to_vec(), Weights::Tensor(&t.inner)),
     };
@@ -1178,10 +988,7 @@ fn conv2d_tensor_typed<T: HostElem>(
         pixel_shuffle,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
-    let bs = bias
-        .as_ref()
-        .map(|b| b.as_slice().map_err(not_contiguous))
-        .transpose()?;
+    let bs = bias.as_ref().map(|b| b.as_slice().map_err(not_contiguous)).transpose()?;
     let eng = engine()?;
     let lost = |t: &PyTensor| !t.inner.engine().same_as(&eng);
     if lost(x) || z_tensor.as_deref().is_some_and(lost) || w_tensor.is_some_and(lost) {
@@ -1202,16 +1009,12 @@ fn conv2d_tensor_typed<T: HostElem>(
         (Some(_), Some(_)) => return Err(PyValueError::new_err("z given twice")),
     };
     if residual.is_some() != problem.has_residual() {
-        return Err(PyValueError::new_err(
-            "z and the epilogue's residual flag disagree",
-        ));
+        return Err(PyValueError::new_err("z and the epilogue's residual flag disagree"));
     }
     ph.mark("native_args");
     let plan = choose(py, &eng, &problem, variant, progress)?;
     ph.mark("choose");
-    let inner = py
-        .detach(|| eng.conv2d_tensor_timed(&plan, &x.inner, weights, bs, residual, &mut ph))
-        .py_err()?;
+    let inner = py.detach(|| eng.conv2d_tensor_timed(&plan, &x.inner, weights, bs, residual, &mut ph)).py_err()?;
     ph.finish();
     Ok(PyTensor { inner, layout, unbatched: x.unbatched })
 }
@@ -1263,12 +1066,8 @@ fn conv2d_footprint(py: Python<'_>, spec: Spec, x_on_device: bool) -> PyResult<(
 #[pyfunction]
 fn upload_footprint(py: Python<'_>, shape: Vec<usize>) -> PyResult<(Parts, Parts)> {
     guarded("upload_footprint", || {
-        let elems = shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-        let elems = elems.ok_or_else(|| {
-            PyValueError::new_err(format!("shape {shape:?} has too many elements"))
-        })?;
+        let elems = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        let elems = elems.ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} has too many elements")))?;
         let eng = py.detach(Engine::shared).py_err()?;
         support::upload_footprint(&eng, elems).py_err()
     })

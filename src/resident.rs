@@ -20,10 +20,7 @@ impl Resident {
     /// The copy made under `key`, if kept.
     pub(crate) fn get(&self, key: u64) -> Option<Arc<PooledBuffer>> {
         let copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
-        copies
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, b)| b.clone())
+        copies.iter().find(|(k, _)| *k == key).map(|(_, b)| b.clone())
     }
 
     /// Keeps `buf` under `key`, once the passes writing it are submitted: a later call's
@@ -38,10 +35,7 @@ impl Resident {
 
     /// Drops every copy: the weights may change from now on.
     pub(crate) fn clear(&self) {
-        self.copies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.copies.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 

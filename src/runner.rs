@@ -1,10 +1,9 @@
 //! Running a compiled kernel: device buffers, dispatch, read-back and GPU timing.
 
+use crate::dtype::{convert, DType, Elem};
 use crate::check::Comparison;
 use crate::device::{Compiled, Engine};
-use crate::dtype::{convert, DType, Elem};
 use crate::error::{Error, Result};
-use crate::kernels::Variant;
 use crate::params::{ConvShape, Layout};
 use crate::pool::{PooledBuffer, View, INPUT_MAPPED};
 use crate::resident::Resident;
@@ -12,6 +11,7 @@ use crate::split;
 use crate::timing::Phases;
 use crate::transfer::{self, scoped, MaxFold};
 use crate::wait::{self, wait, wait_all, Landing, Submitted};
+use crate::kernels::Variant;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,25 +87,14 @@ fn buffer_size(dtype: DType, elems: u64) -> u64 {
 /// An error unless host data of type `T` matches the problem's element type.
 fn expect_dtype<T: Elem>(shape: &ConvShape) -> Result<()> {
     if T::DTYPE != shape.dtype {
-        return Err(Error::invalid(format!(
-            "{} data for a {} problem",
-            T::DTYPE.name(),
-            shape.dtype.name()
-        )));
+        return Err(Error::invalid(format!("{} data for a {} problem", T::DTYPE.name(), shape.dtype.name())));
     }
     Ok(())
 }
 
 /// A pooled storage buffer holding `data`, uploaded and waited for.
-fn upload_slice<T: Elem>(
-    engine: &Engine,
-    usage: wgpu::BufferUsages,
-    data: &[T],
-    max: MaxFold<'_>,
-) -> Result<PooledBuffer> {
-    let buf = engine
-        .pool
-        .take(usage, buffer_size(T::DTYPE, data.len() as u64))?;
+fn upload_slice<T: Elem>(engine: &Engine, usage: wgpu::BufferUsages, data: &[T], max: MaxFold<'_>) -> Result<PooledBuffer> {
+    let buf = engine.pool.take(usage, buffer_size(T::DTYPE, data.len() as u64))?;
     transfer::upload_now(engine, &buf, data, max)?;
     Ok(buf)
 }
@@ -144,45 +133,17 @@ fn input<T: Elem>(
 }
 
 /// A pooled buffer with all of `data` in it (see `input`).
-fn put<T: Elem>(
-    engine: &Engine,
-    data: &[T],
-    direct: bool,
-    staging: &mut Vec<PooledBuffer>,
-    max: MaxFold<'_>,
-) -> Result<Arc<PooledBuffer>> {
-    input(
-        engine,
-        data,
-        &[(0, data.len())],
-        data.len() as u64,
-        direct,
-        staging,
-        max,
-    )
-    .map(Arc::new)
+fn put<T: Elem>(engine: &Engine, data: &[T], direct: bool, staging: &mut Vec<PooledBuffer>, max: MaxFold<'_>) -> Result<Arc<PooledBuffer>> {
+    input(engine, data, &[(0, data.len())], data.len() as u64, direct, staging, max).map(Arc::new)
 }
 
 /// Uploads w and the bias; with `max`, w's largest finite |v| is folded into it on the way.
-fn upload_weights<T: Elem>(
-    engine: &Engine,
-    shape: &ConvShape,
-    w: &[T],
-    bias: Option<&[f32]>,
-    direct: bool,
-    max: MaxFold<'_>,
-) -> Result<Weights> {
+fn upload_weights<T: Elem>(engine: &Engine, shape: &ConvShape, w: &[T], bias: Option<&[f32]>, direct: bool, max: MaxFold<'_>) -> Result<Weights> {
     check_binding(engine, "w", shape.w_len(), T::DTYPE)?;
     let mut staging = Vec::new();
     let wb = put(engine, w, direct, &mut staging, max)?;
-    let bb = bias
-        .map(|b| put(engine, b, direct, &mut staging, None))
-        .transpose()?;
-    Ok(Weights {
-        w: wb,
-        bias: bb,
-        staging,
-    })
+    let bb = bias.map(|b| put(engine, b, direct, &mut staging, None)).transpose()?;
+    Ok(Weights { w: wb, bias: bb, staging })
 }
 
 /// The maxima a scaled kernel reads (see `Tensors::maxima`), where both are known.
@@ -243,11 +204,7 @@ impl Bindings<'_> {
     pub(crate) fn into_workspace(self) -> Vec<Arc<PooledBuffer>> {
         let weights = self.wprep.map(|(_, buf)| buf);
         let words = self.words.map(Arc::new);
-        words
-            .into_iter()
-            .chain(self.workspace.into_iter().flatten())
-            .chain(weights)
-            .collect()
+        words.into_iter().chain(self.workspace.into_iter().flatten()).chain(weights).collect()
     }
 
     /// Keeps the weight copies these bindings made with the weights: call once the passes
@@ -287,15 +244,7 @@ fn bindings<'a>(
     maxima: Option<[u32; 2]>,
     resident: Option<&'a Resident>,
 ) -> Result<Bindings<'a>> {
-    let t = Tensors {
-        x: x.view(),
-        w: w.view(),
-        bias: bias.map(|b| b.view()),
-        z: z.map(|z| z.view()),
-        y: y.view(),
-        maxima,
-        resident,
-    };
+    let t = Tensors { x: x.view(), w: w.view(), bias: bias.map(|b| b.view()), z: z.map(|z| z.view()), y: y.view(), maxima, resident };
     bind(engine, kernel, t)
 }
 
@@ -321,28 +270,14 @@ fn weight_copy(
 /// The bind group of one dispatch of `kernel` over `t`, with the kernel's run words and
 /// workspace taken from the pool (w's copies from those kept with resident weights).
 pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Result<Bindings<'a>> {
-    let Tensors {
-        x,
-        w,
-        bias,
-        z,
-        y,
-        maxima,
-        resident,
-    } = t;
-    let words = if kernel.scaled || kernel.chunks > 1 {
-        Some(engine.pool.take(OUTPUT, 16)?)
-    } else {
-        None
-    };
+    let Tensors { x, w, bias, z, y, maxima, resident } = t;
+    let words = if kernel.scaled || kernel.chunks > 1 { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
     // Written ahead of the submission that runs the kernel; no pass writes these two words
     // then: word 2 tells a layout-1 prologue, the one pass that finds the maxima itself,
     // that they are there already (it would only find the same values).
     let preset = match (kernel.scaled, maxima, &words) {
         (true, Some([mx, mw]), Some(buf)) => {
-            engine
-                .queue
-                .write_buffer(buf, 0, bytemuck::cast_slice(&[mx, mw, 1, 0]));
+            engine.queue.write_buffer(buf, 0, bytemuck::cast_slice(&[mx, mw, 1, 0]));
             true
         }
         _ => false,
@@ -375,41 +310,31 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         .map(|pass| -> Result<_> {
             let (buf, kept) = weight_copy(engine, resident, pass.key, pass.bytes, &mut made)?;
             let group = (!kept).then(|| {
-                bind_group(
-                    engine,
-                    "convtune weights",
-                    [
-                        x.binding(),
-                        w.binding(),
-                        or_input(engine, None),
-                        buf.binding(),
-                        or_scratch(engine, None),
-                        or_scratch(engine, None),
-                        or_scratch(engine, None),
-                        or_input(engine, None),
-                    ],
-                )
+                bind_group(engine, "convtune weights", [
+                    x.binding(),
+                    w.binding(),
+                    or_input(engine, None),
+                    buf.binding(),
+                    or_scratch(engine, None),
+                    or_scratch(engine, None),
+                    or_scratch(engine, None),
+                    or_input(engine, None),
+                ])
             });
             Ok((group, buf))
         })
         .transpose()?;
-    let kernel_w = wprep
-        .as_ref()
-        .map_or_else(|| w.binding(), |(_, buf)| buf.binding());
-    let group = bind_group(
-        engine,
-        "convtune conv2d",
-        [
-            x.binding(),
-            kernel_w,
-            or_input(engine, bias),
-            y.binding(),
-            or_scratch(engine, words.as_ref()),
-            or_scratch(engine, workspace.first().and_then(Option::as_deref)),
-            or_scratch(engine, workspace.get(1).and_then(Option::as_deref)),
-            or_input(engine, z),
-        ],
-    );
+    let kernel_w = wprep.as_ref().map_or_else(|| w.binding(), |(_, buf)| buf.binding());
+    let group = bind_group(engine, "convtune conv2d", [
+        x.binding(),
+        kernel_w,
+        or_input(engine, bias),
+        y.binding(),
+        or_scratch(engine, words.as_ref()),
+        or_scratch(engine, workspace.first().and_then(Option::as_deref)),
+        or_scratch(engine, workspace.get(1).and_then(Option::as_deref)),
+        or_input(engine, z),
+    ]);
     Ok(Bindings {
         group,
         x,
@@ -432,24 +357,13 @@ fn w_copy_optional(kernel: &Compiled, preset: bool) -> bool {
 }
 
 /// A bind group of the engine's layout, bindings 0-7 in order.
-fn bind_group(
-    engine: &Engine,
-    label: &str,
-    resources: [wgpu::BindingResource<'_>; 8],
-) -> wgpu::BindGroup {
+fn bind_group(engine: &Engine, label: &str, resources: [wgpu::BindingResource<'_>; 8]) -> wgpu::BindGroup {
     let entries: Vec<wgpu::BindGroupEntry> = resources
         .into_iter()
         .enumerate()
-        .map(|(i, resource)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource,
-        })
+        .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
         .collect();
-    engine.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(label),
-        layout: &engine.bind_layout,
-        entries: &entries,
-    })
+    engine.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout: &engine.bind_layout, entries: &entries })
 }
 
 /// `buf`'s binding, or the stand-in for an input the call does not have (bias, z).
@@ -467,11 +381,7 @@ fn or_scratch<'b>(engine: &'b Engine, buf: Option<&'b PooledBuffer>) -> wgpu::Bi
 
 /// `groups` workgroups folded into a 2D grid within the per-dimension limit.
 fn grid(engine: &Engine, groups: u64) -> Result<(u32, u32)> {
-    let max = engine
-        .caps
-        .limits
-        .max_compute_workgroups_per_dimension
-        .max(1) as u64;
+    let max = engine.caps.limits.max_compute_workgroups_per_dimension.max(1) as u64;
     let gx = groups.min(max);
     let gy = groups.div_ceil(gx.max(1));
     if gy > max {
@@ -498,16 +408,7 @@ pub(crate) fn encode(
     // w's rearranged copies are written once per bindings: later runs find them in place.
     let weights_done = b.weights_recorded.replace(true);
     if let (Some(pass), Some((Some(group), _)), false) = (&kernel.wprep, &b.wprep, weights_done) {
-        record_dispatches(
-            engine,
-            encoder,
-            "convtune weights",
-            &[(&pass.pipeline, pass.workgroups)],
-            group,
-            timestamps,
-            true,
-            false,
-        )?;
+        record_dispatches(engine, encoder, "convtune weights", &[(&pass.pipeline, pass.workgroups)], group, timestamps, true, false)?;
         began = true;
     }
     if let (true, false, Some(words)) = (kernel.scaled, b.preset, &b.words) {
@@ -515,46 +416,20 @@ pub(crate) fn encode(
             encoder.clear_buffer(words, 0, Some(16));
         } else {
             let checker = engine.checker()?;
-            checker.maxabs(
-                &engine.device,
-                encoder,
-                b.x,
-                b.w,
-                words,
-                timestamps.filter(|_| !began),
-            );
+            checker.maxabs(&engine.device, encoder, b.x, b.w, words, timestamps.filter(|_| !began));
             began = true;
         }
     }
     for chunk in 0..kernel.chunks {
         if kernel.chunks > 1 {
-            let words = b
-                .words
-                .as_ref()
-                .ok_or_else(|| Error::Gpu("a chunked kernel bound without its run words".into()))?;
-            encoder.copy_buffer_to_buffer(
-                &engine.chunk_indices,
-                4 * chunk as u64,
-                words,
-                4 * crate::codegen::CHUNK_WORD,
-                4,
-            );
+            let words = b.words.as_ref().ok_or_else(|| Error::Gpu("a chunked kernel bound without its run words".into()))?;
+            encoder.copy_buffer_to_buffer(&engine.chunk_indices, 4 * chunk as u64, words, 4 * crate::codegen::CHUNK_WORD, 4);
         }
         // The prologue's w workgroups come last: left out, the grid ends before them (a grid
         // folded past the per-dimension limit may still reach a few, which rewrite the same
         // values).
-        let w_in_place =
-            w_copy_optional(kernel, b.preset) && (b.w_copy_kept || weights_done || chunk > 0);
-        let prologue = kernel.prologue.as_ref().map(|(p, g)| {
-            (
-                p,
-                if w_in_place {
-                    g - kernel.w_blocks.min(*g)
-                } else {
-                    *g
-                },
-            )
-        });
+        let w_in_place = w_copy_optional(kernel, b.preset) && (b.w_copy_kept || weights_done || chunk > 0);
+        let prologue = kernel.prologue.as_ref().map(|(p, g)| (p, if w_in_place { g - kernel.w_blocks.min(*g) } else { *g }));
         // A chunk's prologue, kernel and finishing pass are dispatches of one compute pass:
         // wgpu still orders them (a barrier between dispatches), and each pass boundary cost
         // ~5 us of GPU time on an H200.
@@ -564,16 +439,7 @@ pub(crate) fn encode(
             .chain([(&kernel.pipeline, kernel.workgroups)])
             .chain(kernel.finish.iter().map(|(p, g)| (p, *g)))
             .collect();
-        record_dispatches(
-            engine,
-            encoder,
-            "convtune conv2d",
-            &dispatches,
-            &b.group,
-            timestamps,
-            !began,
-            chunk + 1 == kernel.chunks,
-        )?;
+        record_dispatches(engine, encoder, "convtune conv2d", &dispatches, &b.group, timestamps, !began, chunk + 1 == kernel.chunks)?;
         began = true;
     }
     Ok(())
@@ -592,22 +458,13 @@ fn record_dispatches(
     first: bool,
     last: bool,
 ) -> Result<()> {
-    let grids = dispatches
-        .iter()
-        .map(|&(_, groups)| grid(engine, groups))
-        .collect::<Result<Vec<_>>>()?;
-    let timestamp_writes =
-        timestamps
-            .filter(|_| first || last)
-            .map(|(qs, i)| wgpu::ComputePassTimestampWrites {
-                query_set: qs,
-                beginning_of_pass_write_index: first.then_some(i),
-                end_of_pass_write_index: last.then_some(i + 1),
-            });
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(label),
-        timestamp_writes,
+    let grids = dispatches.iter().map(|&(_, groups)| grid(engine, groups)).collect::<Result<Vec<_>>>()?;
+    let timestamp_writes = timestamps.filter(|_| first || last).map(|(qs, i)| wgpu::ComputePassTimestampWrites {
+        query_set: qs,
+        beginning_of_pass_write_index: first.then_some(i),
+        end_of_pass_write_index: last.then_some(i + 1),
     });
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes });
     pass.set_bind_group(0, group, &[]);
     for (&(pipeline, _), &(gx, gy)) in dispatches.iter().zip(&grids) {
         pass.set_pipeline(pipeline);
@@ -665,13 +522,9 @@ impl DeviceTensors {
             x: xb,
             w: weights.w,
             bias: weights.bias,
-            z: z.map(|z| upload_slice(engine, INPUT, z, None))
-                .transpose()?,
+            z: z.map(|z| upload_slice(engine, INPUT, z, None)).transpose()?,
             y: engine.pool.take(OUTPUT, ys)?,
-            maxima: folded(
-                fold.then(|| xmax.load(Ordering::Relaxed)),
-                Some(wmax.into_inner()),
-            ),
+            maxima: folded(fold.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.into_inner())),
             resident: Resident::default(),
         })
     }
@@ -682,10 +535,7 @@ impl DeviceTensors {
         let x = random_data(shape.x_len() as usize, seeds[0]);
         let w = random_data(shape.w_len() as usize, seeds[1]);
         let b = shape.bias.then(|| random_data(shape.k as usize, seeds[2]));
-        let z = shape
-            .epilogue
-            .residual
-            .then(|| random_data(shape.y_len() as usize, seeds[3]));
+        let z = shape.epilogue.residual.then(|| random_data(shape.y_len() as usize, seeds[3]));
         match shape.dtype {
             DType::F32 => Self::upload(engine, shape, &x, &w, b.as_deref(), z.as_deref()),
             DType::F16 => {
@@ -735,14 +585,7 @@ impl DeviceTensors {
         let stats = engine.pool.take(OUTPUT, 16)?;
         let idx = scoped(engine, || {
             let mut enc = engine.device.create_command_encoder(&Default::default());
-            checker.compare(
-                &engine.device,
-                &mut enc,
-                &self.y,
-                reference,
-                &stats,
-                self.shape.dtype,
-            );
+            checker.compare(&engine.device, &mut enc, &self.y, reference, &stats, self.shape.dtype);
             wait::submit(engine, [enc.finish()])
         })?;
         wait(engine, &idx)?;
@@ -752,17 +595,7 @@ impl DeviceTensors {
     }
 
     fn bindings(&self, engine: &Engine, kernel: &Compiled) -> Result<Bindings<'_>> {
-        bindings(
-            engine,
-            kernel,
-            &self.x,
-            &self.w,
-            self.bias.as_deref(),
-            self.z.as_ref(),
-            &self.y,
-            self.maxima,
-            Some(&self.resident),
-        )
+        bindings(engine, kernel, &self.x, &self.w, self.bias.as_deref(), self.z.as_ref(), &self.y, self.maxima, Some(&self.resident))
     }
 
     /// Runs `kernel` once and waits for it.
@@ -780,13 +613,7 @@ impl DeviceTensors {
     /// clocks when idle (an idle H200 was read at 345 MHz against 1980 MHz under load) and
     /// take a while to raise them: right after a pause — a shader compile, the end of a
     /// tuning run — a kernel was seen to run 3-5x slower for tens of runs in a row.
-    pub fn settle(
-        &self,
-        engine: &Engine,
-        kernel: &Compiled,
-        min: Duration,
-        max: Duration,
-    ) -> Result<()> {
+    pub fn settle(&self, engine: &Engine, kernel: &Compiled, min: Duration, max: Duration) -> Result<()> {
         let start = Instant::now();
         let mut reps = 4;
         let mut prev: Option<f64> = None;
@@ -894,18 +721,7 @@ pub fn conv2d<T: Elem>(
     out: &mut [T],
     poison: bool,
 ) -> Result<()> {
-    conv2d_timed(
-        engine,
-        shape,
-        variant,
-        x,
-        w,
-        bias,
-        z,
-        out,
-        poison,
-        &mut Phases::start(),
-    )
+    conv2d_timed(engine, shape, variant, x, w, bias, z, out, poison, &mut Phases::start())
 }
 
 /// `conv2d`, charging its time to phases of `ph`.
@@ -960,56 +776,26 @@ pub fn conv2d_timed<T: Elem>(
         };
         let kernel = engine.pipeline(variant, &sub)?;
         ph.mark("pipeline");
-        let y = engine.pool.take(
-            OUTPUT,
-            check_binding(engine, "the output", sub.y_len(), shape.dtype)?,
-        )?;
+        let y = engine.pool.take(OUTPUT, check_binding(engine, "the output", sub.y_len(), shape.dtype)?)?;
         ph.mark("buffers");
         let mut staging = Vec::new();
         let x_runs = split::x_runs(shape, piece, &sub);
         let xmax = AtomicU32::new(0);
-        let mut x_in = || {
-            input(
-                engine,
-                x,
-                &x_runs,
-                sub.x_len(),
-                direct,
-                &mut staging,
-                scaled.then_some(&xmax),
-            )
-        };
+        let mut x_in = || input(engine, x, &x_runs, sub.x_len(), direct, &mut staging, scaled.then_some(&xmax));
         // The host writes x at the rate the bus takes them (four copy threads reach it on an
         // H100 machine), so other copy threads touch the result's pages meanwhile, on the
         // pool for the larger of the two.
         let xb = if first && transfer::worth_prefaulting(out) {
-            let bytes = T::DTYPE
-                .buffer_bytes(sub.x_len())
-                .max(std::mem::size_of_val(out) as u64);
+            let bytes = T::DTYPE.buffer_bytes(sub.x_len()).max(std::mem::size_of_val(out) as u64);
             transfer::alongside(bytes, x_in, || transfer::prefault(out))
         } else {
             x_in()
         }?;
         // The residual is laid out like y, so it travels in y's runs.
-        let zb = z
-            .map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging, None))
-            .transpose()?;
+        let zb = z.map(|z| input(engine, z, &y_runs, sub.y_len(), direct, &mut staging, None)).transpose()?;
         ph.mark("upload");
-        let maxima = folded(
-            scaled.then(|| xmax.load(Ordering::Relaxed)),
-            Some(wmax.load(Ordering::Relaxed)),
-        );
-        let bound = bindings(
-            engine,
-            &kernel,
-            &xb,
-            &weights.w,
-            weights.bias.as_deref(),
-            zb.as_ref(),
-            &y,
-            maxima,
-            None,
-        )?;
+        let maxima = folded(scaled.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.load(Ordering::Relaxed)));
+        let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y, maxima, None)?;
         let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
         xb.remap_upload();
         if let Some(zb) = &zb {
@@ -1048,28 +834,14 @@ fn fill_padding_only<T: Elem>(
 ) {
     let per_k = (shape.cg() * shape.r * shape.s) as usize;
     let kk = shape.k as usize;
-    let nan: Vec<bool> = (0..kk)
-        .map(|k| {
-            w[k * per_k..(k + 1) * per_k]
-                .iter()
-                .any(|v| !v.to_f32().is_finite())
-        })
-        .collect();
+    let nan: Vec<bool> = (0..kk).map(|k| w[k * per_k..(k + 1) * per_k].iter().any(|v| !v.to_f32().is_finite())).collect();
     for (run, &(start, len)) in runs.iter().enumerate() {
         for i in start..start + len {
             // NCHW bands are one run per channel; NHWC runs hold whole pixels, channel last.
-            let k = if shape.layout == Layout::Nhwc {
-                i % kk
-            } else {
-                run % kk
-            };
+            let k = if shape.layout == Layout::Nhwc { i % kk } else { run % kk };
             let acc = if nan[k] { f32::NAN } else { 0.0 };
             let b = bias.map_or(0.0, |b| b[k]);
-            out[i] = T::from_f32(
-                shape
-                    .epilogue
-                    .apply(acc, b, z.map_or(0.0, |z| z[i].to_f32())),
-            );
+            out[i] = T::from_f32(shape.epilogue.apply(acc, b, z.map_or(0.0, |z| z[i].to_f32())));
         }
     }
 }
@@ -1098,19 +870,12 @@ pub fn conv2d_device<T: Elem>(
         WeightSource::Device(t) => Some(t),
         WeightSource::Host(_) => None,
     };
-    let tensor_types = [
-        Some(x.dtype),
-        w_tensor.map(|t| t.dtype),
-        match z {
-            Some(Residual::Device(t)) => Some(t.dtype),
-            _ => None,
-        },
-    ];
+    let tensor_types = [Some(x.dtype), w_tensor.map(|t| t.dtype), match z {
+        Some(Residual::Device(t)) => Some(t.dtype),
+        _ => None,
+    }];
     if T::DTYPE != shape.dtype || tensor_types.iter().flatten().any(|&d| d != shape.dtype) {
-        return Err(Error::invalid(format!(
-            "x, w and z must all hold {} data",
-            shape.dtype.name()
-        )));
+        return Err(Error::invalid(format!("x, w and z must all hold {} data", shape.dtype.name())));
     }
     let ys = check_binding(engine, "the output", shape.y_len(), shape.dtype)?;
     let kernel = engine.pipeline(variant, shape)?;
@@ -1119,28 +884,12 @@ pub fn conv2d_device<T: Elem>(
     // Host weights are uploaded (their max folded on the way); a weight tensor is bound as it
     // is, with the max it took on upload and its kept copies, and only the bias is uploaded.
     let placed = match w {
-        WeightSource::Host(h) => PlacedWeights::Uploaded(upload_weights(
-            engine,
-            shape,
-            h,
-            bias,
-            false,
-            kernel.scaled.then_some(&wmax),
-        )?),
-        WeightSource::Device(t) => PlacedWeights::Tensor(
-            t,
-            bias.map(|b| upload_slice(engine, INPUT, b, None))
-                .transpose()?,
-        ),
+        WeightSource::Host(h) => PlacedWeights::Uploaded(upload_weights(engine, shape, h, bias, false, kernel.scaled.then_some(&wmax))?),
+        WeightSource::Device(t) => PlacedWeights::Tensor(t, bias.map(|b| upload_slice(engine, INPUT, b, None)).transpose()?),
     };
     let (w_buf, b_buf, w_max, resident) = match &placed {
         PlacedWeights::Tensor(t, b) => (&t.buf, b.as_ref(), t.known_max(), Some(&t.resident)),
-        PlacedWeights::Uploaded(u) => (
-            &*u.w,
-            u.bias.as_deref(),
-            Some(wmax.load(Ordering::Relaxed)),
-            None,
-        ),
+        PlacedWeights::Uploaded(u) => (&*u.w, u.bias.as_deref(), Some(wmax.load(Ordering::Relaxed)), None),
     };
     let z_host = match z {
         Some(Residual::Host(z)) => Some(upload_slice(engine, INPUT, z, None)?),
@@ -1154,9 +903,7 @@ pub fn conv2d_device<T: Elem>(
     ph.mark("upload");
     // A tensor uploaded from the host knows its max; a conv's output does not (its max pass runs).
     let maxima = folded(x.known_max().filter(|_| kernel.scaled), w_max);
-    let bound = bindings(
-        engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima, resident,
-    )?;
+    let bound = bindings(engine, &kernel, &x.buf, w_buf, b_buf, zb, &y, maxima, resident)?;
     ph.mark("buffers");
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
     ph.mark("submit");
@@ -1164,31 +911,17 @@ pub fn conv2d_device<T: Elem>(
     // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of
     // a 1.1 ms EDSR conv), and no more than one call is ever in flight. Later work on the
     // output is ordered behind it by the queue; reading it back waits for it.
-    let previous = engine
-        .in_flight
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .replace(idx);
+    let previous = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).replace(idx);
     if let Some(p) = previous {
         wait(engine, &p)?;
     }
     ph.mark("previous_wait");
-    Ok(DeviceArray {
-        buf: y,
-        dims: shape.y_dims(),
-        dtype: shape.dtype,
-        maxabs: AtomicU32::new(UNKNOWN_MAX),
-        resident: Resident::default(),
-    })
+    Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype, maxabs: AtomicU32::new(UNKNOWN_MAX), resident: Resident::default() })
 }
 
 /// Waits for every queued GPU call (Tensor calls return before their kernel ends).
 pub fn synchronize(engine: &Engine) -> Result<()> {
-    let pending = engine
-        .in_flight
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
+    let pending = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
     if pending.is_some() {
         wait_all(engine)?;
     }
@@ -1204,13 +937,7 @@ impl DeviceArray {
         let fold = T::DTYPE == DType::F32;
         let buf = upload_slice(engine, OUTPUT, data, fold.then_some(&max))?;
         let maxabs = if fold { max.into_inner() } else { UNKNOWN_MAX };
-        Ok(DeviceArray {
-            buf,
-            dims,
-            dtype: T::DTYPE,
-            maxabs: AtomicU32::new(maxabs),
-            resident: Resident::default(),
-        })
+        Ok(DeviceArray { buf, dims, dtype: T::DTYPE, maxabs: AtomicU32::new(maxabs), resident: Resident::default() })
     }
 
     /// Bits of its largest finite |v|, where known.
@@ -1235,11 +962,7 @@ impl DeviceArray {
     /// Copies the tensor to the host.
     pub fn read<T: Elem>(&self, engine: &Engine, out: &mut [T]) -> Result<()> {
         if T::DTYPE != self.dtype {
-            return Err(Error::invalid(format!(
-                "reading a {} tensor as {}",
-                self.dtype.name(),
-                T::DTYPE.name()
-            )));
+            return Err(Error::invalid(format!("reading a {} tensor as {}", self.dtype.name(), T::DTYPE.name())));
         }
         transfer::download_all(engine, &self.buf, out)
     }
@@ -1252,11 +975,7 @@ pub fn median(v: &[f64]) -> Option<f64> {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let mid = s.len() / 2;
-    Some(if s.len() % 2 == 1 {
-        s[mid]
-    } else {
-        (s[mid - 1] + s[mid]) / 2.0
-    })
+    Some(if s.len() % 2 == 1 { s[mid] } else { (s[mid - 1] + s[mid]) / 2.0 })
 }
 
 /// Deterministic pseudo-random values in [-1, 1), never all zero: timing and tuning inputs.
@@ -1275,10 +994,10 @@ pub fn random_data(len: usize, seed: u64) -> Vec<f32> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::device::engine;
     use crate::dtype::finite_abs_max;
-    use crate::kernels::swept_variants;
+    use crate::device::engine;
     use crate::params::Padding;
+    use crate::kernels::swept_variants;
 
     /// Naive float64 reference with PyTorch semantics.
     pub(crate) fn reference(s: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
@@ -1286,9 +1005,7 @@ pub(crate) mod tests {
             return reference_transposed(s, x, w, b);
         }
         let (oh, ow, cg, kg) = (s.oh() as i64, s.ow() as i64, s.cg() as i64, s.kg() as i64);
-        let (c, h, wd, k, r, sz) = (
-            s.c as i64, s.h as i64, s.w as i64, s.k as i64, s.r as i64, s.s as i64,
-        );
+        let (c, h, wd, k, r, sz) = (s.c as i64, s.h as i64, s.w as i64, s.k as i64, s.r as i64, s.s as i64);
         let mut y = vec![0f64; s.y_len() as usize];
         for n in 0..s.n as i64 {
             for kk in 0..k {
@@ -1299,18 +1016,14 @@ pub(crate) mod tests {
                         for cc in 0..cg {
                             for rr in 0..r {
                                 for ss in 0..sz {
-                                    let ih = i * s.stride.0 as i64 - s.pad.0 as i64
-                                        + rr * s.dilation.0 as i64;
-                                    let iw = j * s.stride.1 as i64 - s.pad.1 as i64
-                                        + ss * s.dilation.1 as i64;
+                                    let ih = i * s.stride.0 as i64 - s.pad.0 as i64 + rr * s.dilation.0 as i64;
+                                    let iw = j * s.stride.1 as i64 - s.pad.1 as i64 + ss * s.dilation.1 as i64;
                                     let xv = if ih >= 0 && ih < h && iw >= 0 && iw < wd {
-                                        x[(((n * c + g * cg + cc) * h + ih) * wd + iw) as usize]
-                                            as f64
+                                        x[(((n * c + g * cg + cc) * h + ih) * wd + iw) as usize] as f64
                                     } else {
                                         0.0
                                     };
-                                    acc += xv
-                                        * w[(((kk * cg + cc) * r + rr) * sz + ss) as usize] as f64;
+                                    acc += xv * w[(((kk * cg + cc) * r + rr) * sz + ss) as usize] as f64;
                                 }
                             }
                         }
@@ -1326,9 +1039,7 @@ pub(crate) mod tests {
     /// products into the outputs its taps reach (NCHW).
     fn reference_transposed(s: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
         let (oh, ow, cg, kg) = (s.oh() as i64, s.ow() as i64, s.cg() as i64, s.kg() as i64);
-        let (c, h, wd, k, r, sz) = (
-            s.c as i64, s.h as i64, s.w as i64, s.k as i64, s.r as i64, s.s as i64,
-        );
+        let (c, h, wd, k, r, sz) = (s.c as i64, s.h as i64, s.w as i64, s.k as i64, s.r as i64, s.s as i64);
         let mut y = vec![0f64; s.y_len() as usize];
         for n in 0..s.n as i64 {
             for kk in 0..k {
@@ -1346,13 +1057,10 @@ pub(crate) mod tests {
                             let kk = g * kg + kq;
                             for rr in 0..r {
                                 for ss in 0..sz {
-                                    let o = i * s.stride.0 as i64 - s.pad.0 as i64
-                                        + rr * s.dilation.0 as i64;
-                                    let q = j * s.stride.1 as i64 - s.pad.1 as i64
-                                        + ss * s.dilation.1 as i64;
+                                    let o = i * s.stride.0 as i64 - s.pad.0 as i64 + rr * s.dilation.0 as i64;
+                                    let q = j * s.stride.1 as i64 - s.pad.1 as i64 + ss * s.dilation.1 as i64;
                                     if o >= 0 && o < oh && q >= 0 && q < ow {
-                                        let wv = w[(((cc * kg + kq) * r + rr) * sz + ss) as usize]
-                                            as f64;
+                                        let wv = w[(((cc * kg + kq) * r + rr) * sz + ss) as usize] as f64;
                                         y[(((n * k + kk) * oh + o) * ow + q) as usize] += xv * wv;
                                     }
                                 }
@@ -1367,10 +1075,7 @@ pub(crate) mod tests {
 
     pub(crate) fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
         let scale = want.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
-        got.iter()
-            .zip(want)
-            .map(|(g, w)| (*g as f64 - w).abs() / scale)
-            .fold(0.0, f64::max)
+        got.iter().zip(want).map(|(g, w)| (*g as f64 - w).abs() / scale).fold(0.0, f64::max)
     }
 
     #[test]
@@ -1379,49 +1084,12 @@ pub(crate) mod tests {
         // Strided, dilated and grouped; a variant that cannot compute it (Winograd: 3x3 at
         // stride 1 only) runs the second shape instead.
         let shapes = [
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [4, 3, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 2),
-                (1, 2),
-                2,
-                Some(4),
-            )
-            .unwrap(),
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [4, 3, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 2),
-                (1, 1),
-                2,
-                Some(4),
-            )
-            .unwrap(),
+            ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4)).unwrap(),
+            ConvShape::new([2, 6, 9, 7], [4, 3, 3, 3], (1, 1), Padding::Explicit(1, 2), (1, 1), 2, Some(4)).unwrap(),
             // Transposed (the tconv family): stride phases, dilation, output padding, groups.
-            ConvShape::new_transposed(
-                [2, 6, 5, 4],
-                [6, 2, 3, 2],
-                (2, 3),
-                (1, 0),
-                (1, 2),
-                (1, 2),
-                2,
-                Some(4),
-            )
-            .unwrap(),
+            ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 2], (2, 3), (1, 0), (1, 2), (1, 2), 2, Some(4)).unwrap(),
             // One group (the stem family), strided and dilated.
-            ConvShape::new(
-                [2, 3, 9, 7],
-                [4, 3, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 2),
-                (1, 2),
-                1,
-                Some(4),
-            )
-            .unwrap(),
+            ConvShape::new([2, 3, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 1, Some(4)).unwrap(),
         ];
         for v in swept_variants().into_iter().filter(|v| v.fits(&e.caps)) {
             let s = shapes.iter().find(|s| v.computes(s)).unwrap();
@@ -1432,11 +1100,7 @@ pub(crate) mod tests {
             let mut got = vec![0f32; s.y_len() as usize];
             conv2d(&e, s, &v, &x, &w, Some(&b), None, &mut got, true).unwrap();
             let err = max_rel_err(&got, &want);
-            assert!(
-                err <= 1e-5,
-                "{v} on {}: max relative error {err}",
-                s.label()
-            );
+            assert!(err <= 1e-5, "{v} on {}: max relative error {err}", s.label());
         }
     }
 
@@ -1446,37 +1110,10 @@ pub(crate) mod tests {
     fn swept_variants_store_pixel_shuffled_outputs() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let shapes = [
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [8, 3, 3, 2],
-                (2, 1),
-                Padding::Explicit(1, 2),
-                (1, 2),
-                2,
-                Some(8),
-            )
-            .unwrap(),
-            ConvShape::new(
-                [2, 6, 9, 7],
-                [18, 3, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 2),
-                (1, 1),
-                2,
-                Some(18),
-            )
-            .unwrap(),
+            ConvShape::new([2, 6, 9, 7], [8, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(8)).unwrap(),
+            ConvShape::new([2, 6, 9, 7], [18, 3, 3, 3], (1, 1), Padding::Explicit(1, 2), (1, 1), 2, Some(18)).unwrap(),
             // Winograd's tiles (2, 4 and 6 wide) past a ragged 10 x 11 image, shuffled by 2.
-            ConvShape::new(
-                [1, 8, 10, 11],
-                [16, 8, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                Some(16),
-            )
-            .unwrap(),
+            ConvShape::new([1, 8, 10, 11], [16, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(16)).unwrap(),
         ];
         let shapes = [
             shapes[0].with_pixel_shuffle(2).unwrap(),
@@ -1485,18 +1122,13 @@ pub(crate) mod tests {
         ];
         let mut ran = 0;
         // Each variant on the first shape it computes; Winograd's also on its own shapes.
-        let runs = swept_variants()
-            .into_iter()
-            .filter(|v| v.fits(&e.caps))
-            .flat_map(|v| {
-                let first = shapes.iter().position(|s| v.computes(s));
-                let winograd = matches!(v, Variant::Wgemm(_));
-                (0..shapes.len())
-                    .filter(move |&i| {
-                        first == Some(i) || (winograd && i >= 2 && v.computes(&shapes[i]))
-                    })
-                    .map(move |i| (v, i))
-            });
+        let runs = swept_variants().into_iter().filter(|v| v.fits(&e.caps)).flat_map(|v| {
+            let first = shapes.iter().position(|s| v.computes(s));
+            let winograd = matches!(v, Variant::Wgemm(_));
+            (0..shapes.len())
+                .filter(move |&i| first == Some(i) || (winograd && i >= 2 && v.computes(&shapes[i])))
+                .map(move |i| (v, i))
+        });
         for (v, i) in runs {
             let s = &shapes[i];
             let x = random_data(s.x_len() as usize, 1);
@@ -1504,18 +1136,12 @@ pub(crate) mod tests {
             let b = random_data(s.k as usize, 3);
             let conv = reference(s, &x, &w, Some(&b));
             let mut want = vec![f64::NAN; conv.len()];
-            conv.iter()
-                .enumerate()
-                .for_each(|(i, v)| want[s.y_store_index(i as u64) as usize] = *v);
+            conv.iter().enumerate().for_each(|(i, v)| want[s.y_store_index(i as u64) as usize] = *v);
             // Poisoned finite: max_rel_err would pass over a NaN left unwritten.
             let mut got = vec![1e30f32; s.y_len() as usize];
             conv2d(&e, s, &v, &x, &w, Some(&b), None, &mut got, true).unwrap();
             let err = max_rel_err(&got, &want);
-            assert!(
-                err <= 1e-5,
-                "{v} on {}: max relative error {err}",
-                s.label()
-            );
+            assert!(err <= 1e-5, "{v} on {}: max relative error {err}", s.label());
             ran += 1;
         }
         assert!(ran > 10);
@@ -1524,25 +1150,10 @@ pub(crate) mod tests {
     #[test]
     fn gpu_comparison_sees_right_wrong_and_unwritten_outputs() {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
-        let s = ConvShape::new(
-            [2, 5, 9, 8],
-            [6, 5, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
-        let t = DeviceTensors::upload(
-            &e,
-            &s,
-            &random_data(s.x_len() as usize, 1),
-            &random_data(s.w_len() as usize, 2),
-            None,
-            None,
-        )
-        .unwrap();
+        let s = ConvShape::new([2, 5, 9, 8], [6, 5, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap();
+        let t = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 1), &random_data(s.w_len() as usize, 2), None, None)
+            .unwrap();
         let looped: Variant = "direct_wg64x1_u0_k1w1".parse().unwrap();
         let gemm: Variant = "gemm_b32x32x8_t4x4".parse().unwrap();
         t.poison(&e).unwrap();
@@ -1556,15 +1167,8 @@ pub(crate) mod tests {
         assert!(c.max_want > 0.0 && c.relative_error() < 1e-5, "{c:?}");
 
         // Finite but wrong: the same kernel on other inputs.
-        let other = DeviceTensors::upload(
-            &e,
-            &s,
-            &random_data(s.x_len() as usize, 3),
-            &random_data(s.w_len() as usize, 2),
-            None,
-            None,
-        )
-        .unwrap();
+        let other = DeviceTensors::upload(&e, &s, &random_data(s.x_len() as usize, 3), &random_data(s.w_len() as usize, 2), None, None)
+            .unwrap();
         other.run(&e, &e.compile(&looped, &s).unwrap()).unwrap();
         let c = other.compare_y(&e, &reference).unwrap();
         assert!(c.bad == 0 && c.relative_error() > 0.1, "{c:?}");
@@ -1576,16 +1180,8 @@ pub(crate) mod tests {
     }
 
     /// Runs `pass` over x and w and reads back the scales' words.
-    fn max_words(
-        e: &Engine,
-        x: &[f32],
-        w: &[f32],
-        pass: impl Fn(&mut wgpu::CommandEncoder, &PooledBuffer, &PooledBuffer, &PooledBuffer),
-    ) -> [u32; 4] {
-        let (xb, wb) = (
-            upload_slice(e, OUTPUT, x, None).unwrap(),
-            upload_slice(e, OUTPUT, w, None).unwrap(),
-        );
+    fn max_words(e: &Engine, x: &[f32], w: &[f32], pass: impl Fn(&mut wgpu::CommandEncoder, &PooledBuffer, &PooledBuffer, &PooledBuffer)) -> [u32; 4] {
+        let (xb, wb) = (upload_slice(e, OUTPUT, x, None).unwrap(), upload_slice(e, OUTPUT, w, None).unwrap());
         let scales = upload_slice(e, OUTPUT, &[7.0f32; 4], None).unwrap();
         let mut enc = e.device.create_command_encoder(&Default::default());
         pass(&mut enc, &xb, &wb, &scales);
@@ -1611,18 +1207,9 @@ pub(crate) mod tests {
                 let mut w = random_data(len + 2, 9);
                 w.iter_mut().for_each(|v| *v *= 1e-3);
                 w[len + 1] = f32::NEG_INFINITY;
-                let want_w = w
-                    .iter()
-                    .filter(|v| v.is_finite())
-                    .fold(0f32, |m, v| m.max(v.abs()));
-                let both = max_words(&e, &x, &w, |enc, xb, wb, sc| {
-                    checker.maxabs(&e.device, enc, xb.view(), wb.view(), sc, None)
-                });
-                assert_eq!(
-                    both[..2],
-                    [1.5e20f32.to_bits(), want_w.to_bits()],
-                    "len {len}, at {at}"
-                );
+                let want_w = w.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+                let both = max_words(&e, &x, &w, |enc, xb, wb, sc| checker.maxabs(&e.device, enc, xb.view(), wb.view(), sc, None));
+                assert_eq!(both[..2], [1.5e20f32.to_bits(), want_w.to_bits()], "len {len}, at {at}");
             }
         }
     }
@@ -1638,23 +1225,13 @@ pub(crate) mod tests {
                 x[(2 * len) / 3] = f32::NAN;
                 x[at] = -3.5e7;
                 let t = DeviceArray::upload(&e, &x, [1, 1, 1, len]).unwrap();
-                assert_eq!(
-                    t.known_max(),
-                    Some(3.5e7f32.to_bits()),
-                    "len {len}, at {at}"
-                );
+                assert_eq!(t.known_max(), Some(3.5e7f32.to_bits()), "len {len}, at {at}");
                 assert_eq!(t.known_max(), Some(finite_abs_max(&x)));
                 t.forget_max();
                 assert_eq!(t.known_max(), None);
             }
         }
         let halves = convert::<u16>(&[1.0, -3.0]);
-        assert_eq!(
-            DeviceArray::upload(&e, &halves, [1, 1, 1, 2])
-                .unwrap()
-                .known_max(),
-            None,
-            "float16 tensors are never scaled"
-        );
+        assert_eq!(DeviceArray::upload(&e, &halves, [1, 1, 1, 2]).unwrap().known_max(), None, "float16 tensors are never scaled");
     }
 }

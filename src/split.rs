@@ -62,14 +62,7 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
             .step_by(per as usize)
             .map(|n0| {
                 let images = per.min(s.n - n0);
-                Piece {
-                    n0,
-                    oh0: 0,
-                    ih0: 0,
-                    shape: Some(ConvShape { n: images, ..*s }),
-                    rows: oh,
-                    images,
-                }
+                Piece { n0, oh0: 0, ih0: 0, shape: Some(ConvShape { n: images, ..*s }), rows: oh, images }
             })
             .collect());
     }
@@ -91,10 +84,8 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
     let in_row = bytes(s.c as u64 * s.w as u64);
     let out_row = bytes(s.k as u64 * ow as u64);
     let eff_r = (s.dilation.0 * (s.r - 1) + 1) as u64;
-    let fits = |rows: u64| {
-        (rows - 1) * s.stride.0 as u64 + eff_r <= max_binding / in_row.max(1)
-            && rows * out_row <= max_binding
-    };
+    let fits = |rows: u64| (rows - 1) * s.stride.0 as u64 + eff_r <= max_binding / in_row.max(1)
+        && rows * out_row <= max_binding;
     if !fits(1) {
         return Err(Error::invalid(format!(
             "one output row needs more than the adapter's largest storage binding \
@@ -111,14 +102,7 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
         for oh0 in (0..oh).step_by(rows as usize) {
             let r = rows.min(oh - oh0);
             let (ih0, shape) = band(s, oh0, r);
-            out.push(Piece {
-                n0,
-                oh0,
-                ih0,
-                shape,
-                rows: r,
-                images: 1,
-            });
+            out.push(Piece { n0, oh0, ih0, shape, rows: r, images: 1 });
         }
     }
     Ok(out)
@@ -135,18 +119,10 @@ pub fn x_runs(s: &ConvShape, p: &Piece, sub: &ConvShape) -> Vec<(usize, usize)> 
     }
     if s.layout == Layout::Nhwc {
         let row = w * s.c as usize;
-        return vec![(
-            p.n0 as usize * img + p.ih0 as usize * row,
-            sub.h as usize * row,
-        )];
+        return vec![(p.n0 as usize * img + p.ih0 as usize * row, sub.h as usize * row)];
     }
     (0..s.c as usize)
-        .map(|c| {
-            (
-                p.n0 as usize * img + c * h * w + p.ih0 as usize * w,
-                sub.h as usize * w,
-            )
-        })
+        .map(|c| (p.n0 as usize * img + c * h * w + p.ih0 as usize * w, sub.h as usize * w))
         .collect()
 }
 
@@ -159,18 +135,10 @@ pub fn y_runs(s: &ConvShape, p: &Piece) -> Vec<(usize, usize)> {
     }
     if s.layout == Layout::Nhwc {
         let row = ow * s.k as usize;
-        return vec![(
-            p.n0 as usize * img + p.oh0 as usize * row,
-            p.rows as usize * row,
-        )];
+        return vec![(p.n0 as usize * img + p.oh0 as usize * row, p.rows as usize * row)];
     }
     (0..s.k as usize)
-        .map(|k| {
-            (
-                p.n0 as usize * img + k * oh * ow + p.oh0 as usize * ow,
-                p.rows as usize * ow,
-            )
-        })
+        .map(|k| (p.n0 as usize * img + k * oh * ow + p.oh0 as usize * ow, p.rows as usize * ow))
         .collect()
 }
 
@@ -181,16 +149,7 @@ mod tests {
 
     #[test]
     fn whole_problem_is_one_piece_when_it_fits() {
-        let s = ConvShape::new(
-            [2, 3, 8, 8],
-            [4, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let s = ConvShape::new([2, 3, 8, 8], [4, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         let p = plan(&s, 1 << 20).unwrap();
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].shape, Some(s));
@@ -198,16 +157,7 @@ mod tests {
 
     #[test]
     fn images_then_bands() {
-        let s = ConvShape::new(
-            [4, 2, 10, 6],
-            [3, 2, 3, 3],
-            (2, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let s = ConvShape::new([4, 2, 10, 6], [3, 2, 3, 3], (2, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         // One image of x is 480 bytes: a 1000-byte binding holds two images.
         let p = plan(&s, 1000).unwrap();
         assert_eq!(p.len(), 2);
@@ -229,43 +179,19 @@ mod tests {
     /// into bands of rows.
     #[test]
     fn shuffled_problems_split_into_images_only() {
-        let s = ConvShape::new(
-            [4, 2, 10, 6],
-            [8, 2, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_pixel_shuffle(2)
-        .unwrap();
+        let s = ConvShape::new([4, 2, 10, 6], [8, 2, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_pixel_shuffle(2)
+            .unwrap();
         let p = plan(&s, 2000).unwrap();
-        assert!(
-            p.len() > 1
-                && p.iter()
-                    .all(|p| p.rows == s.oh() && p.shape.unwrap().pixel_shuffle == Some(2))
-        );
+        assert!(p.len() > 1 && p.iter().all(|p| p.rows == s.oh() && p.shape.unwrap().pixel_shuffle == Some(2)));
         let e = plan(&s, 1000).unwrap_err().to_string();
-        assert!(
-            e.contains("pixel_shuffle=2") && e.contains("bands of rows"),
-            "{e}"
-        );
+        assert!(e.contains("pixel_shuffle=2") && e.contains("bands of rows"), "{e}");
     }
 
     #[test]
     fn band_in_padding_only_has_no_shape() {
-        let s = ConvShape::new(
-            [1, 1, 2, 2],
-            [1, 1, 1, 1],
-            (1, 1),
-            Padding::Explicit(5, 0),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let s = ConvShape::new([1, 1, 2, 2], [1, 1, 1, 1], (1, 1), Padding::Explicit(5, 0), (1, 1), 1, None).unwrap();
         let (_, shape) = band(&s, 0, 1);
         assert!(shape.is_none());
     }

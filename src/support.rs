@@ -22,17 +22,9 @@ fn parts(need: Need) -> (Parts, Parts) {
 
 /// The host and GPU bytes a conv2d call needs, by purpose. `x_on_device`: x is a
 /// [`Tensor`](crate::Tensor) and the result stays on the GPU.
-pub fn conv2d_footprint(
-    engine: &Engine,
-    problem: &Conv2d,
-    x_on_device: bool,
-) -> Result<(Parts, Parts)> {
+pub fn conv2d_footprint(engine: &Engine, problem: &Conv2d, x_on_device: bool) -> Result<(Parts, Parts)> {
     let max = engine.max_binding();
-    let need = if x_on_device {
-        memory::conv2d_device(&problem.shape, max)
-    } else {
-        memory::conv2d_host(&problem.shape, max)
-    };
+    let need = if x_on_device { memory::conv2d_device(&problem.shape, max) } else { memory::conv2d_host(&problem.shape, max) };
     need.map(parts)
 }
 

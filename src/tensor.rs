@@ -18,10 +18,7 @@ pub struct Tensor {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tensor")
-            .field("dims", &self.array.dims)
-            .field("dtype", &self.array.dtype)
-            .finish()
+        f.debug_struct("Tensor").field("dims", &self.array.dims).field("dtype", &self.array.dtype).finish()
     }
 }
 
@@ -65,22 +62,10 @@ impl<'a, T> From<&'a Tensor> for Weights<'a, T> {
 impl Engine {
     /// Uploads C-ordered data of `dims` (`u16` for float16 bits).
     pub fn upload<T: Elem>(&self, data: &[T], dims: [usize; 4]) -> Result<Tensor> {
-        let elems = dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-        expect_len(
-            "the data",
-            data.len(),
-            elems.ok_or_else(|| Error::invalid(format!("dims {dims:?} overflow")))?,
-        )?;
-        let array = no_panic(
-            || "upload".into(),
-            || DeviceArray::upload(&self.inner, data, dims),
-        )?;
-        Ok(Tensor {
-            array,
-            engine: self.clone(),
-        })
+        let elems = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        expect_len("the data", data.len(), elems.ok_or_else(|| Error::invalid(format!("dims {dims:?} overflow")))?)?;
+        let array = no_panic(|| "upload".into(), || DeviceArray::upload(&self.inner, data, dims))?;
+        Ok(Tensor { array, engine: self.clone() })
     }
 
     /// Runs `plan` on a device-resident x; the output stays on the device. `w` is host data
@@ -112,30 +97,17 @@ impl Engine {
         self.check_lost()?;
         let p = plan.problem();
         let ours = |t: &Tensor| t.engine.same_as(self);
-        if !ours(x)
-            || matches!(z, Some(Residual::Tensor(t)) if !ours(t))
-            || matches!(w, Weights::Tensor(t) if !ours(t))
-        {
-            return Err(Error::invalid(
-                "a Tensor of another engine: tensors run on the engine that uploaded them",
-            ));
+        if !ours(x) || matches!(z, Some(Residual::Tensor(t)) if !ours(t)) || matches!(w, Weights::Tensor(t) if !ours(t)) {
+            return Err(Error::invalid("a Tensor of another engine: tensors run on the engine that uploaded them"));
         }
         if x.array.dims != p.x_dims() {
-            return Err(Error::invalid(format!(
-                "x is {:?}, the problem's x is {:?}",
-                x.array.dims,
-                p.x_dims()
-            )));
+            return Err(Error::invalid(format!("x is {:?}, the problem's x is {:?}", x.array.dims, p.x_dims())));
         }
         let w_len = match w {
             Weights::Host(h) => h.len(),
             Weights::Tensor(t) => {
                 if t.array.dims != p.w_dims() {
-                    return Err(Error::invalid(format!(
-                        "w is {:?}, the problem's w is {:?}",
-                        t.array.dims,
-                        p.w_dims()
-                    )));
+                    return Err(Error::invalid(format!("w is {:?}, the problem's w is {:?}", t.array.dims, p.w_dims())));
                 }
                 t.len()
             }
@@ -149,11 +121,7 @@ impl Engine {
             Some(Residual::Host(h)) => Some(runner::Residual::Host(h)),
             Some(Residual::Tensor(t)) => {
                 if t.array.dims != p.y_dims() {
-                    return Err(Error::invalid(format!(
-                        "z is {:?}, the output is {:?}",
-                        t.array.dims,
-                        p.y_dims()
-                    )));
+                    return Err(Error::invalid(format!("z is {:?}, the output is {:?}", t.array.dims, p.y_dims())));
                 }
                 Some(runner::Residual::Device(&t.array))
             }
@@ -163,26 +131,10 @@ impl Engine {
             Weights::Host(h) => runner::WeightSource::Host(h),
             Weights::Tensor(t) => runner::WeightSource::Device(&t.array),
         };
-        let array = no_panic(
-            || format!("conv2d_tensor on {}", p.label()),
-            || {
-                runner::conv2d_device(
-                    &self.inner,
-                    &p.shape,
-                    &plan.variant,
-                    &x.array,
-                    w,
-                    bias,
-                    z,
-                    poison(),
-                    ph,
-                )
-            },
-        )?;
-        Ok(Tensor {
-            array,
-            engine: self.clone(),
-        })
+        let array = no_panic(|| format!("conv2d_tensor on {}", p.label()), || {
+            runner::conv2d_device(&self.inner, &p.shape, &plan.variant, &x.array, w, bias, z, poison(), ph)
+        })?;
+        Ok(Tensor { array, engine: self.clone() })
     }
 
     /// Waits for every queued [`conv2d_tensor`](Self::conv2d_tensor) call; their errors
@@ -230,10 +182,7 @@ impl Tensor {
     pub fn read<T: Elem>(&self, out: &mut [T]) -> Result<()> {
         expect_len("out", out.len(), self.len() as u64)?;
         self.engine.check_lost()?;
-        no_panic(
-            || "reading a Tensor".into(),
-            || self.array.read(&self.engine.inner, out),
-        )
+        no_panic(|| "reading a Tensor".into(), || self.array.read(&self.engine.inner, out))
     }
 
     /// Copies it into a new `Vec`.

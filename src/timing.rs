@@ -43,11 +43,7 @@ impl Default for Phases {
 impl Phases {
     /// Starts measuring now.
     pub fn start() -> Self {
-        Phases {
-            last: Instant::now(),
-            faults_at_start: minor_faults(),
-            record: Record::default(),
-        }
+        Phases { last: Instant::now(), faults_at_start: minor_faults(), record: Record::default() }
     }
 
     /// Charges the time since the previous mark to `phase`; a phase met again (one per piece

@@ -9,13 +9,13 @@
 //! On the host side a tensor is a list of runs `(offset, len)` in elements of a host array;
 //! on the GPU side the runs lie back to back from offset 0 (row bands of a split problem).
 
-use crate::device::Engine;
 use crate::dtype::{finite_abs_max, Elem};
+use crate::device::Engine;
 use crate::error::{no_panic, Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
-use crate::wait::{wait_all, Landing};
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU32, Ordering};
+use crate::wait::{wait_all, Landing};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// KiB per chunk by default (4 MiB): large enough that a chunk's submission (tens of
@@ -46,12 +46,7 @@ const FOLD_BLOCK: usize = 4096;
 pub type MaxFold<'a> = Option<&'a AtomicU32>;
 
 fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-        .filter(|&v| v > 0)
+    std::env::var(name).ok()?.trim().parse().ok().filter(|&v| v > 0)
 }
 
 /// Host threads for chunked copies (`CONVTUNE_COPY_THREADS`, read once): half the cores, at
@@ -66,11 +61,7 @@ fn max_threads() -> usize {
 /// core, at most 16.
 fn wide_threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        env_usize("CONVTUNE_COPY_THREADS")
-            .unwrap_or(cores().clamp(1, 16))
-            .max(max_threads())
-    })
+    *N.get_or_init(|| env_usize("CONVTUNE_COPY_THREADS").unwrap_or(cores().clamp(1, 16)).max(max_threads()))
 }
 
 fn cores() -> usize {
@@ -86,22 +77,13 @@ const WIDE_BYTES: u64 = 128 << 20;
 
 /// The copy threads a transfer of `bytes` runs on (one of the two pool sizes).
 fn crew(bytes: u64) -> usize {
-    if bytes >= WIDE_BYTES {
-        wide_threads()
-    } else {
-        max_threads()
-    }
+    if bytes >= WIDE_BYTES { wide_threads() } else { max_threads() }
 }
 
 /// Elements per chunk (`CONVTUNE_COPY_CHUNK_KB`, read once; tests make it tiny).
 fn chunk_elems() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        env_usize("CONVTUNE_COPY_CHUNK_KB")
-            .unwrap_or(CHUNK_KB)
-            .min(1 << 30)
-            << 8
-    })
+    *N.get_or_init(|| env_usize("CONVTUNE_COPY_CHUNK_KB").unwrap_or(CHUNK_KB).min(1 << 30) << 8)
 }
 
 /// Bytes that `elems` elements of `T` take in a copy: whole 4-byte words, as buffer copies
@@ -124,11 +106,7 @@ struct Chunk {
 fn chunks(runs: &[(usize, usize)], chunk: usize) -> Vec<Chunk> {
     let total: usize = runs.iter().map(|r| r.1).sum();
     let mut out: Vec<Chunk> = (0..total.div_ceil(chunk))
-        .map(|i| Chunk {
-            start: i * chunk,
-            len: chunk.min(total - i * chunk),
-            parts: Vec::new(),
-        })
+        .map(|i| Chunk { start: i * chunk, len: chunk.min(total - i * chunk), parts: Vec::new() })
         .collect();
     let mut gpu = 0;
     for &(host, len) in runs {
@@ -186,11 +164,7 @@ fn spread<T: Send>(n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result
 }
 
 /// `spread` over a pool of `threads` copy threads.
-fn spread_over<T: Send>(
-    threads: usize,
-    n: usize,
-    work: impl Fn(usize) -> Result<T> + Sync,
-) -> Result<Vec<T>> {
+fn spread_over<T: Send>(threads: usize, n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
     let pool_size = threads;
     let threads = threads.min(n);
     let Some(pool) = (threads > 1).then(|| copy_pool(pool_size)).flatten() else {
@@ -218,23 +192,15 @@ fn spread_over<T: Send>(
     })?;
     slots
         .into_iter()
-        .map(|m| {
-            m.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_else(|| Err(Error::Gpu("a copy job never ran".into())))
-        })
+        .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err(Error::Gpu("a copy job never ran".into()))))
         .collect()
 }
 
 /// Runs `f` inside out-of-memory and validation error scopes (per thread, so every copy
 /// thread opens its own) and turns what they caught into an error.
 pub fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
-    let oom = engine
-        .device
-        .push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-    let val = engine
-        .device
-        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let oom = engine.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let val = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let out = f();
     let val_err = pollster::block_on(val.pop());
     let oom_err = pollster::block_on(oom.pop());
@@ -251,13 +217,7 @@ pub fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
 /// buffers, one per chunk (see `PIECEWISE_MAX` for the two ways they are filled). Returns the staging
 /// buffers: keep them until a wait has covered these submissions, so that the pool gets
 /// them back mapped (dropped earlier they are freed instead, which is safe but slower).
-pub fn upload<T: Elem>(
-    engine: &Engine,
-    dst: &wgpu::Buffer,
-    src: &[T],
-    runs: &[(usize, usize)],
-    max: MaxFold<'_>,
-) -> Result<Vec<PooledBuffer>> {
+pub fn upload<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)], max: MaxFold<'_>) -> Result<Vec<PooledBuffer>> {
     let plan = chunks(runs, chunk_elems());
     let bytes = copy_bytes::<T>(runs.iter().map(|r| r.1).sum());
     if let [c] = plan.as_slice() {
@@ -274,9 +234,7 @@ pub fn upload<T: Elem>(
     if bytes <= PIECEWISE_MAX {
         return upload_pieces(engine, dst, src, runs, max);
     }
-    spread_over(crew(bytes), plan.len(), |i| {
-        upload_chunk(engine, dst, src, &plan[i], max)
-    })
+    spread_over(crew(bytes), plan.len(), |i| upload_chunk(engine, dst, src, &plan[i], max))
 }
 
 /// Elements per chunk when `runs` are cut into one chunk per copy thread: at least
@@ -291,28 +249,13 @@ fn per_thread<T>(runs: &[(usize, usize)], threads: usize) -> usize {
 
 /// Writes the staging buffers of chunks small enough for every copy thread to get one
 /// (at least `COPY_PIECE` bytes each), then submits all their GPU copies together.
-fn upload_pieces<T: Elem>(
-    engine: &Engine,
-    dst: &wgpu::Buffer,
-    src: &[T],
-    runs: &[(usize, usize)],
-    max: MaxFold<'_>,
-) -> Result<Vec<PooledBuffer>> {
-    let plan = chunks(
-        runs,
-        per_thread::<T>(runs, max_threads()).min(chunk_elems()),
-    );
+fn upload_pieces<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], runs: &[(usize, usize)], max: MaxFold<'_>) -> Result<Vec<PooledBuffer>> {
+    let plan = chunks(runs, per_thread::<T>(runs, max_threads()).min(chunk_elems()));
     let staging = spread(plan.len(), |i| fill_chunk(engine, src, &plan[i], max))?;
     scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
         for (b, c) in staging.iter().zip(&plan) {
-            enc.copy_buffer_to_buffer(
-                b,
-                0,
-                dst,
-                (c.start * std::mem::size_of::<T>()) as u64,
-                copy_bytes::<T>(c.len),
-            );
+            enc.copy_buffer_to_buffer(b, 0, dst, (c.start * std::mem::size_of::<T>()) as u64, copy_bytes::<T>(c.len));
         }
         engine.queue.submit([enc.finish()]);
     })?;
@@ -326,31 +269,17 @@ fn upload_pieces<T: Elem>(
 /// ahead of the next submission (the kernel's), so it costs no submission and no wait of
 /// its own; a call on short kernels made several (0.1-0.3 ms each on an H100). `false`
 /// where the bytes are not whole 4-byte words (an odd float16 count): the caller stages it.
-fn write_now<T: Elem>(
-    engine: &Engine,
-    dst: &wgpu::Buffer,
-    start: usize,
-    data: &[T],
-) -> Result<bool> {
+fn write_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, start: usize, data: &[T]) -> Result<bool> {
     let bytes: &[u8] = bytemuck::cast_slice(data);
     if bytes.len() % wgpu::COPY_BUFFER_ALIGNMENT as usize != 0 {
         return Ok(false);
     }
-    scoped(engine, || {
-        engine
-            .queue
-            .write_buffer(dst, (start * std::mem::size_of::<T>()) as u64, bytes)
-    })?;
+    scoped(engine, || engine.queue.write_buffer(dst, (start * std::mem::size_of::<T>()) as u64, bytes))?;
     Ok(true)
 }
 
 /// A staging buffer holding chunk `c` of `src`, unmapped for its GPU copy.
-fn fill_chunk<T: Elem>(
-    engine: &Engine,
-    src: &[T],
-    c: &Chunk,
-    max: MaxFold<'_>,
-) -> Result<PooledBuffer> {
+fn fill_chunk<T: Elem>(engine: &Engine, src: &[T], c: &Chunk, max: MaxFold<'_>) -> Result<PooledBuffer> {
     let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(UPLOAD, bytes)?;
     write_parts(&staging, 0, src, c, max)?;
@@ -360,13 +289,7 @@ fn fill_chunk<T: Elem>(
 
 /// Writes chunk `c` of `src` into the mapped bytes of `buf` from `offset` on, folding the
 /// largest finite |v| into `max` where asked.
-fn write_parts<T: Elem>(
-    buf: &wgpu::Buffer,
-    offset: u64,
-    src: &[T],
-    c: &Chunk,
-    max: MaxFold<'_>,
-) -> Result<()> {
+fn write_parts<T: Elem>(buf: &wgpu::Buffer, offset: u64, src: &[T], c: &Chunk, max: MaxFold<'_>) -> Result<()> {
     let size = std::mem::size_of::<T>();
     let mut view = buf
         .slice(offset..offset + copy_bytes::<T>(c.len))
@@ -376,14 +299,12 @@ fn write_parts<T: Elem>(
     for &(host, within, n) in &c.parts {
         let part = &src[host..host + n];
         if max.is_none() {
-            view.slice(within * size..(within + n) * size)
-                .copy_from_slice(bytemuck::cast_slice(part));
+            view.slice(within * size..(within + n) * size).copy_from_slice(bytemuck::cast_slice(part));
             continue;
         }
         for (i, block) in part.chunks(FOLD_BLOCK).enumerate() {
             let at = (within + i * FOLD_BLOCK) * size;
-            view.slice(at..at + std::mem::size_of_val(block))
-                .copy_from_slice(bytemuck::cast_slice(block));
+            view.slice(at..at + std::mem::size_of_val(block)).copy_from_slice(bytemuck::cast_slice(block));
             largest = largest.max(finite_abs_max(block));
         }
     }
@@ -398,29 +319,16 @@ fn write_parts<T: Elem>(
 /// the host maps (`pool::INPUT_MAPPED`, see `Engine::direct_inputs`), so there is no staging
 /// buffer and no GPU copy. Call `remap_upload` on it once the submissions reading it are
 /// queued.
-pub fn write_direct<T: Elem>(
-    dst: &PooledBuffer,
-    src: &[T],
-    runs: &[(usize, usize)],
-    max: MaxFold<'_>,
-) -> Result<()> {
+pub fn write_direct<T: Elem>(dst: &PooledBuffer, src: &[T], runs: &[(usize, usize)], max: MaxFold<'_>) -> Result<()> {
     let threads = crew(copy_bytes::<T>(runs.iter().map(|r| r.1).sum()));
     let plan = chunks(runs, per_thread::<T>(runs, threads));
     let size = std::mem::size_of::<T>() as u64;
-    spread_over(threads, plan.len(), |i| {
-        write_parts(dst, plan[i].start as u64 * size, src, &plan[i], max)
-    })?;
+    spread_over(threads, plan.len(), |i| write_parts(dst, plan[i].start as u64 * size, src, &plan[i], max))?;
     dst.unmap();
     Ok(())
 }
 
-fn upload_chunk<T: Elem>(
-    engine: &Engine,
-    dst: &wgpu::Buffer,
-    src: &[T],
-    c: &Chunk,
-    max: MaxFold<'_>,
-) -> Result<PooledBuffer> {
+fn upload_chunk<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], c: &Chunk, max: MaxFold<'_>) -> Result<PooledBuffer> {
     let size = std::mem::size_of::<T>();
     let bytes = copy_bytes::<T>(c.len);
     let staging = fill_chunk(engine, src, c, max)?;
@@ -438,12 +346,7 @@ fn upload_chunk<T: Elem>(
 /// small upload that `Queue::write_buffer` took needs no wait (wgpu copies it ahead of the
 /// next submission, whoever makes it): waiting there also waited for every other thread's
 /// work in flight.
-pub fn upload_now<T: Elem>(
-    engine: &Engine,
-    dst: &wgpu::Buffer,
-    src: &[T],
-    max: MaxFold<'_>,
-) -> Result<()> {
+pub fn upload_now<T: Elem>(engine: &Engine, dst: &wgpu::Buffer, src: &[T], max: MaxFold<'_>) -> Result<()> {
     let staging = upload(engine, dst, src, &[(0, src.len())], max)?;
     if !staging.is_empty() {
         wait_all(engine)?;
@@ -522,9 +425,7 @@ impl<T> Dest<'_, T> {
 
 /// The mapped bytes of a read-back chunk.
 fn view_of(staging: &PooledBuffer, bytes: u64) -> Result<wgpu::BufferView> {
-    staging
-        .get_mapped_range(..bytes)
-        .map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))
+    staging.get_mapped_range(..bytes).map_err(|e| Error::Gpu(format!("mapping the output failed: {e}")))
 }
 
 /// Carves `out` into the pieces the chunks fill, each a separate `&mut` (chunk parts
@@ -533,11 +434,7 @@ fn carve<'a, T>(plan: &[Chunk], out: &'a mut [T]) -> Result<Vec<Vec<Dest<'a, T>>
     let mut parts: Vec<(usize, usize, usize, usize)> = plan
         .iter()
         .enumerate()
-        .flat_map(|(i, c)| {
-            c.parts
-                .iter()
-                .map(move |&(host, within, n)| (host, i, within, n))
-        })
+        .flat_map(|(i, c)| c.parts.iter().map(move |&(host, within, n)| (host, i, within, n)))
         .collect();
     parts.sort_unstable_by_key(|p| p.0);
     let mut per_chunk: Vec<Vec<Dest<'a, T>>> = (0..plan.len()).map(|_| Vec::new()).collect();
@@ -558,12 +455,7 @@ fn carve<'a, T>(plan: &[Chunk], out: &'a mut [T]) -> Result<Vec<Vec<Dest<'a, T>>
 
 /// Copies `src` (back to back from offset 0) into `runs` of `out`: `start_download`, then
 /// `Download::finish`.
-pub fn download<T: Elem>(
-    engine: &Engine,
-    src: &wgpu::Buffer,
-    out: &mut [T],
-    runs: &[(usize, usize)],
-) -> Result<()> {
+pub fn download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, out: &mut [T], runs: &[(usize, usize)]) -> Result<()> {
     start_download::<T>(engine, src, runs)?.finish(engine, out)
 }
 
@@ -577,21 +469,10 @@ pub struct Download<T> {
 /// Queues the GPU copies of every chunk of `src` (laid out as `runs` on the host), each
 /// with its own staging buffer, submission and mapping. Queued right behind a kernel, they
 /// start as soon as it ends, without a round trip through the host.
-pub fn start_download<T: Elem>(
-    engine: &Engine,
-    src: &wgpu::Buffer,
-    runs: &[(usize, usize)],
-) -> Result<Download<T>> {
+pub fn start_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, runs: &[(usize, usize)]) -> Result<Download<T>> {
     let plan = chunks(runs, chunk_elems());
-    let pending = plan
-        .iter()
-        .map(|c| submit_download::<T>(engine, src, c))
-        .collect::<Result<_>>()?;
-    Ok(Download {
-        plan,
-        pending,
-        elem: std::marker::PhantomData,
-    })
+    let pending = plan.iter().map(|c| submit_download::<T>(engine, src, c)).collect::<Result<_>>()?;
+    Ok(Download { plan, pending, elem: std::marker::PhantomData })
 }
 
 impl<T: Elem> Download<T> {
@@ -613,30 +494,23 @@ impl<T: Elem> Download<T> {
         let size = std::mem::size_of::<T>();
         let piece = (COPY_PIECE as usize / size).max(1);
         // Mapped views, set as their chunks land and kept until the copies are done.
-        let views: Vec<OnceCell<wgpu::BufferView>> =
-            self.pending.iter().map(|_| OnceCell::new()).collect();
+        let views: Vec<OnceCell<wgpu::BufferView>> = self.pending.iter().map(|_| OnceCell::new()).collect();
         // This thread waits for the chunks in order and hands out their pieces; waiting stops
         // at the first error, and the scope ends once the pieces handed out are copied.
         let result = unless_panicked(|| {
             pool.in_place_scope(|s| {
-                self.pending.iter().zip(dests).zip(&views).try_for_each(
-                    |((p, d), slot)| -> Result<()> {
-                        p.landing.wait(engine, p.idx.clone())?;
-                        let view = view_of(&p.staging, p.bytes)?;
-                        let src: &[u8] = slot.get_or_init(|| view);
-                        for dest in d {
-                            let from = dest.source(src);
-                            for (to, from) in
-                                dest.out.chunks_mut(piece).zip(from.chunks(piece * size))
-                            {
-                                s.spawn(move |_| {
-                                    bytemuck::cast_slice_mut::<T, u8>(to).copy_from_slice(from)
-                                });
-                            }
+                self.pending.iter().zip(dests).zip(&views).try_for_each(|((p, d), slot)| -> Result<()> {
+                    p.landing.wait(engine, p.idx.clone())?;
+                    let view = view_of(&p.staging, p.bytes)?;
+                    let src: &[u8] = slot.get_or_init(|| view);
+                    for dest in d {
+                        let from = dest.source(src);
+                        for (to, from) in dest.out.chunks_mut(piece).zip(from.chunks(piece * size)) {
+                            s.spawn(move |_| bytemuck::cast_slice_mut::<T, u8>(to).copy_from_slice(from));
                         }
-                        Ok(())
-                    },
-                )
+                    }
+                    Ok(())
+                })
             })
         })
         .and_then(|r| r);
@@ -675,22 +549,11 @@ fn submit_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> R
     let staging = engine.pool.take(DOWNLOAD, bytes)?;
     let idx = scoped(engine, || {
         let mut enc = engine.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(
-            src,
-            (c.start * std::mem::size_of::<T>()) as u64,
-            &staging,
-            0,
-            bytes,
-        );
+        enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
         engine.queue.submit([enc.finish()])
     })?;
     let landing = Landing::map_read(&staging, bytes);
-    Ok(Pending {
-        staging,
-        bytes,
-        idx,
-        landing,
-    })
+    Ok(Pending { staging, bytes, idx, landing })
 }
 
 /// Copies a mapped chunk into its pieces of the output and unmaps it.
@@ -755,13 +618,7 @@ mod tests {
         for threads in [1, 3, 8] {
             let v = spread_over(threads, 37, |i| Ok(i * 2)).unwrap();
             assert_eq!(v, (0..37).map(|i| i * 2).collect::<Vec<_>>());
-            let failing = |i| {
-                if i % 7 == 5 {
-                    Err(Error::invalid(format!("job {i}")))
-                } else {
-                    Ok(i)
-                }
-            };
+            let failing = |i| if i % 7 == 5 { Err(Error::invalid(format!("job {i}"))) } else { Ok(i) };
             // The first failing job in index order is the error reported.
             let e = spread_over(threads, 30, failing).unwrap_err().to_string();
             assert!(e.contains("job 5"), "{threads} threads: {e}");
@@ -778,11 +635,7 @@ mod tests {
         assert!(wide_threads() >= max_threads());
         // The page touching beside an upload runs on the upload's pool and reaches every page.
         let mut out = vec![f32::from_bits(0x3F80_0001); PREFAULT_MIN / 2];
-        let got = alongside(
-            WIDE_BYTES,
-            || spread_over(wide_threads(), 5, Ok).unwrap(),
-            || prefault(&mut out),
-        );
+        let got = alongside(WIDE_BYTES, || spread_over(wide_threads(), 5, Ok).unwrap(), || prefault(&mut out));
         assert_eq!(got, [0, 1, 2, 3, 4]);
         // Each page's first byte (an element's low byte) was zeroed.
         assert!(out.iter().step_by(1024).all(|v| v.to_bits() == 0x3F80_0000));

@@ -9,11 +9,11 @@ use crate::compiling::{worker_count, Compiler, StopOnDrop};
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::families::Families;
-use crate::kernels::{self, direct::Direct, Caps, Variant};
 use crate::params::ConvShape;
-use crate::pool::PooledBuffer;
 use crate::precision::Precision;
+use crate::pool::PooledBuffer;
 use crate::runner::{median, DeviceTensors};
+use crate::kernels::{self, direct::Direct, Caps, Variant};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -47,13 +47,7 @@ pub fn reference_variant(shape: &ConvShape) -> Variant {
     if shape.is_transposed() && shape.pixel_shuffle.is_none() {
         return Variant::Tconv(crate::kernels::tconv::REFERENCE);
     }
-    Variant::Direct(Direct {
-        wg_x: 64,
-        wg_y: 1,
-        unroll: 0,
-        tk: 1,
-        tw: 1,
-    })
+    Variant::Direct(Direct { wg_x: 64, wg_y: 1, unroll: 0, tk: 1, tw: 1 })
 }
 
 static INJECT_FAULTY: AtomicBool = AtomicBool::new(false);
@@ -132,15 +126,7 @@ pub struct CandidateResult {
 
 impl CandidateResult {
     fn new(name: String, status: Status) -> Self {
-        CandidateResult {
-            name,
-            status,
-            samples_ms: Vec::new(),
-            median_ms: None,
-            detail: None,
-            compile_ms: None,
-            runoff_ms: None,
-        }
+        CandidateResult { name, status, samples_ms: Vec::new(), median_ms: None, detail: None, compile_ms: None, runoff_ms: None }
     }
 
     /// The variant it ran; `None` for names that do not parse (the faulty test candidate
@@ -222,9 +208,9 @@ const GPU_SPIN_UP: Duration = Duration::from_millis(500);
 /// kernel's times hold steady (at most `GPU_SPIN_UP` all the same).
 const STILL_LOADED: Duration = Duration::from_secs(1);
 
+
 /// Least and most busy time before each candidate's samples (see `DeviceTensors::settle`).
-const CANDIDATE_WARM_UP: (Duration, Duration) =
-    (Duration::from_millis(10), Duration::from_millis(300));
+const CANDIDATE_WARM_UP: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(300));
 
 /// Knobs of a tuning run.
 #[derive(Clone, Debug)]
@@ -244,13 +230,7 @@ pub struct TuneOptions {
 
 impl Default for TuneOptions {
     fn default() -> Self {
-        TuneOptions {
-            budget: DEFAULT_BUDGET,
-            samples: 7,
-            must_time: 3,
-            families: Families::all(),
-            also: Vec::new(),
-        }
+        TuneOptions { budget: DEFAULT_BUDGET, samples: 7, must_time: 3, families: Families::all(), also: Vec::new() }
     }
 }
 
@@ -329,12 +309,7 @@ pub fn ranked_candidates(shape: &ConvShape, caps: &Caps) -> Vec<Variant> {
 /// The untuned choice: the default rule's variant, or, where `families` leaves out its
 /// family, the likeliest winner of the allowed ones. An error when no allowed variant can run
 /// `shape` on this adapter at `precision`.
-pub fn default_choice(
-    shape: &ConvShape,
-    caps: &Caps,
-    precision: Precision,
-    families: &Families,
-) -> Result<Variant> {
+pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, families: &Families) -> Result<Variant> {
     let precision = precision.for_data(shape.dtype);
     let rule = kernels::default_variant(shape, caps);
     if families.allows(rule.family()) {
@@ -349,30 +324,18 @@ pub fn default_choice(
     let fallback = kernels::all_variants()
         .into_iter()
         .filter(|v| allowed(v) && v.fits(caps) && v.computes(shape))
-        .min_by(|a, b| {
-            a.cost(shape)
-                .total_cmp(&b.cost(shape))
-                .then_with(|| a.to_string().cmp(&b.to_string()))
-        });
+        .min_by(|a, b| a.cost(shape).total_cmp(&b.cost(shape)).then_with(|| a.to_string().cmp(&b.to_string())));
     fallback.ok_or_else(|| {
         let why: Vec<String> = families
             .allowed()
             .iter()
             .map(|f| {
-                let of_f: Vec<Variant> = kernels::all_variants()
-                    .into_iter()
-                    .filter(|v| v.family() == *f)
-                    .collect();
+                let of_f: Vec<Variant> = kernels::all_variants().into_iter().filter(|v| v.family() == *f).collect();
                 let needs_tc = of_f.iter().any(|v| v.needs_tensor_cores());
                 match caps.tensor_cores_missing() {
                     Some(missing) if needs_tc => format!("{f}: {missing}"),
-                    _ if !of_f.iter().any(|v| v.computes(shape)) => {
-                        format!("{f}: no variant computes this shape")
-                    }
-                    _ => format!(
-                        "{f}: no variant fits this adapter and serves precision {}",
-                        precision.as_str()
-                    ),
+                    _ if !of_f.iter().any(|v| v.computes(shape)) => format!("{f}: no variant computes this shape"),
+                    _ => format!("{f}: no variant fits this adapter and serves precision {}", precision.as_str()),
                 }
             })
             .collect();
@@ -399,34 +362,21 @@ fn timing_order(
 ) -> Result<Vec<Candidate>> {
     let families = &opts.families;
     let default = default_choice(shape, caps, precision, families)?;
-    let mut order = vec![Candidate {
-        variant: default,
-        faulty: false,
-        must: true,
-    }];
+    let mut order = vec![Candidate { variant: default, faulty: false, must: true }];
     if faulty {
-        order.push(Candidate {
-            variant: default,
-            faulty: true,
-            must: true,
-        });
+        order.push(Candidate { variant: default, faulty: true, must: true });
     }
     let mut also: Vec<Variant> = Vec::new();
     for &v in &opts.also {
-        let runs =
-            v.serves(precision) && families.allows(v.family()) && v.fits(caps) && v.computes(shape);
+        let runs = v.serves(precision) && families.allows(v.family()) && v.fits(caps) && v.computes(shape);
         if runs && v != default && !also.contains(&v) {
             also.push(v);
         }
     }
-    order.extend(also.iter().map(|&variant| Candidate {
-        variant,
-        faulty: false,
-        must: true,
-    }));
-    let ranked = ranked_candidates(shape, caps).into_iter().filter(|v| {
-        *v != default && !also.contains(v) && v.serves(precision) && families.allows(v.family())
-    });
+    order.extend(also.iter().map(|&variant| Candidate { variant, faulty: false, must: true }));
+    let ranked = ranked_candidates(shape, caps)
+        .into_iter()
+        .filter(|v| *v != default && !also.contains(v) && v.serves(precision) && families.allows(v.family()));
     // Each family's likeliest winner first (in rank order), then the rest: one batch then
     // compares the families even where the model ranks one family's many variants above
     // another's best (the families' estimates are calibrated against each other on one GPU).
@@ -440,22 +390,13 @@ fn timing_order(
     }
     leaders.extend(rest);
     for (i, variant) in leaders.into_iter().enumerate() {
-        order.push(Candidate {
-            variant,
-            faulty: false,
-            must: i < opts.must_time,
-        });
+        order.push(Candidate { variant, faulty: false, must: i < opts.must_time });
     }
     // The reference is the fallback; make sure it is in the report even if it does not suit.
     let reference = reference_variant(shape);
     let allowed = families.allows(reference.family());
-    if allowed && !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(caps)
-    {
-        order.push(Candidate {
-            variant: reference,
-            faulty: false,
-            must: false,
-        });
+    if allowed && !order.iter().any(|c| c.variant == reference && !c.faulty) && reference.fits(caps) {
+        order.push(Candidate { variant: reference, faulty: false, must: false });
     }
     Ok(order)
 }
@@ -467,17 +408,9 @@ fn timing_order(
 /// Max |got - want| / max |want| over elements where the reference is a number; an error
 /// message if a candidate leaves a non-number where the reference has a number, or exceeds
 /// the tolerance.
-pub fn check_against(
-    got: &[f32],
-    want: &[f32],
-    tolerance: f64,
-) -> std::result::Result<f64, String> {
+pub fn check_against(got: &[f32], want: &[f32], tolerance: f64) -> std::result::Result<f64, String> {
     if got.len() != want.len() {
-        return Err(format!(
-            "output has {} elements, reference {}",
-            got.len(),
-            want.len()
-        ));
+        return Err(format!("output has {} elements, reference {}", got.len(), want.len()));
     }
     let scale = want
         .iter()
@@ -497,9 +430,7 @@ pub fn check_against(
         }
     }
     if worst > tolerance {
-        return Err(format!(
-            "max relative error {worst:.2e} exceeds {tolerance:.0e}"
-        ));
+        return Err(format!("max relative error {worst:.2e} exceeds {tolerance:.0e}"));
     }
     Ok(worst)
 }
@@ -507,18 +438,13 @@ pub fn check_against(
 /// The host check's verdict (`check_against`) from a GPU-side comparison.
 fn verdict(c: &Comparison, tolerance: f64) -> std::result::Result<(), String> {
     if c.bad > 0 {
-        return Err(format!(
-            "{} elements are not finite where the reference is",
-            c.bad
-        ));
+        return Err(format!("{} elements are not finite where the reference is", c.bad));
     }
     let worst = c.relative_error();
     // Written so that a NaN error fails.
     #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(worst <= tolerance) {
-        return Err(format!(
-            "max relative error {worst:.2e} exceeds {tolerance:.0e}"
-        ));
+        return Err(format!("max relative error {worst:.2e} exceeds {tolerance:.0e}"));
     }
     Ok(())
 }
@@ -549,10 +475,7 @@ fn failure(name: String, e: &Error) -> CandidateResult {
         Error::OutOfMemory(_) => Status::OutOfMemory,
         _ => Status::Failed,
     };
-    CandidateResult {
-        detail: Some(e.to_string()),
-        ..CandidateResult::new(name, status)
-    }
+    CandidateResult { detail: Some(e.to_string()), ..CandidateResult::new(name, status) }
 }
 
 /// Shared state of one tuning run.
@@ -579,22 +502,12 @@ impl Bench<'_> {
     }
 
     fn time_ms(&self, kernel: &Compiled, reps: u32) -> Result<Vec<f64>> {
-        Ok(self
-            .tensors
-            .time(self.engine, kernel, reps)?
-            .into_iter()
-            .map(|s| s * 1e3)
-            .collect())
+        Ok(self.tensors.time(self.engine, kernel, reps)?.into_iter().map(|s| s * 1e3).collect())
     }
 
     /// Brings the GPU back to load clocks after the compile that preceded this candidate.
     fn warm(&self, kernel: &Compiled) -> Result<()> {
-        self.tensors.settle(
-            self.engine,
-            kernel,
-            CANDIDATE_WARM_UP.0,
-            CANDIDATE_WARM_UP.1,
-        )
+        self.tensors.settle(self.engine, kernel, CANDIDATE_WARM_UP.0, CANDIDATE_WARM_UP.1)
     }
 
     /// Validates and times one compiled candidate. `Err` only for errors that end tuning.
@@ -617,13 +530,7 @@ impl Bench<'_> {
         match verdict {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {
-                return Ok((
-                    CandidateResult {
-                        detail: Some(why),
-                        ..CandidateResult::new(name, Status::Wrong)
-                    },
-                    None,
-                ))
+                return Ok((CandidateResult { detail: Some(why), ..CandidateResult::new(name, Status::Wrong) }, None))
             }
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => return Ok((failure(name, &e), None)),
@@ -637,9 +544,7 @@ impl Bench<'_> {
                     median_ms: median(&samples),
                     samples_ms: samples,
                     detail: (status == Status::Pruned).then(|| {
-                        format!(
-                            "more than {PRUNE_RATIO}x the best so far after {PRUNE_AFTER} samples"
-                        )
+                        format!("more than {PRUNE_RATIO}x the best so far after {PRUNE_AFTER} samples")
                     }),
                     ..CandidateResult::new(name, status)
                 },
@@ -651,11 +556,7 @@ impl Bench<'_> {
     }
 
     /// `Ok(Err(why))` when the output is wrong.
-    fn validate(
-        &mut self,
-        kernel: &Compiled,
-        faulty: bool,
-    ) -> Result<std::result::Result<(), String>> {
+    fn validate(&mut self, kernel: &Compiled, faulty: bool) -> Result<std::result::Result<(), String>> {
         self.run_checked(kernel)?;
         if faulty {
             // The test-only candidate is corrupted on the host, so it takes the host check.
@@ -664,18 +565,10 @@ impl Bench<'_> {
             return Ok(check_against(&out, &self.reference, self.tolerance).map(|_| ()));
         }
         // On the GPU: a read-back of a large output would cost more than the run itself.
-        Ok(verdict(
-            &self.tensors.compare_y(self.engine, &self.reference_gpu)?,
-            self.tolerance,
-        ))
+        Ok(verdict(&self.tensors.compare_y(self.engine, &self.reference_gpu)?, self.tolerance))
     }
 
-    fn sample(
-        &self,
-        kernel: &Compiled,
-        best_ms: Option<f64>,
-        opts: &TuneOptions,
-    ) -> Result<(Status, Vec<f64>)> {
+    fn sample(&self, kernel: &Compiled, best_ms: Option<f64>, opts: &TuneOptions) -> Result<(Status, Vec<f64>)> {
         self.warm(kernel)?;
         let first = PRUNE_AFTER.min(opts.samples.max(1));
         let mut samples = self.time_ms(kernel, first)?;
@@ -700,19 +593,11 @@ fn measure_guarded(
     best_ms: Option<f64>,
     opts: &TuneOptions,
 ) -> Result<(CandidateResult, Option<Compiled>)> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        bench.measure(c, compiled, best_ms, opts)
-    })) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.measure(c, compiled, best_ms, opts))) {
         Ok(r) => r,
         Err(payload) => {
             let msg = crate::error::panic_message(payload.as_ref());
-            Ok((
-                CandidateResult {
-                    detail: Some(format!("panicked: {msg}")),
-                    ..CandidateResult::new(c.name(), Status::Failed)
-                },
-                None,
-            ))
+            Ok((CandidateResult { detail: Some(format!("panicked: {msg}")), ..CandidateResult::new(c.name(), Status::Failed) }, None))
         }
     }
 }
@@ -728,22 +613,14 @@ struct Finalist {
 /// and the `FINALISTS` fastest others.
 fn keep_finalist(finalists: &mut Vec<Finalist>, f: Finalist) {
     finalists.push(f);
-    finalists.sort_by(|a, b| {
-        (a.index != 0)
-            .cmp(&(b.index != 0))
-            .then(a.ms.total_cmp(&b.ms))
-    });
+    finalists.sort_by(|a, b| (a.index != 0).cmp(&(b.index != 0)).then(a.ms.total_cmp(&b.ms)));
     let has_default = finalists.first().is_some_and(|f| f.index == 0);
     finalists.truncate(FINALISTS + has_default as usize);
 }
 
 /// Times the finalists again in turns (so that clock changes and noise fall on all of
 /// them alike) within `RUNOFF_SHARE` of the budget; their median GPU ms, by index.
-fn runoff(
-    bench: &mut Bench,
-    finalists: &[Finalist],
-    budget: Duration,
-) -> Result<Vec<(usize, f64)>> {
+fn runoff(bench: &mut Bench, finalists: &[Finalist], budget: Duration) -> Result<Vec<(usize, f64)>> {
     let slowest = finalists.iter().map(|f| f.ms).fold(0.0, f64::max);
     let runs = (finalists.len() as u32 * RUNOFF_TURNS) as f64 * slowest.max(1e-3);
     let reps = ((budget.as_secs_f64() * 1e3 * RUNOFF_SHARE / runs) as u32).clamp(2, RUNOFF_REPS);
@@ -755,24 +632,14 @@ fn runoff(
         }
     }
     bench.timing += t0.elapsed();
-    Ok(finalists
-        .iter()
-        .zip(&samples)
-        .filter_map(|(f, s)| median(s).map(|m| (f.index, m)))
-        .collect())
+    Ok(finalists.iter().zip(&samples).filter_map(|(f, s)| median(s).map(|m| (f.index, m))).collect())
 }
 
 /// Compiles a candidate; a panic in the generator becomes an error of that candidate only.
 /// Also returns how long it took.
-fn compile_guarded(
-    engine: &Engine,
-    c: &Candidate,
-    shape: &ConvShape,
-) -> (Result<Compiled>, Duration) {
+fn compile_guarded(engine: &Engine, c: &Candidate, shape: &ConvShape) -> (Result<Compiled>, Duration) {
     let t0 = Instant::now();
-    let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        engine.compile(&c.variant, shape)
-    })) {
+    let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.compile(&c.variant, shape))) {
         Ok(r) => r,
         Err(_) => Err(Error::Gpu(format!("generating {} panicked", c.name()))),
     };
@@ -782,10 +649,8 @@ fn compile_guarded(
 /// The size of a candidate's WGSL: what its compile time grows with. 0 where it cannot be
 /// generated (or the generator panics): compiling it then records why.
 fn source_bytes(c: &Candidate, shape: &ConvShape) -> usize {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        c.variant.generate(shape).map_or(0, |k| k.source.len())
-    }))
-    .unwrap_or(0)
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.variant.generate(shape).map_or(0, |k| k.source.len())))
+        .unwrap_or(0)
 }
 
 /// Whether a batch compiles while the one before is measured: `CONVTUNE_TUNE_OVERLAP` (`1` or
@@ -805,19 +670,11 @@ const BUSY_STEP: Duration = Duration::from_millis(20);
 
 /// Output of the reference variant on the tuning inputs, on the GPU and (`host`: only the
 /// faulty test candidate is checked there) on the host, and the compiled reference kernel.
-fn reference_output(
-    engine: &Engine,
-    tensors: &DeviceTensors,
-    host: bool,
-) -> Result<(Vec<f32>, PooledBuffer, Compiled)> {
+fn reference_output(engine: &Engine, tensors: &DeviceTensors, host: bool) -> Result<(Vec<f32>, PooledBuffer, Compiled)> {
     let kernel = engine.compile(&reference_variant(&tensors.shape), &tensors.shape)?;
     tensors.poison(engine)?;
     tensors.run(engine, &kernel)?;
-    let out = if host {
-        tensors.read_y_f32(engine)?
-    } else {
-        Vec::new()
-    };
+    let out = if host { tensors.read_y_f32(engine)? } else { Vec::new() };
     Ok((out, tensors.copy_y(engine)?, kernel))
 }
 
@@ -835,21 +692,11 @@ pub fn iso_utc(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 fn now_iso() -> String {
-    iso_utc(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    )
+    iso_utc(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
 }
 
 /// Tunes `shape` on `engine`. Candidates that fail in any way are recorded and skipped; the
@@ -868,11 +715,7 @@ pub fn tune(
     let precision = precision.for_data(shape.dtype);
     // Before the inputs are made: a shape too large for one binding must not cost gigabytes
     // of random data first.
-    crate::memory::check(
-        engine,
-        "tuning",
-        &crate::memory::whole_problem(shape, engine.max_binding())?,
-    )?;
+    crate::memory::check(engine, "tuning", &crate::memory::whole_problem(shape, engine.max_binding())?)?;
     let order = timing_order(shape, precision, &engine.caps, opts, inject_faulty())?;
     let on_gpu = engine.desc.device_type != "Cpu";
     let overlap = overlap_compiles(on_gpu);
@@ -896,125 +739,87 @@ pub fn tune(
     let mut best: Option<(usize, f64)> = None;
     let mut finalists: Vec<Finalist> = Vec::new();
     let mut compiling = Duration::ZERO;
-    let (setup, validating, timing, last) =
-        std::thread::scope(|scope| -> Result<(Duration, Duration, Duration, Instant)> {
-            // With overlap the workers start at once: the first candidates compile while the
-            // inputs and the reference are set up and the GPU spins up.
-            for _ in 0..compiler.threads() {
-                scope.spawn(|| compiler.run_worker(want, compile));
+    let (setup, validating, timing, last) = std::thread::scope(|scope| -> Result<(Duration, Duration, Duration, Instant)> {
+        // With overlap the workers start at once: the first candidates compile while the
+        // inputs and the reference are set up and the GPU spins up.
+        for _ in 0..compiler.threads() {
+            scope.spawn(|| compiler.run_worker(want, compile));
+        }
+        let _stop = StopOnDrop(&compiler);
+        let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
+        let host_reference = order.iter().any(|c| c.faulty);
+        let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors, host_reference)?;
+        if on_gpu {
+            // A GPU that idled before tuning runs the first candidates (the default among
+            // them) at low clocks for a while; bring it to load clocks first (see `settle`).
+            let loaded = engine.last_tuned.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|t| t.elapsed() < STILL_LOADED);
+            tensors.settle(engine, &reference_kernel, if loaded { Duration::ZERO } else { GPU_SPIN_UP }, GPU_SPIN_UP)?;
+        }
+        let mut bench = Bench {
+            engine,
+            tensors,
+            reference,
+            reference_gpu,
+            tolerance: precision.validation_bound(shape.dtype),
+            validating: Duration::ZERO,
+            timing: Duration::ZERO,
+        };
+        let setup = start.elapsed();
+        let _ = clock.set(Instant::now());
+        // Candidates are timed as they come out of the compile pool (ranked order where
+        // compiles keep up); past the budget only the must-time ones still are, and then
+        // (`draining`) those compiled while the compiles already under way finish, which
+        // the run waits for anyway.
+        let musts = order.iter().filter(|c| c.must).count();
+        let (mut musts_seen, mut done, mut draining) = (0, 0, false);
+        loop {
+            if !draining && spent() > opts.budget && musts_seen >= musts {
+                compiler.stop();
+                draining = true;
             }
-            let _stop = StopOnDrop(&compiler);
-            let tensors =
-                DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
-            let host_reference = order.iter().any(|c| c.faulty);
-            let (reference, reference_gpu, reference_kernel) =
-                reference_output(engine, &tensors, host_reference)?;
-            if on_gpu {
-                // A GPU that idled before tuning runs the first candidates (the default among
-                // them) at low clocks for a while; bring it to load clocks first (see `settle`).
-                let loaded = engine
-                    .last_tuned
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .is_some_and(|t| t.elapsed() < STILL_LOADED);
-                tensors.settle(
-                    engine,
-                    &reference_kernel,
-                    if loaded { Duration::ZERO } else { GPU_SPIN_UP },
-                    GPU_SPIN_UP,
-                )?;
-            }
-            let mut bench = Bench {
-                engine,
-                tensors,
-                reference,
-                reference_gpu,
-                tolerance: precision.validation_bound(shape.dtype),
-                validating: Duration::ZERO,
-                timing: Duration::ZERO,
+            let t0 = Instant::now();
+            let next = {
+                // While the CPU compiles, the reference kernel keeps a GPU at load clocks.
+                let mut busy = || bench.tensors.settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP);
+                compiler.next(on_gpu.then_some(&mut busy as &mut dyn FnMut() -> Result<()>))?
             };
-            let setup = start.elapsed();
-            let _ = clock.set(Instant::now());
-            // Candidates are timed as they come out of the compile pool (ranked order where
-            // compiles keep up); past the budget only the must-time ones still are, and then
-            // (`draining`) those compiled while the compiles already under way finish, which
-            // the run waits for anyway.
-            let musts = order.iter().filter(|c| c.must).count();
-            let (mut musts_seen, mut done, mut draining) = (0, 0, false);
-            loop {
-                if !draining && spent() > opts.budget && musts_seen >= musts {
-                    compiler.stop();
-                    draining = true;
+            compiling += t0.elapsed();
+            let Some((i, built)) = next else { break };
+            let c = &order[i];
+            musts_seen += c.must as usize;
+            let timed = c.must || spent() <= opts.budget || (draining && compiler.busy());
+            let Some((k, took)) = built.filter(|_| timed) else { continue };
+            progress(&Progress { done, total, name: &c.name() })?;
+            done += 1;
+            let (mut r, kernel) = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
+            r.compile_ms = Some(took.as_secs_f64() * 1e3);
+            if let (Status::Ok, Some(ms), false, Some(kernel)) = (r.status, r.median_ms, c.faulty, kernel) {
+                if best.is_none_or(|(_, b)| ms < b) {
+                    best = Some((i, ms));
                 }
-                let t0 = Instant::now();
-                let next = {
-                    // While the CPU compiles, the reference kernel keeps a GPU at load clocks.
-                    let mut busy = || {
-                        bench
-                            .tensors
-                            .settle(engine, &reference_kernel, Duration::ZERO, BUSY_STEP)
-                    };
-                    compiler.next(on_gpu.then_some(&mut busy as &mut dyn FnMut() -> Result<()>))?
-                };
-                compiling += t0.elapsed();
-                let Some((i, built)) = next else { break };
-                let c = &order[i];
-                musts_seen += c.must as usize;
-                let timed = c.must || spent() <= opts.budget || (draining && compiler.busy());
-                let Some((k, took)) = built.filter(|_| timed) else {
-                    continue;
-                };
-                progress(&Progress {
-                    done,
-                    total,
-                    name: &c.name(),
-                })?;
-                done += 1;
-                let (mut r, kernel) = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
-                r.compile_ms = Some(took.as_secs_f64() * 1e3);
-                if let (Status::Ok, Some(ms), false, Some(kernel)) =
-                    (r.status, r.median_ms, c.faulty, kernel)
-                {
-                    if best.is_none_or(|(_, b)| ms < b) {
-                        best = Some((i, ms));
-                    }
-                    keep_finalist(
-                        &mut finalists,
-                        Finalist {
-                            index: i,
-                            ms,
-                            kernel,
-                        },
-                    );
-                }
-                measured[i] = Some(r);
+                keep_finalist(&mut finalists, Finalist { index: i, ms, kernel });
             }
-            // A runoff that fails (but for a lost device) leaves the first times to decide.
-            match (finalists.len() > 1).then(|| runoff(&mut bench, &finalists, opts.budget)) {
-                Some(Ok(times)) => {
-                    for &(i, ms) in &times {
-                        if let Some(r) = measured[i].as_mut() {
-                            r.runoff_ms = Some(ms);
-                        }
+            measured[i] = Some(r);
+        }
+        // A runoff that fails (but for a lost device) leaves the first times to decide.
+        match (finalists.len() > 1).then(|| runoff(&mut bench, &finalists, opts.budget)) {
+            Some(Ok(times)) => {
+                for &(i, ms) in &times {
+                    if let Some(r) = measured[i].as_mut() {
+                        r.runoff_ms = Some(ms);
                     }
-                    best = times
-                        .into_iter()
-                        .min_by(|a, b| a.1.total_cmp(&b.1))
-                        .or(best);
                 }
-                Some(Err(e)) if is_fatal(&e) => return Err(e),
-                _ => {}
+                best = times.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)).or(best);
             }
-            Ok((setup, bench.validating, bench.timing, Instant::now()))
-        })?;
+            Some(Err(e)) if is_fatal(&e) => return Err(e),
+            _ => {}
+        }
+        Ok((setup, bench.validating, bench.timing, Instant::now()))
+    })?;
     // The scope has joined the workers: what they still had in hand took this long.
     let finishing = last.elapsed();
     *engine.last_tuned.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-    progress(&Progress {
-        done: total,
-        total,
-        name: "",
-    })?;
+    progress(&Progress { done: total, total, name: "" })?;
     // In ranked order; what was not timed was skipped for the budget.
     let results: Vec<CandidateResult> = measured
         .into_iter()
@@ -1038,10 +843,7 @@ pub fn tune(
     };
     // The runoff's times where it ran (the default ran in it whenever it ran correctly).
     let timed = |v: Variant| {
-        results
-            .iter()
-            .find(|r| r.name == v.to_string())
-            .and_then(|r| r.runoff_ms.or(r.median_ms))
+        results.iter().find(|r| r.name == v.to_string()).and_then(|r| r.runoff_ms.or(r.median_ms))
     };
     Ok(TuneReport {
         shape: *shape,
@@ -1052,20 +854,11 @@ pub fn tune(
         default_ms: timed(default),
         tuned_ms: timed(winner),
         tuning_s: start.elapsed().as_secs_f64(),
-        phases: Some(phases(
-            start.elapsed(),
-            [setup, compiling, validating, timing, finishing],
-        )),
+        phases: Some(phases(start.elapsed(), [setup, compiling, validating, timing, finishing])),
         budget_s: opts.budget.as_secs_f64(),
         tuned_at: now_iso(),
         adapter: engine.desc.name.clone(),
-        families: (!opts.families.is_all()).then(|| {
-            opts.families
-                .allowed()
-                .iter()
-                .map(|f| f.to_string())
-                .collect()
-        }),
+        families: (!opts.families.is_all()).then(|| opts.families.allowed().iter().map(|f| f.to_string()).collect()),
         candidates: results,
     })
 }
@@ -1101,16 +894,7 @@ mod tests {
     }
 
     fn shape(x: [usize; 4], w: [usize; 4], pad: i64, groups: i64) -> ConvShape {
-        ConvShape::new(
-            x,
-            w,
-            (1, 1),
-            Padding::Explicit(pad, pad),
-            (1, 1),
-            groups,
-            None,
-        )
-        .unwrap()
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(pad, pad), (1, 1), groups, None).unwrap()
     }
 
     /// Within a family, a variant whose estimate equals an earlier one's waits until every cost level of
@@ -1119,36 +903,19 @@ mod tests {
     fn only_a_familys_own_near_twins_are_held_back() {
         let mut caps = h100_caps();
         caps.tensor_cores = true;
-        let s = shape([32, 256, 14, 14], [256, 256, 3, 3], 1, 1)
-            .with_layout(crate::params::Layout::Nhwc)
-            .with_dtype(crate::dtype::DType::F16);
+        let s = shape([32, 256, 14, 14], [256, 256, 3, 3], 1, 1).with_layout(crate::params::Layout::Nhwc).with_dtype(crate::dtype::DType::F16);
         let ranked = ranked_candidates(&s, &caps);
         let costs: Vec<f64> = ranked.iter().map(|v| v.cost(&s)).collect();
         // Where the order leaves cost order, the later-placed variant has a cheaper sibling
         // of its own family within SAME_COST placed before the fall.
-        let held = ranked
-            .iter()
-            .zip(&costs)
-            .enumerate()
-            .skip_while(|(i, _)| *i == 0 || costs[*i] >= costs[*i - 1])
-            .map(|(i, _)| i)
-            .next()
-            .unwrap();
+        let held = ranked.iter().zip(&costs).enumerate().skip_while(|(i, _)| *i == 0 || costs[*i] >= costs[*i - 1]).map(|(i, _)| i).next().unwrap();
         for (i, (v, &c)) in ranked.iter().zip(&costs).enumerate().skip(held) {
-            let twin = ranked[..held].iter().any(|u| {
-                u.family() == v.family() && c <= u.cost(&s) * SAME_COST && u.cost(&s) <= c
-            });
-            assert!(
-                twin,
-                "{i}: {v} ({c:.4e}) held back without a twin of its family"
-            );
+            let twin = ranked[..held].iter().any(|u| u.family() == v.family() && c <= u.cost(&s) * SAME_COST && u.cost(&s) <= c);
+            assert!(twin, "{i}: {v} ({c:.4e}) held back without a twin of its family");
         }
         // wcoop's two 128x128 tiles differ only in subgroups: one comes early, one waits.
         let pos = |name: &str| ranked.iter().position(|v| v.to_string() == name).unwrap();
-        let (a, b) = (
-            pos("wcoop_m2_b128x128x32_s2x2_p1"),
-            pos("wcoop_m2_b128x128x32_s2x4_p1"),
-        );
+        let (a, b) = (pos("wcoop_m2_b128x128x32_s2x2_p1"), pos("wcoop_m2_b128x128x32_s2x4_p1"));
         assert!(a.min(b) < held && a.max(b) >= held, "{a} {b} {held}");
     }
 
@@ -1160,17 +927,9 @@ mod tests {
         let mut caps = h100_caps();
         caps.tensor_cores = true;
         let s = shape([1, 64, 180, 320], [1024, 64, 3, 3], 1, 1);
-        let ranked: Vec<String> = ranked_candidates(&s, &caps)
-            .iter()
-            .map(|v| v.to_string())
-            .filter(|n| n.contains("_p1"))
-            .collect();
+        let ranked: Vec<String> = ranked_candidates(&s, &caps).iter().map(|v| v.to_string()).filter(|n| n.contains("_p1")).collect();
         let pos = |name: &str| ranked.iter().position(|n| n == name).unwrap();
-        assert!(
-            pos("coop_b512x64x16_s8x1_p1_l4") < 2 && pos("coop_b256x128x16_s4x2_p1_l4") < 2,
-            "{:?}",
-            &ranked[..8]
-        );
+        assert!(pos("coop_b512x64x16_s8x1_p1_l4") < 2 && pos("coop_b256x128x16_s4x2_p1_l4") < 2, "{:?}", &ranked[..8]);
     }
 
     #[test]
@@ -1214,10 +973,7 @@ mod tests {
         let pointwise = shape([8, 256, 28, 28], [256, 256, 1, 1], 0, 1);
         assert_eq!(ranked_candidates(&pointwise, &caps)[0].family(), "stem");
         let deep_pointwise = shape([8, 512, 28, 28], [256, 512, 1, 1], 0, 1);
-        assert_eq!(
-            ranked_candidates(&deep_pointwise, &caps)[0].family(),
-            "gemm"
-        );
+        assert_eq!(ranked_candidates(&deep_pointwise, &caps)[0].family(), "gemm");
         let dw = shape([1, 64, 56, 56], [64, 1, 3, 3], 1, 64);
         assert_eq!(ranked_candidates(&dw, &caps)[0].family(), "direct");
         let first_layer = shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1);
@@ -1226,20 +982,10 @@ mod tests {
         // few (4x4 outputs per invocation, 8-deep steps), as the H100's fastest did:
         // occupancy hides the gathers. Where x is read as vec4s (1x1 at stride 1), larger
         // register tiles, as the H200's fastest were.
-        let gemm_first = |s: &ConvShape| {
-            ranked_candidates(s, &caps)
-                .into_iter()
-                .find(|v| v.family() == "gemm")
-                .unwrap()
-        };
-        let knob =
-            |v: &Variant, name: &str| v.knobs().into_iter().find(|&(k, _)| k == name).unwrap().1;
+        let gemm_first = |s: &ConvShape| ranked_candidates(s, &caps).into_iter().find(|v| v.family() == "gemm").unwrap();
+        let knob = |v: &Variant, name: &str| v.knobs().into_iter().find(|&(k, _)| k == name).unwrap().1;
         let first = gemm_first(&big);
-        assert_eq!(
-            (knob(&first, "tm") * knob(&first, "tn"), knob(&first, "bk")),
-            (16, 8),
-            "{first}"
-        );
+        assert_eq!((knob(&first, "tm") * knob(&first, "tn"), knob(&first, "bk")), (16, 8), "{first}");
         let first = gemm_first(&pointwise);
         assert!(knob(&first, "tm") * knob(&first, "tn") > 16, "{first}");
     }
@@ -1272,37 +1018,16 @@ mod tests {
             ([1, 3, 225, 225], [32, 3, 3, 3], 1, 0),
         ];
         for (x, w, stride, p) in suite {
-            let mut s = ConvShape::new(
-                x,
-                w,
-                (stride, stride),
-                Padding::Explicit(p, p),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap();
+            let mut s = ConvShape::new(x, w, (stride, stride), Padding::Explicit(p, p), (1, 1), 1, None).unwrap();
             if mode.as_deref() == Some("float16") {
-                s = s
-                    .with_layout(crate::params::Layout::Nhwc)
-                    .with_dtype(crate::dtype::DType::F16);
+                s = s.with_layout(crate::params::Layout::Nhwc).with_dtype(crate::dtype::DType::F16);
             }
             // RANK_LAYOUT=NHWC ranks the channels-last problems.
             if std::env::var("RANK_LAYOUT").as_deref() == Ok("NHWC") {
                 s = s.with_layout(crate::params::Layout::Nhwc);
             }
-            let order = timing_order(
-                &s,
-                precision.for_data(s.dtype),
-                &caps,
-                &TuneOptions::default(),
-                false,
-            )
-            .unwrap();
-            let names: Vec<String> = order
-                .iter()
-                .map(|c| format!("{}:{:.4e}", c.variant, c.variant.cost(&s)))
-                .collect();
+            let order = timing_order(&s, precision.for_data(s.dtype), &caps, &TuneOptions::default(), false).unwrap();
+            let names: Vec<String> = order.iter().map(|c| format!("{}:{:.4e}", c.variant, c.variant.cost(&s))).collect();
             println!("RANK {}\t{}", s.label(), names.join(" "));
         }
     }
@@ -1311,14 +1036,7 @@ mod tests {
     fn each_family_is_tried_with_its_likeliest_winner_right_after_the_default() {
         let caps = h100_caps();
         let s = shape([8, 64, 56, 56], [64, 64, 3, 3], 1, 1);
-        let order = timing_order(
-            &s,
-            Precision::Highest,
-            &caps,
-            &TuneOptions::default(),
-            false,
-        )
-        .unwrap();
+        let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), false).unwrap();
         let ranked: Vec<Variant> = ranked_candidates(&s, &caps)
             .into_iter()
             .filter(|v| *v != order[0].variant && v.serves(Precision::Highest))
@@ -1330,22 +1048,11 @@ mod tests {
         let leaders = &order[1..1 + families.len()];
         for f in &families {
             let first = ranked.iter().find(|v| v.family() == *f).unwrap();
-            assert!(
-                leaders.iter().any(|c| c.variant == *first),
-                "{f}: {first} is not among the leaders"
-            );
+            assert!(leaders.iter().any(|c| c.variant == *first), "{f}: {first} is not among the leaders");
         }
         // Then the rest, in rank order.
-        let rest: Vec<Variant> = order[1 + families.len()..]
-            .iter()
-            .map(|c| c.variant)
-            .filter(|v| ranked.contains(v))
-            .collect();
-        let expected: Vec<Variant> = ranked
-            .iter()
-            .copied()
-            .filter(|v| !leaders.iter().any(|c| c.variant == *v))
-            .collect();
+        let rest: Vec<Variant> = order[1 + families.len()..].iter().map(|c| c.variant).filter(|v| ranked.contains(v)).collect();
+        let expected: Vec<Variant> = ranked.iter().copied().filter(|v| !leaders.iter().any(|c| c.variant == *v)).collect();
         assert_eq!(rest, expected);
     }
 
@@ -1356,8 +1063,7 @@ mod tests {
         let c = ranked_candidates(&s, &caps);
         assert!(!c.is_empty());
         assert!(c.iter().all(|v| v.fits(&caps) && v.suits(&s)));
-        let order =
-            timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), true).unwrap();
+        let order = timing_order(&s, Precision::Highest, &caps, &TuneOptions::default(), true).unwrap();
         assert_eq!(order[0].variant, kernels::default_variant(&s, &caps));
         assert!(order[1].faulty && order[1].must);
         assert_eq!(order.iter().filter(|c| c.must).count(), 2 + 3);
@@ -1371,25 +1077,14 @@ mod tests {
         let s = shape([2, 16, 20, 20], [32, 16, 3, 3], 1, 1);
         let default = kernels::default_variant(&s, &caps);
         // A late-ranked FMA variant, as a "highest" tuning run may have found it.
-        let late = *ranked_candidates(&s, &caps)
-            .iter()
-            .rev()
-            .find(|v| v.family() != default.family())
-            .unwrap();
-        let opts = TuneOptions {
-            also: vec![late, late],
-            must_time: 0,
-            ..TuneOptions::default()
-        };
+        let late = *ranked_candidates(&s, &caps).iter().rev().find(|v| v.family() != default.family()).unwrap();
+        let opts = TuneOptions { also: vec![late, late], must_time: 0, ..TuneOptions::default() };
         let order = timing_order(&s, Precision::High, &caps, &opts, false).unwrap();
         assert_eq!((order[1].variant, order[1].must), (late, true));
         assert_eq!(order.iter().filter(|c| c.variant == late).count(), 1);
         // A split tensor-core kernel serves "highest" only: "high" does not time it.
         let split = "coop_b64x64x16_s2x2_p3".parse::<Variant>().unwrap();
-        let opts = TuneOptions {
-            also: vec![split],
-            ..TuneOptions::default()
-        };
+        let opts = TuneOptions { also: vec![split], ..TuneOptions::default() };
         let order = timing_order(&s, Precision::High, &caps, &opts, false).unwrap();
         assert!(order.iter().all(|c| c.variant != split));
     }
@@ -1401,27 +1096,15 @@ mod tests {
         let s = shape([1, 3, 32, 32], [8, 3, 3, 3], 0, 1);
         assert_eq!(kernels::default_variant(&s, &caps).family(), "direct");
         let gemm = Families::parse("gemm").unwrap();
-        assert_eq!(
-            default_choice(&s, &caps, Precision::Highest, &gemm)
-                .unwrap()
-                .family(),
-            "gemm"
-        );
-        let opts = TuneOptions {
-            families: gemm,
-            ..TuneOptions::default()
-        };
+        assert_eq!(default_choice(&s, &caps, Precision::Highest, &gemm).unwrap().family(), "gemm");
+        let opts = TuneOptions { families: gemm, ..TuneOptions::default() };
         let order = timing_order(&s, Precision::Highest, &caps, &opts, false).unwrap();
         assert!(order.len() > 1 && order.iter().all(|c| c.variant.family() == "gemm"));
         // Tensor-core kernels cannot run without cooperative matrices: a clear error, no panic.
         let coop = Families::parse("coop").unwrap();
         let e = default_choice(&s, &caps, Precision::High, &coop).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)));
-        assert!(
-            e.to_string().contains("CONVTUNE_FAMILIES=coop")
-                && e.to_string().contains("cooperative"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("CONVTUNE_FAMILIES=coop") && e.to_string().contains("cooperative"), "{e}");
     }
 
     /// With tensor cores at hand, pixel-shuffled and transposed problems are tuned on the
@@ -1433,30 +1116,10 @@ mod tests {
         let mut caps = h100_caps();
         caps.tensor_cores = true;
         let split = |v: &Variant| matches!(v, Variant::Coop(c) if c.splits > 1);
-        let t = ConvShape::new_transposed(
-            [8, 64, 32, 32],
-            [64, 64, 4, 4],
-            (2, 2),
-            (1, 1),
-            (0, 0),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let t = ConvShape::new_transposed([8, 64, 32, 32], [64, 64, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None).unwrap();
         for n in [8, 32] {
             let plain = shape([n, 64, 32, 32], [256, 64, 3, 3], 1, 1);
-            let tn = ConvShape::new_transposed(
-                [n, 64, 32, 32],
-                [64, 64, 4, 4],
-                (2, 2),
-                (1, 1),
-                (0, 0),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap();
+            let tn = ConvShape::new_transposed([n, 64, 32, 32], [64, 64, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None).unwrap();
             for s in [plain.with_pixel_shuffle(2).unwrap(), tn] {
                 let ranked = ranked_candidates(&s, &caps);
                 assert!(ranked.iter().any(|v| v.family() == "coop"), "{}", s.label());
@@ -1464,23 +1127,9 @@ mod tests {
                 assert!(n == 8 || !ranked.iter().any(split), "{}", s.label());
             }
         }
-        assert!(ranked_candidates(&t, &caps)
-            .iter()
-            .any(|v| v.family() == "tconv"));
-        let dilated = ConvShape::new_transposed(
-            [8, 64, 32, 32],
-            [64, 64, 3, 3],
-            (2, 2),
-            (1, 1),
-            (0, 0),
-            (2, 2),
-            1,
-            None,
-        )
-        .unwrap();
-        assert!(ranked_candidates(&dilated, &caps)
-            .iter()
-            .all(|v| v.family() == "tconv"));
+        assert!(ranked_candidates(&t, &caps).iter().any(|v| v.family() == "tconv"));
+        let dilated = ConvShape::new_transposed([8, 64, 32, 32], [64, 64, 3, 3], (2, 2), (1, 1), (0, 0), (2, 2), 1, None).unwrap();
+        assert!(ranked_candidates(&dilated, &caps).iter().all(|v| v.family() == "tconv"));
     }
 
     #[test]
@@ -1488,12 +1137,7 @@ mod tests {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let s = shape([1, 4, 12, 12], [8, 4, 3, 3], 1, 1);
         set_inject_faulty(true);
-        let opts = TuneOptions {
-            budget: Duration::from_millis(300),
-            samples: 3,
-            must_time: 2,
-            ..TuneOptions::default()
-        };
+        let opts = TuneOptions { budget: Duration::from_millis(300), samples: 3, must_time: 2, ..TuneOptions::default() };
         let mut calls = 0;
         let report = tune(&e, &s, Precision::Highest, &opts, &mut |_| {
             calls += 1;
@@ -1501,30 +1145,15 @@ mod tests {
         });
         set_inject_faulty(false);
         let report = report.unwrap();
-        let skipped = report
-            .candidates
-            .iter()
-            .filter(|c| c.status == Status::SkippedBudget)
-            .count();
+        let skipped = report.candidates.iter().filter(|c| c.status == Status::SkippedBudget).count();
         assert_eq!(calls, report.candidates.len() - skipped + 1);
-        let faulty = report
-            .candidates
-            .iter()
-            .find(|c| c.name.starts_with(FAULTY_PREFIX))
-            .unwrap();
+        let faulty = report.candidates.iter().find(|c| c.name.starts_with(FAULTY_PREFIX)).unwrap();
         assert_eq!(faulty.status, Status::Wrong);
         assert!(!report.winner.starts_with(FAULTY_PREFIX));
-        let win = report
-            .candidates
-            .iter()
-            .find(|c| c.name == report.winner)
-            .unwrap();
+        let win = report.candidates.iter().find(|c| c.name == report.winner).unwrap();
         assert_eq!(win.status, Status::Ok);
         assert!(report.tuned_ms.unwrap() <= report.default_ms.unwrap());
-        assert!(report
-            .candidates
-            .iter()
-            .any(|c| c.status == Status::SkippedBudget));
+        assert!(report.candidates.iter().any(|c| c.status == Status::SkippedBudget));
     }
 
     #[test]
@@ -1532,11 +1161,7 @@ mod tests {
         let e = engine().expect("a Vulkan adapter (lavapipe in CI)");
         let s = shape([1, 2, 6, 6], [2, 2, 3, 3], 0, 1);
         let r = tune(&e, &s, Precision::High, &TuneOptions::default(), &mut |p| {
-            if p.done == 1 {
-                Err(Error::Cancelled("stop".into()))
-            } else {
-                Ok(())
-            }
+            if p.done == 1 { Err(Error::Cancelled("stop".into())) } else { Ok(()) }
         });
         assert!(matches!(r, Err(Error::Cancelled(_))));
     }

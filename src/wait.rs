@@ -36,9 +36,7 @@ pub fn inject_panic(n: u32) {
 
 /// Panics if a test asked for it at this wait.
 fn injected_panic() {
-    let fire = PANIC_IN
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok_and(|n| n == 1);
+    let fire = PANIC_IN.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok_and(|n| n == 1);
     if fire {
         panic!("a panic injected by a test (convtune._convtune._inject_panic)");
     }
@@ -53,24 +51,16 @@ pub struct Submitted {
 /// Submits `commands` and asks to be told when they are done: the callback, asked for right
 /// after the submission, fires once it (and anything another thread submitted in between)
 /// is done, so a wait for an older submission never waits for newer ones.
-pub fn submit(
-    engine: &Engine,
-    commands: impl IntoIterator<Item = wgpu::CommandBuffer>,
-) -> Submitted {
+pub fn submit(engine: &Engine, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Submitted {
     let idx = engine.queue.submit(commands);
-    Submitted {
-        idx,
-        done: (!engine.spin.is_zero()).then(|| work_done_flag(engine)),
-    }
+    Submitted { idx, done: (!engine.spin.is_zero()).then(|| work_done_flag(engine)) }
 }
 
 /// A flag set once all work submitted so far is done.
 fn work_done_flag(engine: &Engine) -> Arc<AtomicBool> {
     let done = Arc::new(AtomicBool::new(false));
     let flag = done.clone();
-    engine
-        .queue
-        .on_submitted_work_done(move || flag.store(true, Ordering::Release));
+    engine.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
     done
 }
 
@@ -87,11 +77,7 @@ pub fn wait_all(engine: &Engine) -> Result<()> {
 
 /// Polls until `done` is set (where there is a flag to poll for), else blocks on the fence
 /// until `idx` (or all work) is done.
-fn settle(
-    engine: &Engine,
-    done: Option<&AtomicBool>,
-    idx: Option<wgpu::SubmissionIndex>,
-) -> Result<()> {
+fn settle(engine: &Engine, done: Option<&AtomicBool>, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
     entered(engine)?;
     let waiting = Waiting::enter(engine);
     if let Some(done) = done.filter(|_| waiting.alone) {
@@ -120,10 +106,7 @@ struct Waiting<'a> {
 impl<'a> Waiting<'a> {
     fn enter(engine: &'a Engine) -> Self {
         let before = engine.waiting.fetch_add(1, Ordering::AcqRel);
-        Waiting {
-            engine,
-            alone: before == 0,
-        }
+        Waiting { engine, alone: before == 0 }
     }
 }
 
@@ -138,10 +121,7 @@ pub fn spin(engine: &Engine, ready: impl Fn() -> bool) -> Result<bool> {
     let start = Instant::now();
     loop {
         if let Ok(_one_poller) = engine.poller.try_lock() {
-            engine
-                .device
-                .poll(wgpu::PollType::Poll)
-                .map_err(|e| Error::DeviceLost(e.to_string()))?;
+            engine.device.poll(wgpu::PollType::Poll).map_err(|e| Error::DeviceLost(e.to_string()))?;
         }
         if ready() {
             return Ok(true);
@@ -157,16 +137,10 @@ pub fn spin(engine: &Engine, ready: impl Fn() -> bool) -> Result<bool> {
 pub fn block(engine: &Engine, idx: Option<wgpu::SubmissionIndex>) -> Result<()> {
     engine
         .device
-        .poll(wgpu::PollType::Wait {
-            submission_index: idx,
-            timeout: Some(GPU_WAIT),
-        })
+        .poll(wgpu::PollType::Wait { submission_index: idx, timeout: Some(GPU_WAIT) })
         .map(|_| ())
         .map_err(|e| match e {
-            wgpu::PollError::Timeout => Error::Gpu(format!(
-                "the GPU did not finish within {} s",
-                GPU_WAIT.as_secs()
-            )),
+            wgpu::PollError::Timeout => Error::Gpu(format!("the GPU did not finish within {} s", GPU_WAIT.as_secs())),
             other => Error::DeviceLost(other.to_string()),
         })
 }
@@ -181,10 +155,7 @@ impl Landing {
     /// Maps `..bytes` of the read-back buffer `staging` once its copy is done; the landing
     /// receives the mapping's outcome.
     pub fn map_read(staging: &PooledBuffer, bytes: u64) -> Arc<Landing> {
-        let landing = Arc::new(Landing {
-            result: Mutex::new(None),
-            set: Condvar::new(),
-        });
+        let landing = Arc::new(Landing { result: Mutex::new(None), set: Condvar::new() });
         let on_map = landing.clone();
         staging.map_read(bytes, move |r| on_map.land(r));
         landing
@@ -197,10 +168,7 @@ impl Landing {
     }
 
     fn landed(&self) -> bool {
-        self.result
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.result.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// Waits for the mapping of a read-back whose copy is submission `idx`: polls until its

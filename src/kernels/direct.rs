@@ -35,16 +35,7 @@ const NHWC_STORE_SECTOR: f64 = 200.0;
 /// Invocations in a subgroup, as on NVIDIA GPUs; for ranking only.
 const SUBGROUP: u32 = 32;
 
-const WG: [(u32, u32); 8] = [
-    (64, 1),
-    (128, 1),
-    (256, 1),
-    (32, 2),
-    (16, 4),
-    (32, 4),
-    (8, 8),
-    (16, 16),
-];
+const WG: [(u32, u32); 8] = [(64, 1), (128, 1), (256, 1), (32, 2), (16, 4), (32, 4), (8, 8), (16, 16)];
 const UNROLL: [u32; 4] = [0, 1, 2, 4];
 const TK: [u32; 4] = [1, 2, 4, 8];
 const TW: [u32; 3] = [1, 2, 4];
@@ -59,13 +50,7 @@ impl Family for Direct {
             for &unroll in &UNROLL {
                 for &tk in &TK {
                     for &tw in &TW {
-                        out.push(Direct {
-                            wg_x,
-                            wg_y,
-                            unroll,
-                            tk,
-                            tw,
-                        });
+                        out.push(Direct { wg_x, wg_y, unroll, tk, tw });
                     }
                 }
             }
@@ -75,13 +60,7 @@ impl Family for Direct {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [wg_x, wg_y, unroll, tk, tw] => Some(Direct {
-                wg_x,
-                wg_y,
-                unroll,
-                tk,
-                tw,
-            }),
+            [wg_x, wg_y, unroll, tk, tw] => Some(Direct { wg_x, wg_y, unroll, tk, tw }),
             _ => None,
         }
     }
@@ -93,20 +72,11 @@ impl KernelVariant for Direct {
     }
 
     fn name(&self) -> String {
-        format!(
-            "direct_wg{}x{}_u{}_k{}w{}",
-            self.wg_x, self.wg_y, self.unroll, self.tk, self.tw
-        )
+        format!("direct_wg{}x{}_u{}_k{}w{}", self.wg_x, self.wg_y, self.unroll, self.tk, self.tw)
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![
-            ("wg_x", self.wg_x),
-            ("wg_y", self.wg_y),
-            ("unroll", self.unroll),
-            ("tk", self.tk),
-            ("tw", self.tw),
-        ]
+        vec![("wg_x", self.wg_x), ("wg_y", self.wg_y), ("unroll", self.unroll), ("tk", self.tk), ("tw", self.tw)]
     }
 
     fn well_formed(&self) -> bool {
@@ -158,9 +128,7 @@ impl KernelVariant for Direct {
             _ => 0.95,
         };
         let stores = match shape.layout {
-            Layout::Nhwc => {
-                outputs * NHWC_STORE_SECTOR * self.nhwc_store_sectors(shape) / SUBGROUP as f64
-            }
+            Layout::Nhwc => outputs * NHWC_STORE_SECTOR * self.nhwc_store_sectors(shape) / SUBGROUP as f64,
             Layout::Nchw => 0.0,
         };
         // Lanes along y past the last channel tile hold their slots and do nothing (the seed
@@ -190,11 +158,7 @@ impl Direct {
         let lanes_y = (SUBGROUP / lanes_x).min(self.wg_y).max(1);
         let per_pixel = (lanes_y * elem).div_ceil(32);
         let pixel_bytes = shape.k * self.tw * elem;
-        let sectors = if pixel_bytes >= 32 {
-            lanes_x * per_pixel
-        } else {
-            (lanes_x * pixel_bytes).div_ceil(32)
-        };
+        let sectors = if pixel_bytes >= 32 { lanes_x * per_pixel } else { (lanes_x * pixel_bytes).div_ceil(32) };
         sectors as f64
     }
 }
@@ -226,11 +190,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     let mut setup = String::new();
     writeln!(setup, "    let xg = i32(n) * XSN + g * CG * XSC;").unwrap();
     for i in 0..tk {
-        writeln!(
-            setup,
-            "    let wb{i} = (g * KG + min(kk0 + {i} * KSTEP, KG - 1)) * CG * R * S;"
-        )
-        .unwrap();
+        writeln!(setup, "    let wb{i} = (g * KG + min(kk0 + {i} * KSTEP, KG - 1)) * CG * R * S;").unwrap();
     }
     for i in 0..tk {
         for j in 0..tw {
@@ -246,16 +206,8 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         }
         for j in 0..tw {
             for s in 0..shape.s {
-                writeln!(
-                    setup,
-                    "    let iw{j}_{s} = (ow0 + {j}) * SW - PW + {s} * DW;"
-                )
-                .unwrap();
-                writeln!(
-                    setup,
-                    "    let cok{j}_{s} = iw{j}_{s} >= 0 && iw{j}_{s} < W;"
-                )
-                .unwrap();
+                writeln!(setup, "    let iw{j}_{s} = (ow0 + {j}) * SW - PW + {s} * DW;").unwrap();
+                writeln!(setup, "    let cok{j}_{s} = iw{j}_{s} >= 0 && iw{j}_{s} < W;").unwrap();
                 for r in 0..shape.r {
                     writeln!(setup, "    let m{r}_{j}_{s} = rok{r} && cok{j}_{s};").unwrap();
                     writeln!(
@@ -291,12 +243,8 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
                     .unwrap();
                 }
                 for i in 0..tk {
-                    writeln!(
-                        out,
-                        "{indent}        let wv{i} = f32(w[wb{i} + wc + {}]);",
-                        r * shape.s + s
-                    )
-                    .unwrap();
+                    writeln!(out, "{indent}        let wv{i} = f32(w[wb{i} + wc + {}]);", r * shape.s + s)
+                        .unwrap();
                 }
                 fmas(out, &format!("{indent}        "));
                 writeln!(out, "{indent}    }}").unwrap();
@@ -324,11 +272,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
                 .unwrap();
         }
         for i in 0..tk {
-            writeln!(
-                main,
-                "                let wv{i} = f32(w[wb{i} + wc + r * S + s]);"
-            )
-            .unwrap();
+            writeln!(main, "                let wv{i} = f32(w[wb{i} + wc + r * S + s]);").unwrap();
         }
         fmas(&mut main, "                ");
         main.push_str("            }\n        }\n    }\n");
@@ -351,18 +295,9 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     for i in 0..tk {
         writeln!(store, "    if (kk0 + {i} * KSTEP < KG) {{").unwrap();
         writeln!(store, "        let k = g * KG + kk0 + {i} * KSTEP;").unwrap();
-        writeln!(
-            store,
-            "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;"
-        )
-        .unwrap();
+        writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
-            let put = store_stmt(
-                shape,
-                &format!("yrow + (ow0 + {j}) * YSP"),
-                &phases::flagged(shape, &format!("a{i}_{j}")),
-                "k",
-            );
+            let put = store_stmt(shape, &format!("yrow + (ow0 + {j}) * YSP"), &phases::flagged(shape, &format!("a{i}_{j}")), "k");
             writeln!(store, "        if (ow0 + {j} < OW) {{ {put} }}").unwrap();
         }
         writeln!(store, "    }}").unwrap();
@@ -397,19 +332,9 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         ("MAIN_LOOP", main),
         ("STORE", store),
         ("CHANNELS", channels(d, shape).to_string()),
-        (
-            "RESUM",
-            phases::resum_wgsl(
-                shape,
-                &phases::element("x", false),
-                &phases::element("w", false),
-            ),
-        ),
+        ("RESUM", phases::resum_wgsl(shape, &phases::element("x", false), &phases::element("w", false))),
     ]);
-    Ok(Kernel::plain(
-        render(Direct::TEMPLATE, &vars)?,
-        sp_blocks * k_blocks * shape.n as u64,
-    ))
+    Ok(Kernel::plain(render(Direct::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))
 }
 
 #[cfg(test)]
@@ -419,26 +344,13 @@ mod tests {
     use crate::params::Padding;
 
     fn seed() -> ConvShape {
-        ConvShape::new(
-            [1, 3, 225, 225],
-            [32, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(0, 0),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
+        ConvShape::new([1, 3, 225, 225], [32, 3, 3, 3], (1, 1), Padding::Explicit(0, 0), (1, 1), 1, None).unwrap()
     }
 
     fn likeliest(shape: &ConvShape) -> Direct {
         let mut all = Direct::space();
         all.retain(|d| d.suits(shape));
-        all.sort_by(|a, b| {
-            a.cost(shape)
-                .total_cmp(&b.cost(shape))
-                .then_with(|| a.name().cmp(&b.name()))
-        });
+        all.sort_by(|a, b| a.cost(shape).total_cmp(&b.cost(shape)).then_with(|| a.name().cmp(&b.name())));
         all[0]
     }
 
@@ -450,13 +362,7 @@ mod tests {
         let d = likeliest(&nhwc);
         assert!(d.wg_x <= 8 && d.wg_y == 8 && d.tk == 4, "{}", d.name());
         assert_eq!(d.nhwc_store_sectors(&nhwc), 8.0);
-        let wide = Direct {
-            wg_x: 128,
-            wg_y: 1,
-            unroll: 1,
-            tk: 8,
-            tw: 4,
-        };
+        let wide = Direct { wg_x: 128, wg_y: 1, unroll: 1, tk: 8, tw: 4 };
         assert_eq!(wide.nhwc_store_sectors(&nhwc), 32.0);
         assert!(likeliest(&seed()).wg_x >= 32);
         // The store term is what separates the layouts: without it NHWC and NCHW estimates
@@ -470,13 +376,7 @@ mod tests {
         // idle: 23.0 us against 14.7 for tiles of 4 (H100, NHWC); in NCHW the pixel-wide
         // workgroups keep their tiles of 8.
         let nhwc = seed().with_layout(Layout::Nhwc);
-        let k8 = Direct {
-            wg_x: 8,
-            wg_y: 8,
-            unroll: 2,
-            tk: 8,
-            tw: 4,
-        };
+        let k8 = Direct { wg_x: 8, wg_y: 8, unroll: 2, tk: 8, tw: 4 };
         let k4 = Direct { tk: 4, ..k8 };
         assert!(k8.cost(&nhwc) > 1.5 * k4.cost(&nhwc));
         assert_eq!(likeliest(&seed()).tk, 8);
@@ -485,24 +385,10 @@ mod tests {
     #[test]
     fn narrow_pixels_share_sectors() {
         // K = 4 floats: a pixel is 16 bytes, so lanes along x share sectors.
-        let s = ConvShape::new(
-            [1, 3, 64, 64],
-            [4, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_layout(Layout::Nhwc);
-        let d = Direct {
-            wg_x: 64,
-            wg_y: 1,
-            unroll: 1,
-            tk: 4,
-            tw: 1,
-        };
+        let s = ConvShape::new([1, 3, 64, 64], [4, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc);
+        let d = Direct { wg_x: 64, wg_y: 1, unroll: 1, tk: 4, tw: 1 };
         assert_eq!(d.nhwc_store_sectors(&s), 16.0);
     }
 }

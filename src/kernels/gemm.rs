@@ -2,8 +2,7 @@
 //! from x directly (no im2col buffer) into double-buffered workgroup tiles.
 
 use super::cost::{
-    multiprocessor_fill, parallel_efficiency, register_occupancy, BUSY_INVOCATIONS, GATHER_LOAD,
-    SHARED_LOAD,
+    multiprocessor_fill, parallel_efficiency, register_occupancy, BUSY_INVOCATIONS, GATHER_LOAD, SHARED_LOAD,
 };
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{phases, Family, KernelVariant};
@@ -27,16 +26,7 @@ pub struct Gemm {
     pub splits: u32,
 }
 
-const TILES: [(u32, u32); 8] = [
-    (32, 32),
-    (64, 32),
-    (32, 64),
-    (64, 64),
-    (128, 32),
-    (128, 64),
-    (128, 128),
-    (256, 64),
-];
+const TILES: [(u32, u32); 8] = [(32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (128, 64), (128, 128), (256, 64)];
 const BK: [u32; 3] = [8, 16, 32];
 const THREAD: [(u32, u32); 4] = [(4, 4), (8, 4), (4, 8), (8, 8)];
 const SPLITS: [u32; 3] = [1, 4, 16];
@@ -57,10 +47,7 @@ impl Gemm {
     /// neighbouring pixels of a register tile's rows are four neighbouring values of one
     /// plane), stored in place by this pass (no split-K partials, no moved outputs).
     fn stores_vec4(&self, shape: &ConvShape) -> bool {
-        self.splits == 1
-            && !shape.moves_y()
-            && shape.layout == Layout::Nchw
-            && (shape.oh() * shape.ow()) % 4 == 0
+        self.splits == 1 && !shape.moves_y() && shape.layout == Layout::Nchw && (shape.oh() * shape.ow()) % 4 == 0
     }
 
     /// How this variant reads x in rows of the kernel window on `shape`, if it does: its steps
@@ -105,14 +92,7 @@ impl Family for Gemm {
             for &bk in &BK {
                 for &(tm, tn) in &THREAD {
                     for &splits in &SPLITS {
-                        let g = Gemm {
-                            bm,
-                            bn,
-                            bk,
-                            tm,
-                            tn,
-                            splits,
-                        };
+                        let g = Gemm { bm, bn, bk, tm, tn, splits };
                         if g.well_formed() {
                             out.push(g);
                         }
@@ -125,22 +105,8 @@ impl Family for Gemm {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bm, bn, bk, tm, tn] => Some(Gemm {
-                bm,
-                bn,
-                bk,
-                tm,
-                tn,
-                splits: 1,
-            }),
-            [bm, bn, bk, tm, tn, splits] => Some(Gemm {
-                bm,
-                bn,
-                bk,
-                tm,
-                tn,
-                splits,
-            }),
+            [bm, bn, bk, tm, tn] => Some(Gemm { bm, bn, bk, tm, tn, splits: 1 }),
+            [bm, bn, bk, tm, tn, splits] => Some(Gemm { bm, bn, bk, tm, tn, splits }),
             _ => None,
         }
     }
@@ -152,27 +118,13 @@ impl KernelVariant for Gemm {
     }
 
     fn name(&self) -> String {
-        let name = format!(
-            "gemm_b{}x{}x{}_t{}x{}",
-            self.bm, self.bn, self.bk, self.tm, self.tn
-        );
+        let name = format!("gemm_b{}x{}x{}_t{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn);
         // Unsplit variants keep the names they had before split-K, so caches stay valid.
-        if self.splits == 1 {
-            name
-        } else {
-            format!("{name}_k{}", self.splits)
-        }
+        if self.splits == 1 { name } else { format!("{name}_k{}", self.splits) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![
-            ("bm", self.bm),
-            ("bn", self.bn),
-            ("bk", self.bk),
-            ("tm", self.tm),
-            ("tn", self.tn),
-            ("splits", self.splits),
-        ]
+        vec![("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("tm", self.tm), ("tn", self.tn), ("splits", self.splits)]
     }
 
     fn well_formed(&self) -> bool {
@@ -208,8 +160,7 @@ impl KernelVariant for Gemm {
         let split_ok = self.splits == 1
             || (view.red >= 2 * (self.splits * self.bk) as u64
                 && implicit::partial_bytes(shape, self.splits) <= SPLIT_WORKSPACE
-                && view.grid(self.bm, self.bn).2 * (self.invocations() as u64)
-                    < 4 * BUSY_INVOCATIONS as u64);
+                && view.grid(self.bm, self.bn).2 * (self.invocations() as u64) < 4 * BUSY_INVOCATIONS as u64);
         split_ok && view.tiles_suit((self.bm, self.bn, self.bk), (32, 32, 8))
     }
 
@@ -239,11 +190,7 @@ impl KernelVariant for Gemm {
             + GEMM_BARRIER * 2.0 / (self.bk as f64 * tm * tn)
             + SETUP / view.red.max(1) as f64;
         // Each split writes its partial tile and the finishing pass reads them all back.
-        let partials = if self.splits > 1 {
-            PARTIAL * (self.splits as u64 * shape.y_len()) as f64
-        } else {
-            0.0
-        };
+        let partials = if self.splits > 1 { PARTIAL * (self.splits as u64 * shape.y_len()) as f64 } else { 0.0 };
         let workgroups = tiles * self.splits as u64;
         view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * per_fma
             / parallel_efficiency(workgroups * self.invocations() as u64)
@@ -303,18 +250,10 @@ impl Rows {
     /// a row and its stretch starts on a vec4), and the stretch is at most twice the values
     /// used. Not where the 1x1 path reads four pixels of a plane at once already.
     fn of(shape: &ConvShape) -> Option<Rows> {
-        if shape.layout != Layout::Nchw
-            || loads_x_vec4(shape)
-            || shape.w % 4 != 0
-            || shape.ow() % 4 != 0
-        {
+        if shape.layout != Layout::Nchw || loads_x_vec4(shape) || shape.w % 4 != 0 || shape.ow() % 4 != 0 {
             return None;
         }
-        let (sw, dw, pw) = (
-            shape.stride.1 as i64,
-            shape.dilation.1 as i64,
-            shape.pad.1 as i64,
-        );
+        let (sw, dw, pw) = (shape.stride.1 as i64, shape.dilation.1 as i64, shape.pad.1 as i64);
         let (lo, hi) = (-pw, 3 * sw + (shape.s as i64 - 1) * dw - pw);
         let first = lo.div_euclid(4);
         let count = (hi.div_euclid(4) - first + 1) as u32;
@@ -323,66 +262,33 @@ impl Rows {
 
     /// The loaded vec4 and lane holding pixel `j` of the quad at tap `tap`.
     fn lane(&self, shape: &ConvShape, j: u32, tap: u32) -> (i64, &'static str) {
-        let at = (j * shape.stride.1 + tap * shape.dilation.1) as i64
-            - shape.pad.1 as i64
-            - 4 * self.first;
+        let at = (j * shape.stride.1 + tap * shape.dilation.1) as i64 - shape.pad.1 as i64 - 4 * self.first;
         (at / 4, LANES[(at % 4) as usize])
     }
 }
 
 /// The A side's WGSL read in rows (`Rows`): per slot its quad and row decoded once, each
 /// step's `count` vec4 loads, and the S staged rows they fill.
-fn write_row_slots(
-    gm: &Gemm,
-    shape: &ConvShape,
-    rows: Rows,
-    (setup, fetch, stage_store): (&mut String, &mut String, &mut String),
-) {
+fn write_row_slots(gm: &Gemm, shape: &ConvShape, rows: Rows, (setup, fetch, stage_store): (&mut String, &mut String, &mut String)) {
     let threads = gm.invocations();
-    writeln!(
-        setup,
-        "    // x read in rows of the kernel window: {} vec4s per four pixels' {} taps.",
-        rows.count, shape.s
-    )
-    .unwrap();
+    writeln!(setup, "    // x read in rows of the kernel window: {} vec4s per four pixels' {} taps.", rows.count, shape.s).unwrap();
     for i in 0..gm.row_slots(shape) {
         let off = i * threads;
-        writeln!(
-            setup,
-            "    let aq{i} = (lid + {off}) % (BM / 4);\n    let ar{i} = (lid + {off}) / (BM / 4);"
-        )
-        .unwrap();
+        writeln!(setup, "    let aq{i} = (lid + {off}) % (BM / 4);\n    let ar{i} = (lid + {off}) / (BM / 4);").unwrap();
         implicit::write_pixel_position(setup, &i.to_string(), &format!("m0 + 4 * aq{i}"));
         writeln!(setup, "    let acol{i} = aiw{i} + PW;").unwrap();
-        writeln!(
-            setup,
-            "    let arow{i} = (apix{i} / OHW) * XSN + x_group + acol{i};"
-        )
-        .unwrap();
+        writeln!(setup, "    let arow{i} = (apix{i} / OHW) * XSN + x_group + acol{i};").unwrap();
         for v in 0..rows.count {
             let col = 4 * (rows.first + v as i64);
-            writeln!(
-                setup,
-                "    let vok{i}_{v} = acol{i} + {col} >= 0 && acol{i} + {col} < W;"
-            )
-            .unwrap();
+            writeln!(setup, "    let vok{i}_{v} = acol{i} + {col} >= 0 && acol{i} + {col} < W;").unwrap();
             writeln!(setup, "    var pa{i}_{v}: vec4<f32>;").unwrap();
         }
         // (channel, kernel row) of the slot's row of the reduction, advanced by carries.
         writeln!(setup, "    var rc{i}: i32 = (k_begin / S + ar{i}) / R;\n    var rr{i}: i32 = (k_begin / S + ar{i}) % R;").unwrap();
         writeln!(fetch, "    {{").unwrap();
         writeln!(fetch, "        let ih = aih{i} + rr{i} * DH;").unwrap();
-        writeln!(
-            fetch,
-            "        let ok = aok{i} && rc{i} < CG && ih >= 0 && ih < H;"
-        )
-        .unwrap();
-        writeln!(
-            fetch,
-            "        let at = (arow{i} + rc{i} * XSC + ih * XSH) / 4 + {};",
-            rows.first
-        )
-        .unwrap();
+        writeln!(fetch, "        let ok = aok{i} && rc{i} < CG && ih >= 0 && ih < H;").unwrap();
+        writeln!(fetch, "        let at = (arow{i} + rc{i} * XSC + ih * XSH) / 4 + {};", rows.first).unwrap();
         for v in 0..rows.count {
             writeln!(
                 fetch,
@@ -412,16 +318,8 @@ fn write_row_slots(
 fn write_row_advance(s: &mut String, slots: u32, rows: u32, shape: &ConvShape) {
     let (ci, ri) = (rows / shape.r, rows % shape.r);
     for i in 0..slots {
-        writeln!(
-            s,
-            "        rr{i} = rr{i} + {ri};\n        rc{i} = rc{i} + {ci};"
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "        if (rr{i} >= R) {{ rr{i} = rr{i} - R; rc{i} = rc{i} + 1; }}"
-        )
-        .unwrap();
+        writeln!(s, "        rr{i} = rr{i} + {ri};\n        rc{i} = rc{i} + {ci};").unwrap();
+        writeln!(s, "        if (rr{i} >= R) {{ rr{i} = rr{i} - R; rc{i} = rc{i} + 1; }}").unwrap();
     }
 }
 
@@ -457,12 +355,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let mut stage_store = String::new();
     let rows = gm.rows(shape);
     if let Some(rows) = rows {
-        write_row_slots(
-            gm,
-            shape,
-            rows,
-            (&mut a_setup, &mut fetch, &mut stage_store),
-        );
+        write_row_slots(gm, shape, rows, (&mut a_setup, &mut fetch, &mut stage_store));
     } else if vec_x {
         // A slots of four neighbouring pixels of one channel plane (M is whole vec4s: every
         // image's plane is), their reduction index (the channel) k_next + ak.
@@ -470,12 +363,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         for i in 0..quads / threads {
             let off = i * threads;
             writeln!(a_setup, "    let aq{i} = (lid + {off}) % (BM / 4);\n    let ak{i} = (lid + {off}) / (BM / 4);").unwrap();
-            implicit::write_pixel(
-                &mut a_setup,
-                &i.to_string(),
-                &format!("m0 + 4 * aq{i}"),
-                ("XSN", "XSH", " * XSW"),
-            );
+            implicit::write_pixel(&mut a_setup, &i.to_string(), &format!("m0 + 4 * aq{i}"), ("XSN", "XSH", " * XSW"));
             writeln!(a_setup, "    var pa{i}: vec4<f32>;").unwrap();
             writeln!(
                 fetch,
@@ -483,11 +371,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
                  pa{i} = select(vec4<f32>(pad0), vec4<f32>(x[select(0, abase{i} + kc * XSC, ok) / 4]), ok);\n    }}"
             )
             .unwrap();
-            writeln!(
-                stage_store,
-                "    a_tile[stage * A_STAGE + ak{i} * A_ROW + aq{i}] = pa{i};"
-            )
-            .unwrap();
+            writeln!(stage_store, "    a_tile[stage * A_STAGE + ak{i} * A_ROW + aq{i}] = pa{i};").unwrap();
         }
     } else {
         for i in 0..a_slots {
@@ -500,12 +384,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
                 writeln!(s, "    let am{i} = (lid + {off}) % BM;").unwrap();
                 writeln!(s, "    let ak{i} = (lid + {off}) / BM;").unwrap();
             }
-            implicit::write_pixel(
-                s,
-                &i.to_string(),
-                &format!("m0 + am{i}"),
-                ("XSN", "XSH", " * XSW"),
-            );
+            implicit::write_pixel(s, &i.to_string(), &format!("m0 + am{i}"), ("XSN", "XSH", " * XSW"));
             implicit::write_reduction_index(s, i, &format!("ak{i} + k_begin"));
             writeln!(s, "    var pa{i}: f32;").unwrap();
         }
@@ -514,22 +393,9 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             writeln!(s, "    {{").unwrap();
             writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
             writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
-            writeln!(
-                s,
-                "        let ok = aok{i} && kc{i} < CG{};",
-                implicit::window_check(shape)
-            )
-            .unwrap();
-            writeln!(
-                s,
-                "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;"
-            )
-            .unwrap();
-            writeln!(
-                s,
-                "        pa{i} = select(pad0, f32(x[select(0, idx, ok)]), ok);"
-            )
-            .unwrap();
+            writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
+            writeln!(s, "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;").unwrap();
+            writeln!(s, "        pa{i} = select(pad0, f32(x[select(0, idx, ok)]), ok);").unwrap();
             writeln!(s, "    }}").unwrap();
             writeln!(
                 stage_store,
@@ -541,30 +407,16 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     // B slots: consecutive invocations take consecutive reduction indices of one weight
     // row, which is contiguous in w (four at a time where its rows are whole vec4s).
     let mut b_setup = String::new();
-    let (b_width, b_rounds) = if vec_w {
-        (gm.bk / 4, gm.bn * gm.bk / 4 / threads)
-    } else {
-        (gm.bk, b_slots)
-    };
+    let (b_width, b_rounds) = if vec_w { (gm.bk / 4, gm.bn * gm.bk / 4 / threads) } else { (gm.bk, b_slots) };
     for i in 0..b_rounds {
         let off = i * threads;
         let s = &mut b_setup;
         writeln!(s, "    let bk{i} = (lid + {off}) % {b_width};").unwrap();
         writeln!(s, "    let bn{i} = (lid + {off}) / {b_width};").unwrap();
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
-        writeln!(
-            s,
-            "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KR;"
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "    var pb{i}: {};",
-            if vec_w { "vec4<f32>" } else { "f32" }
-        )
-        .unwrap();
-        let b_at =
-            |k: &str| format!("b_tile[stage * B_STAGE + ({k}) * (BN / 4) + bn{i} / 4][bn{i} % 4]");
+        writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KR;").unwrap();
+        writeln!(s, "    var pb{i}: {};", if vec_w { "vec4<f32>" } else { "f32" }).unwrap();
+        let b_at = |k: &str| format!("b_tile[stage * B_STAGE + ({k}) * (BN / 4) + bn{i} / 4][bn{i} % 4]");
         if vec_w {
             writeln!(
                 fetch,
@@ -572,11 +424,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
                  pb{i} = select(vec4<f32>(0.0), vec4<f32>(w[select(0, bbase{i} + kr, ok) / 4]), ok);\n    }}"
             )
             .unwrap();
-            let stores: Vec<String> = LANES
-                .iter()
-                .enumerate()
-                .map(|(e, l)| format!("{} = pb{i}.{l};", b_at(&format!("4 * bk{i} + {e}"))))
-                .collect();
+            let stores: Vec<String> =
+                LANES.iter().enumerate().map(|(e, l)| format!("{} = pb{i}.{l};", b_at(&format!("4 * bk{i} + {e}")))).collect();
             writeln!(stage_store, "    {}", stores.join(" ")).unwrap();
         } else {
             writeln!(
@@ -593,13 +442,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let mut advance = String::new();
     match rows {
         Some(_) => write_row_advance(&mut advance, gm.row_slots(shape), gm.bk / shape.s, shape),
-        None => implicit::write_reduction_advance(
-            &mut advance,
-            if vec_x { 0 } else { a_slots },
-            gm.bk,
-            shape,
-            "    ",
-        ),
+        None => implicit::write_reduction_advance(&mut advance, if vec_x { 0 } else { a_slots }, gm.bk, shape, "    "),
     }
     // The reduction over one staged step, written out.
     let mut inner = String::new();
@@ -608,27 +451,13 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     let mut store = String::new();
     for i in 0..gm.tm {
         let s = &mut store;
-        writeln!(
-            s,
-            "    let om{i} = m0 + {} + 4 * tx;",
-            (i / 4) * 4 * tx + i % 4
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "    let ym{i} = (om{i} / OHW) * YSN + (om{i} % OHW) * YSP;"
-        )
-        .unwrap();
+        writeln!(s, "    let om{i} = m0 + {} + 4 * tx;", (i / 4) * 4 * tx + i % 4).unwrap();
+        writeln!(s, "    let ym{i} = (om{i} / OHW) * YSN + (om{i} % OHW) * YSP;").unwrap();
     }
     for j in 0..gm.tn {
         let s = &mut store;
         writeln!(s, "    {{").unwrap();
-        writeln!(
-            s,
-            "        let n = n0 + {} + 4 * ty;",
-            (j / 4) * 4 * ty + j % 4
-        )
-        .unwrap();
+        writeln!(s, "        let n = n0 + {} + 4 * ty;", (j / 4) * 4 * ty + j % 4).unwrap();
         writeln!(s, "        if (n < KG) {{").unwrap();
         writeln!(s, "            let k = g * KG + n;").unwrap();
         if gm.splits > 1 {
@@ -649,12 +478,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             }
         } else {
             for i in 0..gm.tm {
-                let put = store_stmt(
-                    shape,
-                    &format!("ym{i} + k * YSK"),
-                    &phases::flagged(shape, &format!("acc{i}_{j}")),
-                    "k",
-                );
+                let put = store_stmt(shape, &format!("ym{i} + k * YSK"), &phases::flagged(shape, &format!("acc{i}_{j}")), "k");
                 writeln!(s, "            if (om{i} < M) {{ {put} }}").unwrap();
             }
         }
@@ -695,24 +519,11 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     vars.extend([
         ("X_ELEM", elem(vec_x || rows.is_some())),
         ("W_ELEM", elem(vec_w)),
-        (
-            "RESUM",
-            phases::resum_wgsl(
-                shape,
-                &phases::element("x", vec_x || rows.is_some()),
-                &phases::element("w", vec_w),
-            ),
-        ),
-        (
-            "FINISHED",
-            phases::resummed(shape, "sum", "i", "(i / YSK) % K"),
-        ),
+        ("RESUM", phases::resum_wgsl(shape, &phases::element("x", vec_x || rows.is_some()), &phases::element("w", vec_w))),
+        ("FINISHED", phases::resummed(shape, "sum", "i", "(i / YSK) % K")),
         ("Y_ELEM", elem(vec_y)),
         // `finish` (split-K only, never with vec4 stores) stays valid WGSL either way.
-        (
-            "Y_AT",
-            if vec_y { "y[yi / 4][yi % 4]" } else { "y[yi]" }.to_string(),
-        ),
+        ("Y_AT", if vec_y { "y[yi / 4][yi % 4]" } else { "y[yi]" }.to_string()),
         ("SPLITS", gm.splits.to_string()),
         ("KS", ks.to_string()),
         ("YLEN", shape.y_len().to_string()),
@@ -726,12 +537,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
         // where a pixel's channels are contiguous in y, neighbouring channels.
         (
             "LANES",
-            if nhwc {
-                "    let ty = lid % TY;\n    let tx = lid / TY;"
-            } else {
-                "    let tx = lid % TX;\n    let ty = lid / TX;"
-            }
-            .to_string(),
+            if nhwc { "    let ty = lid % TY;\n    let tx = lid / TY;" } else { "    let tx = lid % TX;\n    let ty = lid / TX;" }
+                .to_string(),
         ),
         ("TX", tx.to_string()),
         ("TY", ty.to_string()),
@@ -770,31 +577,14 @@ pub(crate) fn write_accumulators(s: &mut String, tm: u32, tn: u32) {
 /// vec4 q of a row at q * TX + tx (q * TY + ty), so register (i, j) holds row
 /// 4*TX*(i/4) + 4*tx + i%4 and column 4*TY*(j/4) + 4*ty + j%4 of the tile: conflict-free
 /// vec4 reads. The `gemm` family's inner loop, and the batched GEMMs of `wgemm`'s.
-pub(crate) fn write_inner(
-    s: &mut String,
-    bk: u32,
-    (tm, tn): (u32, u32),
-    (tx, ty): (u32, u32),
-    a_row: u32,
-    bn: u32,
-) {
+pub(crate) fn write_inner(s: &mut String, bk: u32, (tm, tn): (u32, u32), (tx, ty): (u32, u32), a_row: u32, bn: u32) {
     for kk in 0..bk {
         writeln!(s, "        {{").unwrap();
         for q in 0..tm / 4 {
-            writeln!(
-                s,
-                "            let a{q} = a_tile[a_base + {} + tx];",
-                kk * a_row + q * tx
-            )
-            .unwrap();
+            writeln!(s, "            let a{q} = a_tile[a_base + {} + tx];", kk * a_row + q * tx).unwrap();
         }
         for q in 0..tn / 4 {
-            writeln!(
-                s,
-                "            let b{q} = b_tile[b_base + {} + ty];",
-                kk * bn / 4 + q * ty
-            )
-            .unwrap();
+            writeln!(s, "            let b{q} = b_tile[b_base + {} + ty];", kk * bn / 4 + q * ty).unwrap();
         }
         for i in 0..tm {
             for j in 0..tn {
@@ -822,27 +612,9 @@ mod tests {
     fn rows_of_the_window_take_a_few_vec4s_where_rows_are_whole() {
         let s2 = shape([32, 128, 56, 56], [128, 128, 3, 3], 2, 1);
         // Columns -1 .. 7 of the quad's first: vec4s -1, 0 and 1, twelve values used.
-        assert_eq!(
-            Rows::of(&s2),
-            Some(Rows {
-                first: -1,
-                count: 3
-            })
-        );
-        assert_eq!(
-            Rows::of(&shape([1, 8, 16, 16], [8, 8, 3, 3], 1, 1)),
-            Some(Rows {
-                first: -1,
-                count: 3
-            })
-        );
-        assert_eq!(
-            Rows::of(&shape([1, 3, 224, 224], [64, 3, 7, 7], 2, 3)),
-            Some(Rows {
-                first: -1,
-                count: 4
-            })
-        );
+        assert_eq!(Rows::of(&s2), Some(Rows { first: -1, count: 3 }));
+        assert_eq!(Rows::of(&shape([1, 8, 16, 16], [8, 8, 3, 3], 1, 1)), Some(Rows { first: -1, count: 3 }));
+        assert_eq!(Rows::of(&shape([1, 3, 224, 224], [64, 3, 7, 7], 2, 3)), Some(Rows { first: -1, count: 4 }));
         // Rows of scalars (W 14), output rows off quads (OW 27), channels-last x, and 1x1
         // planes read four pixels at a time already.
         assert_eq!(Rows::of(&shape([1, 8, 14, 14], [8, 8, 3, 3], 1, 1)), None);
@@ -862,24 +634,12 @@ mod tests {
     #[test]
     fn the_cost_ranks_the_fastest_tile_early_where_x_is_read_as_vec4s() {
         let layers = [
-            (
-                shape([32, 256, 56, 56], [512, 256, 1, 1], 2, 0),
-                "gemm_b128x128x8_t8x8",
-            ),
-            (
-                shape([32, 96, 56, 56], [192, 96, 2, 2], 2, 0),
-                "gemm_b128x64x8_t8x8",
-            ),
-            (
-                shape([32, 256, 56, 56], [64, 256, 1, 1], 1, 0),
-                "gemm_b128x64x16_t4x8",
-            ),
+            (shape([32, 256, 56, 56], [512, 256, 1, 1], 2, 0), "gemm_b128x128x8_t8x8"),
+            (shape([32, 96, 56, 56], [192, 96, 2, 2], 2, 0), "gemm_b128x64x8_t8x8"),
+            (shape([32, 256, 56, 56], [64, 256, 1, 1], 1, 0), "gemm_b128x64x16_t4x8"),
         ];
         for (s, fastest) in layers {
-            let mut ranked: Vec<Gemm> = Gemm::space()
-                .into_iter()
-                .filter(|g| g.splits == 1 && g.suits(&s))
-                .collect();
+            let mut ranked: Vec<Gemm> = Gemm::space().into_iter().filter(|g| g.splits == 1 && g.suits(&s)).collect();
             ranked.sort_by(|a, b| a.cost(&s).total_cmp(&b.cost(&s)));
             let rank = ranked.iter().position(|g| g.name() == fastest).unwrap();
             assert!(rank < 7, "{}: {fastest} ranked {rank}", s.label());

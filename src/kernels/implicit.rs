@@ -32,10 +32,8 @@ impl View {
 
     /// Multiply-adds a kernel with `bm` x `bn` x `bk` tiles executes, tile padding included.
     pub fn padded_fmas(&self, bm: u32, bn: u32, bk: u32) -> f64 {
-        (ceil_to(self.m, bm as u64)
-            * ceil_to(self.kg, bn as u64)
-            * self.groups
-            * ceil_to(self.red, bk as u64)) as f64
+        (ceil_to(self.m, bm as u64) * ceil_to(self.kg, bn as u64) * self.groups * ceil_to(self.red, bk as u64))
+            as f64
     }
 
     /// No tile side far beyond the problem's: each at most the problem's size rounded up to
@@ -115,31 +113,13 @@ pub fn write_reduction_index(s: &mut String, slot: u32, flat: &str) {
 
 /// Moves slot indices on by `bk`: add bk's (channel, row, column) digits, then carry. Each
 /// digit sum stays below twice its base, so one carry per digit suffices.
-pub fn write_reduction_advance(
-    s: &mut String,
-    slots: u32,
-    bk: u32,
-    shape: &ConvShape,
-    indent: &str,
-) {
-    let (ci, ri, si) = (
-        bk / (shape.r * shape.s),
-        (bk / shape.s) % shape.r,
-        bk % shape.s,
-    );
+pub fn write_reduction_advance(s: &mut String, slots: u32, bk: u32, shape: &ConvShape, indent: &str) {
+    let (ci, ri, si) = (bk / (shape.r * shape.s), (bk / shape.s) % shape.r, bk % shape.s);
     for i in 0..slots {
         writeln!(s, "{indent}kw{i} = kw{i} + {si};").unwrap();
         writeln!(s, "{indent}kh{i} = kh{i} + {ri};").unwrap();
         writeln!(s, "{indent}kc{i} = kc{i} + {ci};").unwrap();
-        writeln!(
-            s,
-            "{indent}if (kw{i} >= S) {{ kw{i} = kw{i} - S; kh{i} = kh{i} + 1; }}"
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "{indent}if (kh{i} >= R) {{ kh{i} = kh{i} - R; kc{i} = kc{i} + 1; }}"
-        )
-        .unwrap();
+        writeln!(s, "{indent}if (kw{i} >= S) {{ kw{i} = kw{i} - S; kh{i} = kh{i} + 1; }}").unwrap();
+        writeln!(s, "{indent}if (kh{i} >= R) {{ kh{i} = kh{i} - R; kc{i} = kc{i} + 1; }}").unwrap();
     }
 }

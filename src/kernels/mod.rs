@@ -35,11 +35,7 @@ pub struct Caps {
 impl Caps {
     /// An adapter with these limits and no optional feature.
     pub fn from_limits(limits: wgpu::Limits) -> Caps {
-        Caps {
-            limits,
-            features: wgpu::Features::empty(),
-            tensor_cores: false,
-        }
+        Caps { limits, features: wgpu::Features::empty(), tensor_cores: false }
     }
 
     /// Why a family that needs tensor cores cannot run here, or `None` if it can.
@@ -151,12 +147,7 @@ fn numbers(s: &str) -> Vec<u32> {
 /// (`{{DIRECT_SUM}}` in their templates) and the weight passes of lowered forms.
 pub const DIRECT_SUM: &str = include_str!("../../shaders/direct_sum.wgsl");
 /// Templates besides the families' own, for the tuning cache's hash.
-const SHARED_TEMPLATES: [&str; 4] = [
-    DIRECT_SUM,
-    phases::TEMPLATE,
-    phases::SHUFFLE_TEMPLATE,
-    winogemm::TRANSFORMS_TEMPLATE,
-];
+const SHARED_TEMPLATES: [&str; 4] = [DIRECT_SUM, phases::TEMPLATE, phases::SHUFFLE_TEMPLATE, winogemm::TRANSFORMS_TEMPLATE];
 
 /// Declares `Variant`, one arm per family, and the functions that walk all families.
 macro_rules! families {
@@ -278,9 +269,7 @@ impl Variant {
     /// largest binding, where smaller than the default): see `KernelVariant::generate_within`.
     pub fn generate_within(&self, shape: &ConvShape, max_workspace: u64) -> Result<Kernel> {
         if !self.well_formed() {
-            return Err(Error::invalid(format!(
-                "variant {self} is not in the generator's space"
-            )));
+            return Err(Error::invalid(format!("variant {self} is not in the generator's space")));
         }
         let Some(target) = self.target(shape) else {
             let why = if shape.is_transposed() {
@@ -288,10 +277,7 @@ impl Variant {
             } else {
                 "a plain convolution runs on every family but tconv"
             };
-            return Err(Error::invalid(format!(
-                "variant {self} cannot run on this shape ({}): {why}",
-                shape.label()
-            )));
+            return Err(Error::invalid(format!("variant {self} cannot run on this shape ({}): {why}", shape.label())));
         };
         let mut kernel = self.ops().generate_within(&target, max_workspace)?;
         if target.scatter.is_some_and(|sc| sc.rearranges_w()) {
@@ -338,14 +324,7 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     // reduction is deep enough to amortise staging through workgroup memory. 8-deep steps:
     // on the H100 they ran 1.2-1.5x faster than 16-deep ones with this tile.
     if shape.kg() >= 32 && m >= 4096 && red >= 32 {
-        let g = Variant::Gemm(gemm::Gemm {
-            bm: 64,
-            bn: 64,
-            bk: 8,
-            tm: 4,
-            tn: 4,
-            splits: 1,
-        });
+        let g = Variant::Gemm(gemm::Gemm { bm: 64, bn: 64, bk: 8, tm: 4, tn: 4, splits: 1 });
         if g.fits(caps) {
             return g;
         }
@@ -359,22 +338,10 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     // against NCHW").
     if shape.layout == crate::params::Layout::Nhwc && shape.kg() >= 16 {
         let (tk, tw) = if shape.kg() >= 32 { (4, 4) } else { (2, 2) };
-        return Variant::Direct(direct::Direct {
-            wg_x: 8,
-            wg_y: 8,
-            unroll,
-            tk,
-            tw,
-        });
+        return Variant::Direct(direct::Direct { wg_x: 8, wg_y: 8, unroll, tk, tw });
     }
     let tk = if shape.kg() >= 4 { 4 } else { 1 };
-    let v = Variant::Direct(direct::Direct {
-        wg_x: 64,
-        wg_y: 1,
-        unroll,
-        tk,
-        tw: 1,
-    });
+    let v = Variant::Direct(direct::Direct { wg_x: 64, wg_y: 1, unroll, tk, tw: 1 });
     debug_assert!(v.fits(caps));
     v
 }
@@ -400,13 +367,7 @@ pub(crate) fn swept<T: Copy>(all: &[T], family: impl Fn(&T) -> &'static str) -> 
         .flat_map(|name| {
             let of: Vec<T> = all.iter().copied().filter(|v| family(v) == name).collect();
             let m = of.len().min(SWEPT_PER_FAMILY);
-            (0..m).map(move |i| {
-                of[if m == 1 {
-                    0
-                } else {
-                    i * (of.len() - 1) / (m - 1)
-                }]
-            })
+            (0..m).map(move |i| of[if m == 1 { 0 } else { i * (of.len() - 1) / (m - 1) }])
         })
         .collect()
 }
@@ -419,16 +380,7 @@ pub(crate) fn swept_variants() -> Vec<Variant> {
 
 #[cfg(test)]
 pub(crate) fn square_shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64) -> ConvShape {
-    ConvShape::new(
-        x,
-        w,
-        (stride, stride),
-        crate::params::Padding::Explicit(pad, pad),
-        (1, 1),
-        1,
-        None,
-    )
-    .unwrap()
+    ConvShape::new(x, w, (stride, stride), crate::params::Padding::Explicit(pad, pad), (1, 1), 1, None).unwrap()
 }
 
 #[cfg(test)]
@@ -439,53 +391,14 @@ mod tests {
     fn nhwc_defaults_tile_channels_across_the_workgroup() {
         use crate::params::{Layout, Padding};
         let caps = Caps::from_limits(wgpu::Limits::default());
-        let seed = ConvShape::new(
-            [1, 3, 225, 225],
-            [32, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(0, 0),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            default_variant(&seed, &caps).to_string(),
-            "direct_wg64x1_u1_k4w1"
-        );
-        assert_eq!(
-            default_variant(&seed.with_layout(Layout::Nhwc), &caps).to_string(),
-            "direct_wg8x8_u1_k4w4"
-        );
-        let k16 = ConvShape::new(
-            [1, 3, 64, 64],
-            [16, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            default_variant(&k16.with_layout(Layout::Nhwc), &caps).to_string(),
-            "direct_wg8x8_u1_k2w2"
-        );
+        let seed = ConvShape::new([1, 3, 225, 225], [32, 3, 3, 3], (1, 1), Padding::Explicit(0, 0), (1, 1), 1, None).unwrap();
+        assert_eq!(default_variant(&seed, &caps).to_string(), "direct_wg64x1_u1_k4w1");
+        assert_eq!(default_variant(&seed.with_layout(Layout::Nhwc), &caps).to_string(), "direct_wg8x8_u1_k4w4");
+        let k16 = ConvShape::new([1, 3, 64, 64], [16, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        assert_eq!(default_variant(&k16.with_layout(Layout::Nhwc), &caps).to_string(), "direct_wg8x8_u1_k2w2");
         // Depthwise: one channel per group, nothing to tile across the workgroup.
-        let dw = ConvShape::new(
-            [1, 32, 28, 28],
-            [32, 1, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            32,
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            default_variant(&dw.with_layout(Layout::Nhwc), &caps).to_string(),
-            "direct_wg64x1_u1_k1w1"
-        );
+        let dw = ConvShape::new([1, 32, 28, 28], [32, 1, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 32, None).unwrap();
+        assert_eq!(default_variant(&dw.with_layout(Layout::Nhwc), &caps).to_string(), "direct_wg64x1_u1_k1w1");
     }
 
     #[test]
@@ -496,10 +409,7 @@ mod tests {
             let of: Vec<_> = all.iter().filter(|v| v.family() == name).collect();
             let picked: Vec<_> = some.iter().filter(|v| v.family() == name).collect();
             assert!(picked.len() >= of.len().min(SWEPT_PER_FAMILY), "{name}");
-            assert!(
-                picked.first() == of.first() && picked.last() == of.last(),
-                "{name}"
-            );
+            assert!(picked.first() == of.first() && picked.last() == of.last(), "{name}");
         }
     }
 

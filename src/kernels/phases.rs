@@ -22,12 +22,7 @@ pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Res
         .ok_or_else(|| Error::invalid(format!("{} is not a scatter form", lowered.label())))?;
     let len = lowered.w_len();
     let mut vars = shape_vars(shape, variant);
-    vars.retain(|(k, _)| {
-        matches!(
-            *k,
-            "VARIANT" | "SHAPE" | "ENABLES" | "DT" | "KG" | "CG" | "R" | "S" | "SH" | "SW"
-        )
-    });
+    vars.retain(|(k, _)| matches!(*k, "VARIANT" | "SHAPE" | "ENABLES" | "DT" | "KG" | "CG" | "R" | "S" | "SH" | "SW"));
     // The scatter's phases and output channels per group, which both passes decode.
     vars.extend([
         ("LEN", len.to_string()),
@@ -38,11 +33,7 @@ pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Res
         vars.push(("ROW", (lowered.cg() * lowered.r * lowered.s).to_string()));
         SHUFFLE_TEMPLATE
     } else {
-        let (phase, cf) = if sc.phase_major {
-            ("n / KGF", "n % KGF")
-        } else {
-            ("n % PQ", "n / PQ")
-        };
+        let (phase, cf) = if sc.phase_major { ("n / KGF", "n % KGF") } else { ("n % PQ", "n / PQ") };
         vars.extend([
             ("PHASES", (shape.stride.0 * shape.stride.1).to_string()),
             ("Q", sc.inner.to_string()),
@@ -89,11 +80,7 @@ pub fn live_taps(lowered: &ConvShape) -> Option<Vec<u32>> {
             live
         })
         .collect();
-    let all = if a_n * b_n == 32 {
-        u32::MAX
-    } else {
-        (1 << (a_n * b_n)) - 1
-    };
+    let all = if a_n * b_n == 32 { u32::MAX } else { (1 << (a_n * b_n)) - 1 };
     masks.iter().any(|&m| m != all).then_some(masks)
 }
 
@@ -122,11 +109,7 @@ pub fn resum_wgsl(lowered: &ConvShape, x_at: &str, w_at: &str) -> String {
     let (pq_h, pq_w) = sc.phases;
     let [xsn, xsc, xsh, xsw] = s.x_strides();
     let [ysn, ysk, ysp] = s.y_strides();
-    let phase = if sc.phase_major {
-        format!("n / {}", sc.kg)
-    } else {
-        format!("n % {}", pq_h * pq_w)
-    };
+    let phase = if sc.phase_major { format!("n / {}", sc.kg) } else { format!("n % {}", pq_h * pq_w) };
     format!(
         "
 // Non-finite outputs of the lowered form, summed again over live taps within x only (see
@@ -236,14 +219,7 @@ pub fn redo(lowered: &ConvShape, when: &str, outputs: impl FnOnce() -> String) -
 mod tests {
     use super::*;
 
-    fn transposed(
-        x: [usize; 4],
-        w: [usize; 4],
-        st: i64,
-        p: i64,
-        op: i64,
-        groups: i64,
-    ) -> ConvShape {
+    fn transposed(x: [usize; 4], w: [usize; 4], st: i64, p: i64, op: i64, groups: i64) -> ConvShape {
         ConvShape::new_transposed(x, w, (st, st), (p, p), (op, op), (1, 1), groups, None).unwrap()
     }
 
@@ -263,21 +239,13 @@ mod tests {
         ];
         for (x, w, st, p, op, g) in cases {
             let t = transposed(x, w, st, p, op, g);
-            let xs: Vec<f64> = (0..t.x_len())
-                .map(|i| ((i * 7919) % 23) as f64 - 11.0)
-                .collect();
-            let ws: Vec<f64> = (0..t.w_len())
-                .map(|i| ((i * 104729) % 19) as f64 - 9.0)
-                .collect();
+            let xs: Vec<f64> = (0..t.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
+            let ws: Vec<f64> = (0..t.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
             let want = transposed_f64(&t, &xs, &ws);
             // Both channel orders (channels-first and channels-last problems use one each;
             // the arithmetic does not depend on the layout).
             for phase_major in [false, true] {
-                let lo = with_order(
-                    t.lowered()
-                        .unwrap_or_else(|| panic!("{} has no lowered form", t.label())),
-                    phase_major,
-                );
+                let lo = with_order(t.lowered().unwrap_or_else(|| panic!("{} has no lowered form", t.label())), phase_major);
                 let wl = lowered_weights(&t, &lo, &ws);
                 let got_lo = conv_f64(&lo, &xs, &wl);
                 let mut got = vec![f64::NAN; t.y_len() as usize];
@@ -303,11 +271,7 @@ mod tests {
             (transposed([1, 4, 3, 4], [4, 8, 3, 3], 2, 1, 1, 1), 2),
         ];
         for (t, shuffle) in cases {
-            let s = if shuffle > 1 {
-                t.with_pixel_shuffle(shuffle).unwrap()
-            } else {
-                t
-            };
+            let s = if shuffle > 1 { t.with_pixel_shuffle(shuffle).unwrap() } else { t };
             let lo = with_order(s.lowered().unwrap(), true);
             let sc = lo.scatter.unwrap();
             let ws: Vec<f64> = (0..t.w_len()).map(|i| (i % 7) as f64 + 1.0).collect();
@@ -318,21 +282,11 @@ mod tests {
                 let phase = (kl % lo.kg() as usize) / sc.kg as usize;
                 for tap in 0..taps {
                     let nonzero = w_row.iter().skip(tap).step_by(taps).any(|&v| v != 0.0);
-                    assert_eq!(
-                        masks[phase] >> tap & 1 == 1,
-                        nonzero,
-                        "{} phase {phase} tap {tap}",
-                        s.label()
-                    );
+                    assert_eq!(masks[phase] >> tap & 1 == 1, nonzero, "{} phase {phase} tap {tap}", s.label());
                 }
             }
         }
-        let even = with_order(
-            transposed([1, 4, 5, 5], [4, 3, 4, 4], 2, 1, 0, 1)
-                .lowered()
-                .unwrap(),
-            true,
-        );
+        let even = with_order(transposed([1, 4, 5, 5], [4, 3, 4, 4], 2, 1, 0, 1).lowered().unwrap(), true);
         assert_eq!(live_taps(&even), None);
         assert_eq!(live_taps(&with_order(even, false)), None);
     }
@@ -341,20 +295,13 @@ mod tests {
     /// folded into the scatter's phases and the weight pass, both channel orders.
     #[test]
     fn lowered_form_folds_a_pixel_shuffle_after_the_transposed_convolution() {
-        for (x, w, st, p, op, g) in [
-            ([1, 4, 3, 4], [4, 8, 4, 4], 2, 1, 0, 1),
-            ([2, 4, 3, 3], [2, 8, 3, 3], 2, 1, 1, 2),
-        ] {
+        for (x, w, st, p, op, g) in [([1, 4, 3, 4], [4, 8, 4, 4], 2, 1, 0, 1), ([2, 4, 3, 3], [2, 8, 3, 3], 2, 1, 1, 2)] {
             let x = if g == 2 { [x[0], 4, x[2], x[3]] } else { x };
             let w = if g == 2 { [4, w[1], w[2], w[3]] } else { w };
             let t = transposed(x, w, st, p, op, g);
             let s = t.with_pixel_shuffle(2).unwrap();
-            let xs: Vec<f64> = (0..t.x_len())
-                .map(|i| ((i * 7919) % 23) as f64 - 11.0)
-                .collect();
-            let ws: Vec<f64> = (0..t.w_len())
-                .map(|i| ((i * 104729) % 19) as f64 - 9.0)
-                .collect();
+            let xs: Vec<f64> = (0..t.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
+            let ws: Vec<f64> = (0..t.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
             let mut want = vec![f64::NAN; t.y_len() as usize];
             for (i, v) in transposed_f64(&t, &xs, &ws).iter().enumerate() {
                 want[s.y_store_index(i as u64) as usize] = *v;
@@ -385,44 +332,20 @@ mod tests {
             transposed([8, 64, 16, 16], [64, 32, 3, 3], 2, 1, 1, 1),
             transposed([2, 32, 12, 12], [32, 16, 4, 4], 2, 1, 0, 1),
             transposed([1, 16, 9, 9], [16, 8, 3, 3], 1, 1, 0, 2),
-            ConvShape::new_transposed(
-                [1, 16, 6, 6],
-                [16, 32, 3, 3],
-                (2, 2),
-                (1, 1),
-                (1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap()
-            .with_pixel_shuffle(2)
-            .unwrap(),
+            ConvShape::new_transposed([1, 16, 6, 6], [16, 32, 3, 3], (2, 2), (1, 1), (1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_pixel_shuffle(2)
+                .unwrap(),
         ];
         let mut checked = 0;
         for (i, base) in shapes.iter().enumerate() {
-            for (layout, dtype) in [
-                (Layout::Nchw, DType::F32),
-                (Layout::Nhwc, DType::F16),
-                (Layout::Nhwc, DType::F32),
-                (Layout::Nchw, DType::F16),
-            ] {
+            for (layout, dtype) in [(Layout::Nchw, DType::F32), (Layout::Nhwc, DType::F16), (Layout::Nhwc, DType::F32), (Layout::Nchw, DType::F16)] {
                 let shape = base.with_layout(layout).with_dtype(dtype);
-                for v in crate::kernels::swept_variants()
-                    .into_iter()
-                    .skip(i % 2)
-                    .step_by(2)
-                {
+                for v in crate::kernels::swept_variants().into_iter().skip(i % 2).step_by(2) {
                     let Ok(k) = v.generate(&shape) else { continue };
-                    crate::codegen::validate(&k.source)
-                        .unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
+                    crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
                     let lowered = v.family() != "tconv";
-                    assert_eq!(
-                        k.source.contains("fn resum_sum("),
-                        lowered && !v.family().starts_with('w'),
-                        "{v} on {}",
-                        shape.label()
-                    );
+                    assert_eq!(k.source.contains("fn resum_sum("), lowered && !v.family().starts_with('w'), "{v} on {}", shape.label());
                     checked += 1;
                 }
             }
@@ -435,24 +358,11 @@ mod tests {
     #[test]
     fn shuffle_form_stores_the_pixel_shuffle() {
         use crate::params::Padding;
-        for (x, w, r, g) in [
-            ([2, 4, 5, 3], [8, 4, 3, 3], 2, 1),
-            ([1, 6, 3, 4], [36, 3, 1, 2], 3, 2),
-        ] {
-            let s = ConvShape::new(x, w, (1, 1), Padding::Explicit(1, 0), (1, 1), g, None)
-                .unwrap()
-                .with_pixel_shuffle(r)
-                .unwrap();
-            let xs: Vec<f64> = (0..s.x_len())
-                .map(|i| ((i * 7919) % 23) as f64 - 11.0)
-                .collect();
-            let ws: Vec<f64> = (0..s.w_len())
-                .map(|i| ((i * 104729) % 19) as f64 - 9.0)
-                .collect();
-            let plain = ConvShape {
-                pixel_shuffle: None,
-                ..s
-            };
+        for (x, w, r, g) in [([2, 4, 5, 3], [8, 4, 3, 3], 2, 1), ([1, 6, 3, 4], [36, 3, 1, 2], 3, 2)] {
+            let s = ConvShape::new(x, w, (1, 1), Padding::Explicit(1, 0), (1, 1), g, None).unwrap().with_pixel_shuffle(r).unwrap();
+            let xs: Vec<f64> = (0..s.x_len()).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
+            let ws: Vec<f64> = (0..s.w_len()).map(|i| ((i * 104729) % 19) as f64 - 9.0).collect();
+            let plain = ConvShape { pixel_shuffle: None, ..s };
             let mut want = vec![f64::NAN; s.y_len() as usize];
             for (i, v) in conv_f64(&plain, &xs, &ws).iter().enumerate() {
                 want[s.y_store_index(i as u64) as usize] = *v;
@@ -461,12 +371,7 @@ mod tests {
                 let lo = with_order(s.shuffle_lowered().unwrap(), phase_major);
                 let sc = lo.scatter.unwrap();
                 assert_eq!(sc.rearranges_w(), phase_major);
-                let (kg, kgf, p, row) = (
-                    lo.kg() as u64,
-                    sc.kg as u64,
-                    (r * r) as u64,
-                    (lo.cg() * lo.r * lo.s) as u64,
-                );
+                let (kg, kgf, p, row) = (lo.kg() as u64, sc.kg as u64, (r * r) as u64, (lo.cg() * lo.r * lo.s) as u64);
                 // PyTorch's order needs no weight pass; the phase-major one permutes rows.
                 let wl: Vec<f64> = if !phase_major {
                     ws.clone()
@@ -490,21 +395,13 @@ mod tests {
 
     fn with_order(lo: ConvShape, phase_major: bool) -> ConvShape {
         let sc = lo.scatter.unwrap();
-        ConvShape {
-            scatter: Some(crate::params::Scatter { phase_major, ..sc }),
-            ..lo
-        }
+        ConvShape { scatter: Some(crate::params::Scatter { phase_major, ..sc }), ..lo }
     }
 
     /// PyTorch's conv_transpose2d by its definition (each input scatters into the outputs its
     /// taps reach), NCHW.
     fn transposed_f64(t: &ConvShape, x: &[f64], w: &[f64]) -> Vec<f64> {
-        let (oh, ow, cg, kg) = (
-            t.oh() as i64,
-            t.ow() as i64,
-            t.cg() as usize,
-            t.kg() as usize,
-        );
+        let (oh, ow, cg, kg) = (t.oh() as i64, t.ow() as i64, t.cg() as usize, t.kg() as usize);
         let (h, wd, r, s) = (t.h as i64, t.w as i64, t.r as usize, t.s as usize);
         let mut y = vec![0f64; t.y_len() as usize];
         for n in 0..t.n as usize {
@@ -512,9 +409,7 @@ mod tests {
                 let g = c / cg;
                 for ih in 0..h {
                     for iw in 0..wd {
-                        let xv = x[((n * t.c as usize + c) * h as usize + ih as usize)
-                            * wd as usize
-                            + iw as usize];
+                        let xv = x[((n * t.c as usize + c) * h as usize + ih as usize) * wd as usize + iw as usize];
                         for kk in 0..kg {
                             for a in 0..r {
                                 for b in 0..s {
@@ -524,9 +419,7 @@ mod tests {
                                         continue;
                                     }
                                     let k = g * kg + kk;
-                                    let yi = ((n * t.k as usize + k) * oh as usize + oy as usize)
-                                        * ow as usize
-                                        + ox as usize;
+                                    let yi = ((n * t.k as usize + k) * oh as usize + oy as usize) * ow as usize + ox as usize;
                                     y[yi] += xv * w[((c * kg + kk) * r + a) * s + b];
                                 }
                             }
@@ -548,37 +441,19 @@ mod tests {
 
     /// What shaders/phases.wgsl computes, on the host.
     fn lowered_weights(t: &ConvShape, lo: &ConvShape, w: &[f64]) -> Vec<f64> {
-        let (p, kg, cg, a, b) = (
-            (t.stride.0 * t.stride.1) as u64,
-            t.kg() as u64,
-            t.cg() as u64,
-            lo.r as u64,
-            lo.s as u64,
-        );
+        let (p, kg, cg, a, b) = ((t.stride.0 * t.stride.1) as u64, t.kg() as u64, t.cg() as u64, lo.r as u64, lo.s as u64);
         let (r, s, sh, sw) = (t.r as u64, t.s as u64, t.stride.0 as u64, t.stride.1 as u64);
         (0..lo.w_len())
             .map(|e| {
                 let (bb, aa, c, kl) = (e % b, (e / b) % a, (e / (a * b)) % cg, e / (a * b * cg));
                 let sc = lo.scatter.unwrap();
-                let (q, kgf, pq) = (
-                    sc.inner as u64,
-                    sc.kg as u64,
-                    (sc.phases.0 * sc.phases.1) as u64,
-                );
+                let (q, kgf, pq) = (sc.inner as u64, sc.kg as u64, (sc.phases.0 * sc.phases.1) as u64);
                 let (g, n) = (kl / (p * kg), kl % (p * kg));
-                let (phase, cf) = if sc.phase_major {
-                    (n / kgf, n % kgf)
-                } else {
-                    (n % pq, n / pq)
-                };
+                let (phase, cf) = if sc.phase_major { (n / kgf, n % kgf) } else { (n % pq, n / pq) };
                 let (ph_h, ph_w) = (phase / (sw * q), phase % (sw * q));
                 let kk = (cf * q + ph_h % q) * q + ph_w % q;
                 let (rr, ss) = (ph_h / q + (a - 1 - aa) * sh, ph_w / q + (b - 1 - bb) * sw);
-                if rr < r && ss < s {
-                    w[((((g * cg + c) * kg + kk) * r + rr) * s + ss) as usize]
-                } else {
-                    0.0
-                }
+                if rr < r && ss < s { w[((((g * cg + c) * kg + kk) * r + rr) * s + ss) as usize] } else { 0.0 }
             })
             .collect()
     }
@@ -593,11 +468,7 @@ mod tests {
         let (ch, p) = (off / (oh * ow), off % (oh * ow));
         let phases = (sc.phases.0 * sc.phases.1) as i64;
         let n = ch % gk;
-        let (phase, cc) = if sc.phase_major {
-            (n / kgf, n % kgf)
-        } else {
-            (n % phases, n / phases)
-        };
+        let (phase, cc) = if sc.phase_major { (n / kgf, n % kgf) } else { (n % phases, n / phases) };
         let c = (ch / gk) * kgf + cc;
         let row = (p / ow) * sc.phases.0 as i64 + phase / sc.phases.1 as i64 - sc.off.0 as i64;
         let col = (p % ow) * sc.phases.1 as i64 + phase % sc.phases.1 as i64 - sc.off.1 as i64;

@@ -12,7 +12,7 @@
 
 use super::cost::{ceil_to, parallel_efficiency, SHARED_LOAD};
 use super::{phases, Family, KernelVariant};
-use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel, LANES};
+use crate::codegen::{epilogue_quad, render, LANES, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -146,19 +146,11 @@ impl KernelVariant for Stem {
     }
 
     fn name(&self) -> String {
-        format!(
-            "stem_wg{}_u{}_k{}w{}",
-            self.wg, self.unroll, self.tk, self.tw
-        )
+        format!("stem_wg{}_u{}_k{}w{}", self.wg, self.unroll, self.tk, self.tw)
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![
-            ("wg", self.wg),
-            ("unroll", self.unroll),
-            ("tk", self.tk),
-            ("tw", self.tw),
-        ]
+        vec![("wg", self.wg), ("unroll", self.unroll), ("tk", self.tk), ("tw", self.tw)]
     }
 
     fn well_formed(&self) -> bool {
@@ -198,27 +190,22 @@ impl KernelVariant for Stem {
     /// Multiply-adds executed (tile padding included) times what each costs with its share
     /// of loads, over how well the dispatch fills the GPU, times what many accumulators cost.
     fn cost(&self, shape: &ConvShape) -> f64 {
-        let (n, oh, ow, k) = (
-            shape.n as u64,
-            shape.oh() as u64,
-            shape.ow() as u64,
-            shape.k as u64,
-        );
+        let (n, oh, ow, k) = (shape.n as u64, shape.oh() as u64, shape.ow() as u64, shape.k as u64);
         let (tk, tw) = (self.tk as u64, self.tw as u64);
         let outputs = (n * oh * ceil_to(ow, tw) * ceil_to(k, tk)) as f64;
         let fmas = outputs * Self::taps(shape) as f64;
         // A kernel row's loads of x, in cache wavefronts, feed s x tw x tk multiply-adds; a
         // vec4 of weights, one wavefront (a broadcast), feeds 4 x tw.
         let row_fmas = (shape.s as u64 * tw * tk) as f64;
-        let per_fma =
-            1.0 + WAVEFRONT * self.x_wavefronts(shape) / row_fmas + WAVEFRONT / (4 * tw) as f64;
+        let per_fma = 1.0 + WAVEFRONT * self.x_wavefronts(shape) / row_fmas + WAVEFRONT / (4 * tw) as f64;
         let unroll = match self.unroll {
             1 => 1.0,
             0 => 1.05,
             _ => 1.02,
         };
         let invocations = n * oh * ow.div_ceil(tw) * k.div_ceil(tk);
-        fmas * per_fma * unroll / parallel_efficiency(ceil_to(invocations, self.wg as u64))
+        fmas * per_fma * unroll
+            / parallel_efficiency(ceil_to(invocations, self.wg as u64))
             * self.residency_cost()
     }
 
@@ -234,32 +221,13 @@ fn setup(v: &Stem, shape: &ConvShape) -> String {
         let (lead, quads) = v.vec4_span(shape);
         writeln!(s, "    let first = iw_left - {lead};").unwrap();
         for i in 0..quads {
-            writeln!(
-                s,
-                "    let cok{i} = first + {} >= 0 && first + {} < W;",
-                4 * i,
-                4 * i
-            )
-            .unwrap();
-            writeln!(
-                s,
-                "    let co{i} = select(0, (first + {}) / 4, cok{i});",
-                4 * i
-            )
-            .unwrap();
+            writeln!(s, "    let cok{i} = first + {} >= 0 && first + {} < W;", 4 * i, 4 * i).unwrap();
+            writeln!(s, "    let co{i} = select(0, (first + {}) / 4, cok{i});", 4 * i).unwrap();
         }
     } else {
         for q in 0..v.span(shape) {
-            writeln!(
-                s,
-                "    let cok{q} = iw_left + {q} >= 0 && iw_left + {q} < W;"
-            )
-            .unwrap();
-            writeln!(
-                s,
-                "    let co{q} = select(0, (iw_left + {q}) * XSW, cok{q});"
-            )
-            .unwrap();
+            writeln!(s, "    let cok{q} = iw_left + {q} >= 0 && iw_left + {q} < W;").unwrap();
+            writeln!(s, "    let co{q} = select(0, (iw_left + {q}) * XSW, cok{q});").unwrap();
         }
     }
     for m in 0..v.tk / 4 {
@@ -275,32 +243,18 @@ fn setup(v: &Stem, shape: &ConvShape) -> String {
 fn row_loads(v: &Stem, shape: &ConvShape, c: &str, r: &str, t: u32, out: &mut String, ind: &str) {
     writeln!(out, "{ind}let ih{t} = ih_top + {r} * DH;").unwrap();
     writeln!(out, "{ind}let rok{t} = ih{t} >= 0 && ih{t} < H;").unwrap();
-    writeln!(
-        out,
-        "{ind}let xr{t} = xn + {c} * XSC + select(0, ih{t} * XSH, rok{t});"
-    )
-    .unwrap();
+    writeln!(out, "{ind}let xr{t} = xn + {c} * XSC + select(0, ih{t} * XSH, rok{t});").unwrap();
     if v.loads_vec4(shape) {
         let (lead, quads) = v.vec4_span(shape);
         for i in 0..quads {
             writeln!(out, "{ind}let xq{t}_{i} = select(vec4<f32>(pad0), vec4<f32>(x[xr{t} / 4 + co{i}]), rok{t} && cok{i});").unwrap();
         }
         for q in 0..v.span(shape) {
-            writeln!(
-                out,
-                "{ind}let xv{t}_{q} = xq{t}_{}.{};",
-                (lead + q) / 4,
-                LANES[((lead + q) % 4) as usize]
-            )
-            .unwrap();
+            writeln!(out, "{ind}let xv{t}_{q} = xq{t}_{}.{};", (lead + q) / 4, LANES[((lead + q) % 4) as usize]).unwrap();
         }
     } else {
         for q in 0..v.span(shape) {
-            writeln!(
-                out,
-                "{ind}let xv{t}_{q} = select(pad0, f32(x[xr{t} + co{q}]), rok{t} && cok{q});"
-            )
-            .unwrap();
+            writeln!(out, "{ind}let xv{t}_{q} = select(pad0, f32(x[xr{t} + co{q}]), rok{t} && cok{q});").unwrap();
         }
     }
 }
@@ -310,20 +264,12 @@ fn row_fmas(v: &Stem, shape: &ConvShape, cr: &str, t: u32, out: &mut String, ind
     for s in 0..shape.s {
         writeln!(out, "{ind}{{").unwrap();
         for m in 0..v.tk / 4 {
-            writeln!(
-                out,
-                "{ind}    let wv{m} = wsh[u32(({cr}) * S + {s}) * TK4 + {m}u];"
-            )
-            .unwrap();
+            writeln!(out, "{ind}    let wv{m} = wsh[u32(({cr}) * S + {s}) * TK4 + {m}u];").unwrap();
         }
         for j in 0..v.tw {
             let q = j * shape.stride.1 + s * shape.dilation.1;
             for m in 0..v.tk / 4 {
-                writeln!(
-                    out,
-                    "{ind}    a{m}_{j} = fma(vec4<f32>(xv{t}_{q}), wv{m}, a{m}_{j});"
-                )
-                .unwrap();
+                writeln!(out, "{ind}    a{m}_{j} = fma(vec4<f32>(xv{t}_{q}), wv{m}, a{m}_{j});").unwrap();
             }
         }
         writeln!(out, "{ind}}}").unwrap();
@@ -351,15 +297,7 @@ fn main_loop(v: &Stem, shape: &ConvShape) -> String {
         1 => {
             for c in 0..shape.cg() {
                 for r in 0..shape.r {
-                    row(
-                        v,
-                        shape,
-                        &c.to_string(),
-                        &r.to_string(),
-                        &(c * shape.r + r).to_string(),
-                        &mut s,
-                        "    ",
-                    );
+                    row(v, shape, &c.to_string(), &r.to_string(), &(c * shape.r + r).to_string(), &mut s, "    ");
                 }
             }
         }
@@ -368,26 +306,10 @@ fn main_loop(v: &Stem, shape: &ConvShape) -> String {
             // `u` rows per iteration, every row's loads issued before the first row's taps
             // (in flight together, where one row at a time waits on each load), then the
             // rows left over one at a time.
-            writeln!(
-                s,
-                "    var cr: i32 = 0;\n    for (; cr + {u} <= CG * R; cr = cr + {u}) {{"
-            )
-            .unwrap();
+            writeln!(s, "    var cr: i32 = 0;\n    for (; cr + {u} <= CG * R; cr = cr + {u}) {{").unwrap();
             for t in 0..u {
-                writeln!(
-                    s,
-                    "        let cr{t} = cr + {t};\n        let c{t} = cr{t} / R;"
-                )
-                .unwrap();
-                row_loads(
-                    v,
-                    shape,
-                    &format!("c{t}"),
-                    &format!("(cr{t} - c{t} * R)"),
-                    t,
-                    &mut s,
-                    "        ",
-                );
+                writeln!(s, "        let cr{t} = cr + {t};\n        let c{t} = cr{t} / R;").unwrap();
+                row_loads(v, shape, &format!("c{t}"), &format!("(cr{t} - c{t} * R)"), t, &mut s, "        ");
             }
             for t in 0..u {
                 row_fmas(v, shape, &format!("cr{t}"), t, &mut s, "        ");
@@ -419,12 +341,7 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
         per_channel(v, &mut s, |s, m, lane| {
             for j in 0..v.tw {
                 let at = format!("n * YSN + k * YSK + {}", pixel(&j.to_string()));
-                let put = store_stmt(
-                    shape,
-                    &at,
-                    &phases::flagged(shape, &format!("a{m}_{j}.{lane}")),
-                    "k",
-                );
+                let put = store_stmt(shape, &at, &phases::flagged(shape, &format!("a{m}_{j}.{lane}")), "k");
                 writeln!(s, "            if (ow0 + {j} < OW) {{ {put} }}").unwrap();
             }
         });
@@ -454,18 +371,8 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
                 let values = [0, 1, 2, 3].map(|d| format!("a{m}_{}.{lane}", 4 * jq + d));
                 let ks = [0, 1, 2, 3].map(|_| "k".to_string());
                 writeln!(s, "            if (ow0 + {} < OW) {{", 4 * jq).unwrap();
-                writeln!(
-                    s,
-                    "                let yi = n * YSN + k * YSK + {};",
-                    pixel(&(4 * jq).to_string())
-                )
-                .unwrap();
-                writeln!(
-                    s,
-                    "                y[yi / 4] = {};",
-                    epilogue_quad(values, ks, "yi")
-                )
-                .unwrap();
+                writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&(4 * jq).to_string())).unwrap();
+                writeln!(s, "                y[yi / 4] = {};", epilogue_quad(values, ks, "yi")).unwrap();
                 writeln!(s, "            }}").unwrap();
             }
         }),
@@ -478,18 +385,8 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
                     let ks = [0, 1, 2, 3].map(|d| format!("k + {d}"));
                     writeln!(s, "        {{\n            let k = k0 + {};", 4 * m).unwrap();
                     writeln!(s, "            if (k < K) {{").unwrap();
-                    writeln!(
-                        s,
-                        "                let yi = n * YSN + k * YSK + {};",
-                        pixel(&j.to_string())
-                    )
-                    .unwrap();
-                    writeln!(
-                        s,
-                        "                y[yi / 4] = {};",
-                        epilogue_quad(values, ks, "yi")
-                    )
-                    .unwrap();
+                    writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&j.to_string())).unwrap();
+                    writeln!(s, "                y[yi / 4] = {};", epilogue_quad(values, ks, "yi")).unwrap();
                     writeln!(s, "            }}\n        }}").unwrap();
                 }
                 writeln!(s, "    }}").unwrap();
@@ -524,38 +421,14 @@ fn generate(v: &Stem, shape: &ConvShape) -> Result<Kernel> {
         ("K_BLOCKS", k_blocks.to_string()),
         ("PIXELS", pixels.to_string()),
         ("STAGED", staged.to_string()),
-        (
-            "RESUM",
-            phases::resum_wgsl(
-                shape,
-                &phases::element("x", v.loads_vec4(shape)),
-                &phases::element("w", false),
-            ),
-        ),
-        (
-            "X_ELEM",
-            if v.loads_vec4(shape) {
-                "vec4<DT>".to_string()
-            } else {
-                "DT".to_string()
-            },
-        ),
-        (
-            "Y_ELEM",
-            if v.stores_vec4(shape) {
-                "vec4<DT>".to_string()
-            } else {
-                "DT".to_string()
-            },
-        ),
+        ("RESUM", phases::resum_wgsl(shape, &phases::element("x", v.loads_vec4(shape)), &phases::element("w", false))),
+        ("X_ELEM", if v.loads_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
+        ("Y_ELEM", if v.stores_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
         ("SETUP", setup(v, shape)),
         ("MAIN_LOOP", main_loop(v, shape)),
         ("STORE", store(v, shape)),
     ]);
-    Ok(Kernel::plain(
-        render(Stem::TEMPLATE, &vars)?,
-        pixels.div_ceil(v.wg as u64) * k_blocks,
-    ))
+    Ok(Kernel::plain(render(Stem::TEMPLATE, &vars)?, pixels.div_ceil(v.wg as u64) * k_blocks))
 }
 
 #[cfg(test)]
@@ -569,11 +442,8 @@ mod tests {
     #[test]
     fn swept_variants_validate_on_stems_in_both_layouts_and_types() {
         // Rows of scalars, rows of vec4s at stride 1 and 2.
-        let stems = [
-            shape([2, 3, 17, 18], [10, 3, 3, 3], 1, 1),
-            shape([2, 3, 9, 16], [8, 3, 3, 3], 1, 1),
-            shape([1, 3, 23, 24], [16, 3, 7, 7], 2, 3),
-        ];
+        let stems =
+            [shape([2, 3, 17, 18], [10, 3, 3, 3], 1, 1), shape([2, 3, 9, 16], [8, 3, 3, 3], 1, 1), shape([1, 3, 23, 24], [16, 3, 7, 7], 2, 3)];
         for base in stems {
             for layout in [Layout::Nchw, Layout::Nhwc] {
                 for dtype in [DType::F32, DType::F16] {
@@ -583,8 +453,7 @@ mod tests {
                             continue;
                         }
                         let k = v.generate(&s).unwrap();
-                        validate(&k.source)
-                            .unwrap_or_else(|e| panic!("{} on {}: {e}", v.name(), s.label()));
+                        validate(&k.source).unwrap_or_else(|e| panic!("{} on {}: {e}", v.name(), s.label()));
                     }
                 }
             }
@@ -594,78 +463,32 @@ mod tests {
     #[test]
     fn vec4_stores_where_neighbours_lie_together() {
         let s = shape([1, 3, 32, 32], [64, 3, 3, 3], 1, 1);
-        let v = Stem {
-            wg: 128,
-            unroll: 1,
-            tk: 16,
-            tw: 4,
-        };
+        let v = Stem { wg: 128, unroll: 1, tk: 16, tw: 4 };
         assert!(v.stores_vec4(&s) && v.stores_vec4(&s.with_layout(Layout::Nhwc)));
-        assert!(
-            !Stem { tw: 2, ..v }.stores_vec4(&s),
-            "two columns are half a vec4"
-        );
+        assert!(!Stem { tw: 2, ..v }.stores_vec4(&s), "two columns are half a vec4");
         let odd = shape([1, 3, 31, 31], [6, 3, 3, 3], 1, 0);
         assert!(!v.stores_vec4(&odd) && !v.stores_vec4(&odd.with_layout(Layout::Nhwc)));
-        assert!(v
-            .generate(&s)
-            .unwrap()
-            .source
-            .contains("y: array<vec4<DT>>"));
+        assert!(v.generate(&s).unwrap().source.contains("y: array<vec4<DT>>"));
         // Rows of x as vec4s: whole vec4s of every row, the same lead for every invocation.
         assert!(v.loads_vec4(&s) && !v.loads_vec4(&s.with_layout(Layout::Nhwc)));
-        assert!(v
-            .generate(&s)
-            .unwrap()
-            .source
-            .contains("x: array<vec4<DT>>"));
-        assert_eq!(
-            v.vec4_span(&s),
-            (3, 3),
-            "columns ow0 - 1 .. ow0 + 4 from the vec4 at ow0 - 4"
-        );
+        assert!(v.generate(&s).unwrap().source.contains("x: array<vec4<DT>>"));
+        assert_eq!(v.vec4_span(&s), (3, 3), "columns ow0 - 1 .. ow0 + 4 from the vec4 at ow0 - 4");
         let stem7 = shape([1, 3, 32, 32], [64, 3, 7, 7], 2, 3);
         assert_eq!(Stem { tw: 2, ..v }.vec4_span(&stem7), (1, 3));
-        assert!(
-            !Stem { tw: 2, ..v }.loads_vec4(&s),
-            "two columns at stride 1 start mid-vec4"
-        );
+        assert!(!Stem { tw: 2, ..v }.loads_vec4(&s), "two columns at stride 1 start mid-vec4");
     }
 
     #[test]
     fn deep_reductions_and_groups_are_left_to_other_families() {
-        let v = Stem {
-            wg: 128,
-            unroll: 0,
-            tk: 16,
-            tw: 4,
-        };
+        let v = Stem { wg: 128, unroll: 0, tk: 16, tw: 4 };
         assert!(v.suits(&shape([8, 3, 224, 224], [64, 3, 7, 7], 2, 3)));
         assert!(!v.suits(&shape([8, 64, 56, 56], [64, 64, 3, 3], 1, 1)));
-        assert!(
-            v.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)),
-            "a 1x1 layer's 256 taps"
-        );
-        assert!(
-            !Stem { unroll: 1, ..v }.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)),
-            "256 rows written out"
-        );
+        assert!(v.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)), "a 1x1 layer's 256 taps");
+        assert!(!Stem { unroll: 1, ..v }.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)), "256 rows written out");
         assert!(Stem { unroll: 1, ..v }.suits(&shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1)));
         assert!(Stem { unroll: 4, ..v }.suits(&shape([8, 256, 56, 56], [64, 256, 1, 1], 1, 0)));
-        assert!(
-            !Stem { unroll: 4, ..v }.suits(&shape([8, 3, 56, 56], [64, 3, 1, 1], 1, 0)),
-            "3 rows"
-        );
-        let grouped = ConvShape::new(
-            [1, 6, 8, 8],
-            [6, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            2,
-            None,
-        )
-        .unwrap();
+        assert!(!Stem { unroll: 4, ..v }.suits(&shape([8, 3, 56, 56], [64, 3, 1, 1], 1, 0)), "3 rows");
+        let grouped = ConvShape::new([1, 6, 8, 8], [6, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, None).unwrap();
         assert!(!v.computes(&grouped) && v.generate(&grouped).is_err());
         // 6 channels of 7x7: 294 taps, more than a workgroup stages.
         assert!(!v.computes(&shape([1, 6, 32, 32], [64, 6, 7, 7], 2, 3)));

@@ -28,12 +28,7 @@ const TK: [u32; 4] = [1, 2, 4, 8];
 const TW: [u32; 3] = [1, 2, 4];
 
 /// The trusted variant for transposed problems: one output per invocation.
-pub const REFERENCE: Tconv = Tconv {
-    wg_x: 64,
-    wg_y: 1,
-    tk: 1,
-    tw: 1,
-};
+pub const REFERENCE: Tconv = Tconv { wg_x: 64, wg_y: 1, tk: 1, tw: 1 };
 
 impl Family for Tconv {
     const NAME: &'static str = "tconv";
@@ -60,11 +55,7 @@ impl Family for Tconv {
 }
 
 fn gcd(a: u32, b: u32) -> u32 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Taps of one stride phase apart along an axis: stride / gcd(stride, dilation).
@@ -81,12 +72,7 @@ fn phase_columns(shape: &ConvShape) -> u32 {
 /// tile, one column per invocation so neighbouring lanes write neighbouring columns.
 pub fn default_variant(shape: &ConvShape) -> Variant {
     let tk = if shape.kg() >= 4 { 4 } else { 1 };
-    Variant::Tconv(Tconv {
-        wg_x: 64,
-        wg_y: 1,
-        tk,
-        tw: 1,
-    })
+    Variant::Tconv(Tconv { wg_x: 64, wg_y: 1, tk, tw: 1 })
 }
 
 impl KernelVariant for Tconv {
@@ -95,19 +81,11 @@ impl KernelVariant for Tconv {
     }
 
     fn name(&self) -> String {
-        format!(
-            "tconv_wg{}x{}_k{}w{}",
-            self.wg_x, self.wg_y, self.tk, self.tw
-        )
+        format!("tconv_wg{}x{}_k{}w{}", self.wg_x, self.wg_y, self.tk, self.tw)
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![
-            ("wg_x", self.wg_x),
-            ("wg_y", self.wg_y),
-            ("tk", self.tk),
-            ("tw", self.tw),
-        ]
+        vec![("wg_x", self.wg_x), ("wg_y", self.wg_y), ("tk", self.tk), ("tw", self.tw)]
     }
 
     fn well_formed(&self) -> bool {
@@ -146,11 +124,7 @@ impl KernelVariant for Tconv {
     /// the dispatch fills the GPU.
     fn cost(&self, shape: &ConvShape) -> f64 {
         let (n, oh) = (shape.n as u64, shape.oh() as u64);
-        let (kg, groups, sw) = (
-            shape.kg() as u64,
-            shape.groups as u64,
-            shape.stride.1 as u64,
-        );
+        let (kg, groups, sw) = (shape.kg() as u64, shape.groups as u64, shape.stride.1 as u64);
         let (tk, tw) = (self.tk as u64, self.tw as u64);
         let tiles = groups * kg.div_ceil(tk);
         let qt = (phase_columns(shape) as u64).div_ceil(tw);
@@ -199,11 +173,7 @@ fn generate(t: &Tconv, shape: &ConvShape) -> Result<Kernel> {
     for j in 0..tw {
         writeln!(tap, "            let iw{j} = iwq + {j};").unwrap();
         writeln!(tap, "            let ok{j} = iw{j} >= 0 && iw{j} < W;").unwrap();
-        writeln!(
-            tap,
-            "            let xo{j} = select(0, iw{j} * XSW, ok{j});"
-        )
-        .unwrap();
+        writeln!(tap, "            let xo{j} = select(0, iw{j} * XSW, ok{j});").unwrap();
     }
     // A column outside x has no input: its term is left out, not added as 0 * w (which a
     // NaN or infinite weight would turn into NaN, unlike PyTorch's scatter).
@@ -217,22 +187,14 @@ fn generate(t: &Tconv, shape: &ConvShape) -> Result<Kernel> {
     }
     for j in 0..tw {
         for i in 0..tk {
-            writeln!(
-                inner,
-                "{ind}a{i}_{j} = select(a{i}_{j}, fma(xv{j}, wv{i}, a{i}_{j}), ok{j});"
-            )
-            .unwrap();
+            writeln!(inner, "{ind}a{i}_{j} = select(a{i}_{j}, fma(xv{j}, wv{i}, a{i}_{j}), ok{j});").unwrap();
         }
     }
     let mut store = String::new();
     for i in 0..tk {
         writeln!(store, "    if (kk0 + {i} < KG) {{").unwrap();
         writeln!(store, "        let k = g * KG + kk0 + {i};").unwrap();
-        writeln!(
-            store,
-            "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;"
-        )
-        .unwrap();
+        writeln!(store, "        let yrow = i32(n) * YSN + k * YSK + oh * OW * YSP;").unwrap();
         for j in 0..tw {
             writeln!(store, "        {{ let ow = phase + (q * {tw} + {j}) * SW;").unwrap();
             writeln!(store, "          if (ow < OW) {{ let yi = ystore(yrow + ow * YSP); y[yi] = DT(epilogue(a{i}_{j}, k, yi)); }} }}")
@@ -249,14 +211,8 @@ fn generate(t: &Tconv, shape: &ConvShape) -> Result<Kernel> {
         ("WG_Y", t.wg_y.to_string()),
         ("QT", qt.to_string()),
         ("KT", kt.to_string()),
-        (
-            "RSTEP",
-            tap_step(shape.stride.0, shape.dilation.0).to_string(),
-        ),
-        (
-            "SSTEP",
-            tap_step(shape.stride.1, shape.dilation.1).to_string(),
-        ),
+        ("RSTEP", tap_step(shape.stride.0, shape.dilation.0).to_string()),
+        ("SSTEP", tap_step(shape.stride.1, shape.dilation.1).to_string()),
         ("SP_BLOCKS", sp_blocks.to_string()),
         ("K_BLOCKS", k_blocks.to_string()),
         ("SETUP", setup),
@@ -264,10 +220,7 @@ fn generate(t: &Tconv, shape: &ConvShape) -> Result<Kernel> {
         ("INNER", inner),
         ("STORE", store),
     ]);
-    Ok(Kernel::plain(
-        render(Tconv::TEMPLATE, &vars)?,
-        sp_blocks * k_blocks * shape.n as u64,
-    ))
+    Ok(Kernel::plain(render(Tconv::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))
 }
 
 #[cfg(test)]

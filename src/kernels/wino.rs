@@ -5,9 +5,7 @@
 //! the inverse transform (A^T M A) and the epilogue in its store. Per mxm outputs and input
 //! channel: 16 multiply-adds for 2x2 and 36 for 4x4, where the direct method does 36 and 144.
 
-use super::cost::{
-    ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD,
-};
+use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
@@ -93,15 +91,8 @@ impl Wino {
     /// The grid: (workgroups along the tiles, along one group's channels, in all).
     fn grid(&self, shape: &ConvShape) -> (u64, u64, u64) {
         let (_, _, tiles) = self.tiles(shape);
-        let (t_blocks, n_blocks) = (
-            tiles.div_ceil(self.bt as u64),
-            (shape.kg() as u64).div_ceil(self.bn as u64),
-        );
-        (
-            t_blocks,
-            n_blocks,
-            t_blocks * n_blocks * shape.groups as u64,
-        )
+        let (t_blocks, n_blocks) = (tiles.div_ceil(self.bt as u64), (shape.kg() as u64).div_ceil(self.bn as u64));
+        (t_blocks, n_blocks, t_blocks * n_blocks * shape.groups as u64)
     }
 
     /// Bytes of the transformed filters, p*p x CG x K floats.
@@ -123,36 +114,15 @@ impl Family for Wino {
     fn space() -> Vec<Self> {
         SPACE
             .iter()
-            .map(|&(bt, bn, bc, tt, tk, m)| Wino {
-                bt,
-                bn,
-                bc,
-                tt,
-                tk,
-                m,
-            })
+            .map(|&(bt, bn, bc, tt, tk, m)| Wino { bt, bn, bc, tt, tk, m })
             .filter(|v| v.well_formed())
             .collect()
     }
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bt, bn, bc, tt, tk] => Some(Wino {
-                bt,
-                bn,
-                bc,
-                tt,
-                tk,
-                m: 2,
-            }),
-            [bt, bn, bc, tt, tk, m] if m != 2 => Some(Wino {
-                bt,
-                bn,
-                bc,
-                tt,
-                tk,
-                m,
-            }),
+            [bt, bn, bc, tt, tk] => Some(Wino { bt, bn, bc, tt, tk, m: 2 }),
+            [bt, bn, bc, tt, tk, m] if m != 2 => Some(Wino { bt, bn, bc, tt, tk, m }),
             _ => None,
         }
     }
@@ -164,26 +134,12 @@ impl KernelVariant for Wino {
     }
 
     fn name(&self) -> String {
-        let name = format!(
-            "wino_t{}x{}_c{}_r{}x{}",
-            self.bt, self.bn, self.bc, self.tt, self.tk
-        );
-        if self.m == 2 {
-            name
-        } else {
-            format!("{name}_m{}", self.m)
-        }
+        let name = format!("wino_t{}x{}_c{}_r{}x{}", self.bt, self.bn, self.bc, self.tt, self.tk);
+        if self.m == 2 { name } else { format!("{name}_m{}", self.m) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![
-            ("bt", self.bt),
-            ("bn", self.bn),
-            ("bc", self.bc),
-            ("tt", self.tt),
-            ("tk", self.tk),
-            ("m", self.m),
-        ]
+        vec![("bt", self.bt), ("bn", self.bn), ("bc", self.bc), ("tt", self.tt), ("tk", self.tk), ("m", self.m)]
     }
 
     fn well_formed(&self) -> bool {
@@ -226,10 +182,8 @@ impl KernelVariant for Wino {
         let (_, _, blocks) = self.grid(shape);
         let xis = self.xis() as f64;
         let fmas = xis
-            * (ceil_to(tiles, self.bt as u64)
-                * ceil_to(kg, self.bn as u64)
-                * groups
-                * ceil_to(cg, self.bc as u64)) as f64;
+            * (ceil_to(tiles, self.bt as u64) * ceil_to(kg, self.bn as u64) * groups * ceil_to(cg, self.bc as u64))
+                as f64;
         let (tt, tk) = (self.tt as f64, self.tk as f64);
         // Each staged V value serves bn channels, each staged U value bt tiles.
         let per_fma = 1.0
@@ -239,13 +193,9 @@ impl KernelVariant for Wino {
             + BARRIER * 2.0 / (xis * self.bc as f64 * tt * tk)
             + SETUP * (self.m * self.m) as f64 / (xis * cg.max(1) as f64);
         let accumulators = self.xis() * self.tt * self.tk;
-        let registers = REGISTERS
-            .iter()
-            .find(|&&(n, _)| accumulators > n)
-            .map_or(1.0, |&(_, f)| f);
+        let registers = REGISTERS.iter().find(|&&(n, _)| accumulators > n).map_or(1.0, |&(_, f)| f);
         let tile = if self.m == 4 { TILE_4X4 } else { 1.0 };
-        fmas * per_fma * registers * tile * TIME_PER_COST
-            / parallel_efficiency(blocks * self.threads() as u64)
+        fmas * per_fma * registers * tile * TIME_PER_COST / parallel_efficiency(blocks * self.threads() as u64)
             / residency(self.workgroup_bytes(), self.threads(), blocks)
             + PROLOGUE * xis / 16.0 * (shape.k as u64 * cg) as f64
     }
@@ -265,18 +215,8 @@ struct Matrices {
 }
 
 const F2: Matrices = Matrices {
-    bt: &[
-        &[1.0, 0.0, -1.0, 0.0],
-        &[0.0, 1.0, 1.0, 0.0],
-        &[0.0, -1.0, 1.0, 0.0],
-        &[0.0, 1.0, 0.0, -1.0],
-    ],
-    g: &[
-        [1.0, 0.0, 0.0],
-        [0.5, 0.5, 0.5],
-        [0.5, -0.5, 0.5],
-        [0.0, 0.0, 1.0],
-    ],
+    bt: &[&[1.0, 0.0, -1.0, 0.0], &[0.0, 1.0, 1.0, 0.0], &[0.0, -1.0, 1.0, 0.0], &[0.0, 1.0, 0.0, -1.0]],
+    g: &[[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]],
     at: &[&[1.0, 1.0, 1.0, 0.0], &[0.0, 1.0, -1.0, -1.0]],
 };
 
@@ -306,11 +246,7 @@ const F4: Matrices = Matrices {
 };
 
 fn matrices(m: u32) -> &'static Matrices {
-    if m == 4 {
-        &F4
-    } else {
-        &F2
-    }
+    if m == 4 { &F4 } else { &F2 }
 }
 
 /// A WGSL linear combination of the variables `name(j)` with `coeffs`, zero terms left out.
@@ -318,11 +254,7 @@ pub(super) fn lincomb(coeffs: &[f64], name: impl Fn(usize) -> String) -> String 
     let mut s = String::new();
     for (j, &c) in coeffs.iter().enumerate().filter(|(_, c)| **c != 0.0) {
         let sign = if c < 0.0 { "-" } else { "+" };
-        let term = if c.abs() == 1.0 {
-            name(j)
-        } else {
-            format!("{:?} * {}", c.abs(), name(j))
-        };
+        let term = if c.abs() == 1.0 { name(j) } else { format!("{:?} * {}", c.abs(), name(j)) };
         if s.is_empty() {
             s = if c < 0.0 { format!("-{term}") } else { term };
         } else {
@@ -371,18 +303,10 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let viw{i} = v{i}ow - PW;").unwrap();
         writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
         for a in 0..p {
-            writeln!(
-                s,
-                "    let vrok{i}_{a} = vin{i} && vih{i} + {a} >= 0 && vih{i} + {a} < H;"
-            )
-            .unwrap();
+            writeln!(s, "    let vrok{i}_{a} = vin{i} && vih{i} + {a} >= 0 && vih{i} + {a} < H;").unwrap();
         }
         for b in 0..p {
-            writeln!(
-                s,
-                "    let vcok{i}_{b} = viw{i} + {b} >= 0 && viw{i} + {b} < W;"
-            )
-            .unwrap();
+            writeln!(s, "    let vcok{i}_{b} = viw{i} + {b} >= 0 && viw{i} + {b} < W;").unwrap();
         }
     }
     // U slots: consecutive invocations take consecutive channels k (contiguous in `ut`).
@@ -392,11 +316,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let uk{i} = (lid + {}) % BN;", i * threads).unwrap();
         writeln!(s, "    let ur{i} = (lid + {}) / BN;", i * threads).unwrap();
         writeln!(s, "    let ukok{i} = n0 + uk{i} < KG;").unwrap();
-        writeln!(
-            s,
-            "    let ubase{i} = (ur{i} / BC) * CG * K + g * KG + n0 + uk{i};"
-        )
-        .unwrap();
+        writeln!(s, "    let ubase{i} = (ur{i} / BC) * CG * K + g * KG + n0 + uk{i};").unwrap();
     }
     let mut acc = String::new();
     for i in 0..v_slots {
@@ -429,11 +349,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         for a in 0..p {
             for b in 0..p {
                 writeln!(s, "            {{").unwrap();
-                writeln!(
-                    s,
-                    "                let ok = cok && vrok{i}_{a} && vcok{i}_{b};"
-                )
-                .unwrap();
+                writeln!(s, "                let ok = cok && vrok{i}_{a} && vcok{i}_{b};").unwrap();
                 writeln!(
                     s,
                     "                d{i}_{a}{b} = select(0.0, f32(x[select(0, xb + {a} * XSH + {b} * XSW, ok)]), ok);"
@@ -449,11 +365,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        {{").unwrap();
         writeln!(s, "            let c = c_next + ur{i} % BC;").unwrap();
         writeln!(s, "            let ok = ukok{i} && c < CG;").unwrap();
-        writeln!(
-            s,
-            "            pu{i} = select(0.0, ut[select(0, ubase{i} + c * K, ok)], ok);"
-        )
-        .unwrap();
+        writeln!(s, "            pu{i} = select(0.0, ut[select(0, ubase{i} + c * K, ok)], ok);").unwrap();
         writeln!(s, "        }}").unwrap();
     }
     // Staging the fetched chunk: each patch transformed in registers, then U as it is.
@@ -464,12 +376,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         // B^T d: rows, then (B^T d) B: columns.
         for (a, row) in mat.bt.iter().enumerate() {
             for b in 0..p {
-                writeln!(
-                    s,
-                    "            let e{a}{b} = {};",
-                    lincomb(row, |r| format!("d{i}_{r}{b}"))
-                )
-                .unwrap();
+                writeln!(s, "            let e{a}{b} = {};", lincomb(row, |r| format!("d{i}_{r}{b}"))).unwrap();
             }
         }
         // Tiles past the end stage zeros; slots past the chunk (when the invocations outnumber
@@ -491,42 +398,24 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "        }}").unwrap();
     }
     for i in 0..u_slots {
-        writeln!(
-            stage,
-            "        u_s[ur{i} * (BN / 4) + uk{i} / 4][uk{i} % 4] = pu{i};"
-        )
-        .unwrap();
+        writeln!(stage, "        u_s[ur{i} * (BN / 4) + uk{i} / 4][uk{i} % 4] = pu{i};").unwrap();
     }
 
     // The chunk's p*p GEMM steps per channel, all written out (a loop over the chunk's
     // channels indexes no register): register (i, j) holds tile tx + TX*i and channel
     // 4*ty + 4*TY*(j/4) + j%4 (conflict-free reads, as in gemm).
     let mut inner = String::new();
-    writeln!(
-        inner,
-        "        for (var cc: i32 = 0; cc < BC; cc = cc + 1) {{"
-    )
-    .unwrap();
+    writeln!(inner, "        for (var cc: i32 = 0; cc < BC; cc = cc + 1) {{").unwrap();
     writeln!(inner, "            let vrow = cc * BT + tx;").unwrap();
     writeln!(inner, "            let urow = cc * (BN / 4) + ty;").unwrap();
     for xi in 0..xis {
         let s = &mut inner;
         writeln!(s, "            {{").unwrap();
         for i in 0..v.tt {
-            writeln!(
-                s,
-                "                let v{i} = v_s[vrow + {}];",
-                xi * v.bc * v.bt + i * tx
-            )
-            .unwrap();
+            writeln!(s, "                let v{i} = v_s[vrow + {}];", xi * v.bc * v.bt + i * tx).unwrap();
         }
         for q in 0..v.tk / 4 {
-            writeln!(
-                s,
-                "                let u{q} = u_s[urow + {}];",
-                xi * v.bc * v.bn / 4 + q * ty
-            )
-            .unwrap();
+            writeln!(s, "                let u{q} = u_s[urow + {}];", xi * v.bc * v.bn / 4 + q * ty).unwrap();
         }
         for i in 0..v.tt {
             for j in 0..v.tk {
@@ -548,11 +437,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     for i in 0..v.tt {
         let s = &mut store;
         write_tile_position(s, &format!("s{i}"), &format!("t0 + tx + {}", i * tx));
-        writeln!(
-            s,
-            "    let sy{i} = (s{i}tile / THW) * YSN + (s{i}oh * OW + s{i}ow) * YSP;"
-        )
-        .unwrap();
+        writeln!(s, "    let sy{i} = (s{i}tile / THW) * YSN + (s{i}oh * OW + s{i}ow) * YSP;").unwrap();
         for a in 1..m {
             writeln!(s, "    let srow{i}_{a} = s{i}oh + {a} < OH;").unwrap();
             writeln!(s, "    let scol{i}_{a} = s{i}ow + {a} < OW;").unwrap();
@@ -561,21 +446,14 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     for j in 0..v.tk {
         let s = &mut store;
         writeln!(s, "    {{").unwrap();
-        writeln!(
-            s,
-            "        let n = n0 + {} + 4 * ty;",
-            (j / 4) * 4 * ty + j % 4
-        )
-        .unwrap();
+        writeln!(s, "        let n = n0 + {} + 4 * ty;", (j / 4) * 4 * ty + j % 4).unwrap();
         writeln!(s, "        let k = g * KG + n;").unwrap();
         for i in 0..v.tt {
             writeln!(s, "        if (n < KG && s{i}ok) {{").unwrap();
             // A^T M: rows, then (A^T M) A: columns.
             for (a, row) in mat.at.iter().enumerate() {
                 for b in 0..p {
-                    let sum = lincomb(row, |r| {
-                        format!("acc{i}_{j}_{}", p as usize * r + b as usize)
-                    });
+                    let sum = lincomb(row, |r| format!("acc{i}_{j}_{}", p as usize * r + b as usize));
                     writeln!(s, "            let m{a}{b} = {sum};").unwrap();
                 }
             }
@@ -587,18 +465,12 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
                         .filter(|(d, _)| *d > 0)
                         .map(|(d, what)| format!("{what}{i}_{d}"))
                         .collect();
-                    let put = store_stmt(
-                        shape,
-                        &format!("sy{i} + k * YSK + ({a} * OW + {b}) * YSP"),
-                        "v",
-                        "k",
-                    );
+                    let put = store_stmt(shape, &format!("sy{i} + k * YSK + ({a} * OW + {b}) * YSP"), "v", "k");
                     let body = format!("let v = {sum}; bad = bad || nonfinite(v); {put}");
                     if guards.is_empty() {
                         writeln!(s, "            {{ {body} }}").unwrap();
                     } else {
-                        writeln!(s, "            if ({}) {{ {body} }}", guards.join(" && "))
-                            .unwrap();
+                        writeln!(s, "            if ({}) {{ {body} }}", guards.join(" && ")).unwrap();
                     }
                 }
             }
@@ -616,23 +488,13 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     }
     for (a, row) in mat.g.iter().enumerate() {
         for c in 0..3 {
-            writeln!(
-                filter,
-                "    let h{a}{c} = {};",
-                lincomb(row, |r| format!("g{r}{c}"))
-            )
-            .unwrap();
+            writeln!(filter, "    let h{a}{c} = {};", lincomb(row, |r| format!("g{r}{c}"))).unwrap();
         }
     }
     for a in 0..p as usize {
         for (b, col) in mat.g.iter().enumerate() {
             let xi = p as usize * a + b;
-            writeln!(
-                filter,
-                "    ut[({xi} * CG + c) * K + k] = {};",
-                lincomb(col, |c| format!("h{a}{c}"))
-            )
-            .unwrap();
+            writeln!(filter, "    ut[({xi} * CG + c) * K + k] = {};", lincomb(col, |c| format!("h{a}{c}"))).unwrap();
         }
     }
 
@@ -688,9 +550,7 @@ mod tests {
 
     /// `rows` times the vector `v`.
     fn apply(rows: &[&[f64]], v: &[f64]) -> Vec<f64> {
-        rows.iter()
-            .map(|row| row.iter().zip(v).map(|(a, b)| a * b).sum())
-            .collect()
+        rows.iter().map(|row| row.iter().zip(v).map(|(a, b)| a * b).sum()).collect()
     }
 
     /// One tile of F(mxm, 3x3) on the CPU through the matrices the generator writes out,
@@ -700,42 +560,23 @@ mod tests {
         for m in [2usize, 4] {
             let mat = matrices(m as u32);
             let p = m + 2;
-            let d: Vec<Vec<f64>> = (0..p)
-                .map(|a| {
-                    (0..p)
-                        .map(|b| ((a * 7 + b * 3) % 11) as f64 - 5.25)
-                        .collect()
-                })
-                .collect();
+            let d: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| ((a * 7 + b * 3) % 11) as f64 - 5.25).collect()).collect();
             let g: [[f64; 3]; 3] = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [-2.0, 1.0, 3.0]];
             let g_rows: Vec<&[f64]> = mat.g.iter().map(|r| &r[..]).collect();
-            let col =
-                |mat: &Vec<Vec<f64>>, j: usize| -> Vec<f64> { mat.iter().map(|r| r[j]).collect() };
+            let col = |mat: &Vec<Vec<f64>>, j: usize| -> Vec<f64> { mat.iter().map(|r| r[j]).collect() };
             // X -> L X L^T for L given by its rows: columns first, then rows.
             let sandwich = |rows: &[&[f64]], x: &Vec<Vec<f64>>| -> Vec<Vec<f64>> {
-                let cols: Vec<Vec<f64>> =
-                    (0..x[0].len()).map(|j| apply(rows, &col(x, j))).collect();
-                (0..rows.len())
-                    .map(|a| apply(rows, &cols.iter().map(|c| c[a]).collect::<Vec<_>>()))
-                    .collect()
+                let cols: Vec<Vec<f64>> = (0..x[0].len()).map(|j| apply(rows, &col(x, j))).collect();
+                (0..rows.len()).map(|a| apply(rows, &cols.iter().map(|c| c[a]).collect::<Vec<_>>())).collect()
             };
             let u = sandwich(&g_rows, &g.iter().map(|r| r.to_vec()).collect());
             let v = sandwich(mat.bt, &d);
-            let prod: Vec<Vec<f64>> = (0..p)
-                .map(|a| (0..p).map(|b| u[a][b] * v[a][b]).collect())
-                .collect();
+            let prod: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| u[a][b] * v[a][b]).collect()).collect();
             let y = sandwich(mat.at, &prod);
             for a in 0..m {
                 for b in 0..m {
-                    let want: f64 = (0..3)
-                        .flat_map(|r| (0..3).map(move |s| (r, s)))
-                        .map(|(r, s)| d[a + r][b + s] * g[r][s])
-                        .sum();
-                    assert!(
-                        (y[a][b] - want).abs() < 1e-9,
-                        "m={m}: y[{a}][{b}] = {}, want {want}",
-                        y[a][b]
-                    );
+                    let want: f64 = (0..3).flat_map(|r| (0..3).map(move |s| (r, s))).map(|(r, s)| d[a + r][b + s] * g[r][s]).sum();
+                    assert!((y[a][b] - want).abs() < 1e-9, "m={m}: y[{a}][{b}] = {}, want {want}", y[a][b]);
                 }
             }
         }
@@ -744,54 +585,14 @@ mod tests {
     #[test]
     fn suits_only_3x3_stride_1() {
         for v in Wino::space() {
-            let ok = ConvShape::new(
-                [2, 16, 9, 8],
-                [32, 16, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap();
+            let ok = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
             assert!(v.computes(&ok));
-            let strided = ConvShape::new(
-                [2, 16, 9, 8],
-                [32, 16, 3, 3],
-                (2, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap();
-            let dilated = ConvShape::new(
-                [2, 16, 9, 8],
-                [32, 16, 3, 3],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (2, 2),
-                1,
-                None,
-            )
-            .unwrap();
-            let five = ConvShape::new(
-                [2, 16, 9, 8],
-                [32, 16, 5, 5],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap();
+            let strided = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (2, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+            let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
+            let five = ConvShape::new([2, 16, 9, 8], [32, 16, 5, 5], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
             for s in [strided, dilated, five] {
                 assert!(!v.suits(&s) && !v.computes(&s));
-                assert!(v
-                    .generate(&s)
-                    .unwrap_err()
-                    .to_string()
-                    .contains("cannot run on this shape"));
+                assert!(v.generate(&s).unwrap_err().to_string().contains("cannot run on this shape"));
             }
         }
     }
@@ -801,9 +602,7 @@ mod tests {
         let space = Wino::space();
         assert_eq!(space.len(), SPACE.len());
         assert!(space.len() <= 12);
-        assert!(space
-            .iter()
-            .all(|v| v.workgroup_bytes() <= 32 << 10 && v.threads() <= 256));
+        assert!(space.iter().all(|v| v.workgroup_bytes() <= 32 << 10 && v.threads() <= 256));
         // 2x2 tiles keep the names they had before 4x4 ones existed.
         assert!(space.iter().any(|v| v.name() == "wino_t32x32_c4_r1x4"));
         assert!(space.iter().any(|v| v.name() == "wino_t32x32_c2_r1x4_m4"));

@@ -45,14 +45,7 @@ pub struct WinoCoop {
 /// (bm, bn, sgm, sgn), 32-deep steps: the coop family's 2x2 to 4x4 accumulator grids on 4
 /// or 8 subgroups, and the 128x256 tile of the fastest WGSL GEMM measured on an H200 (275
 /// TFLOP/s at 8192^3, `../shared/device/COOPMAT.md`'s design).
-const TILES: [(u32, u32, u32, u32); 6] = [
-    (64, 64, 2, 2),
-    (128, 64, 2, 2),
-    (64, 128, 2, 2),
-    (128, 128, 2, 2),
-    (128, 128, 2, 4),
-    (128, 256, 2, 4),
-];
+const TILES: [(u32, u32, u32, u32); 6] = [(64, 64, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (128, 128, 2, 2), (128, 128, 2, 4), (128, 256, 2, 4)];
 const MS: [u32; 1] = [2];
 const SPLIT: [u32; 2] = [1, 3];
 const BK: u32 = 32;
@@ -69,24 +62,12 @@ const STAGE: f64 = 4.0;
 impl WinoCoop {
     fn tiling(&self) -> Tiling {
         let parts = self.parts() as u64;
-        Tiling {
-            m: self.m,
-            bm: self.bm,
-            bn: self.bn,
-            bk: self.bk,
-            value_bytes: 2 * parts,
-            m_bytes: 4 * parts,
-            u_apart: true,
-        }
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 * parts, m_bytes: 4 * parts, u_apart: true }
     }
 
     /// f16 parts of each transformed value (hi, and lo for the split pair).
     fn parts(&self) -> u32 {
-        if self.split == 3 {
-            2
-        } else {
-            1
-        }
+        if self.split == 3 { 2 } else { 1 }
     }
 
     fn threads(&self) -> u32 {
@@ -109,32 +90,14 @@ impl Family for WinoCoop {
     fn space() -> Vec<Self> {
         let tiles = MS.iter().flat_map(|&m| TILES.iter().map(move |&t| (m, t)));
         tiles
-            .flat_map(|(m, (bm, bn, sgm, sgn))| {
-                SPLIT.iter().map(move |&split| WinoCoop {
-                    m,
-                    bm,
-                    bn,
-                    bk: BK,
-                    sgm,
-                    sgn,
-                    split,
-                })
-            })
+            .flat_map(|(m, (bm, bn, sgm, sgn))| SPLIT.iter().map(move |&split| WinoCoop { m, bm, bn, bk: BK, sgm, sgn, split }))
             .filter(|v| v.well_formed())
             .collect()
     }
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [m, bm, bn, bk, sgm, sgn, split] => Some(WinoCoop {
-                m,
-                bm,
-                bn,
-                bk,
-                sgm,
-                sgn,
-                split,
-            }),
+            [m, bm, bn, bk, sgm, sgn, split] => Some(WinoCoop { m, bm, bn, bk, sgm, sgn, split }),
             _ => None,
         }
     }
@@ -146,22 +109,11 @@ impl KernelVariant for WinoCoop {
     }
 
     fn name(&self) -> String {
-        format!(
-            "wcoop_m{}_b{}x{}x{}_s{}x{}_p{}",
-            self.m, self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split
-        )
+        format!("wcoop_m{}_b{}x{}x{}_s{}x{}_p{}", self.m, self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split)
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![
-            ("m", self.m),
-            ("bm", self.bm),
-            ("bn", self.bn),
-            ("bk", self.bk),
-            ("sgm", self.sgm),
-            ("sgn", self.sgn),
-            ("split", self.split),
-        ]
+        vec![("m", self.m), ("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split)]
     }
 
     fn well_formed(&self) -> bool {
@@ -190,10 +142,7 @@ impl KernelVariant for WinoCoop {
     /// One f16 product per term: `"high"` (and float16 data, which it serves); the split
     /// pair `"highest"` (it would serve `"high"` too, at three times the products).
     fn serves(&self, precision: Precision) -> bool {
-        matches!(
-            (self.split, precision),
-            (1, Precision::High) | (3, Precision::Highest)
-        )
+        matches!((self.split, precision), (1, Precision::High) | (3, Precision::Highest))
     }
 
     /// 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit the default
@@ -222,12 +171,9 @@ impl KernelVariant for WinoCoop {
         let tp = chunking.tp * chunking.chunks as u64;
         let fmas = t.p2() as f64 * (tp * np * cp * shape.groups as u64) as f64;
         let parts = self.parts() as f64;
-        let per_fma =
-            MMA * self.split as f64 + STAGE * parts * (1.0 / self.bm as f64 + 1.0 / self.bn as f64);
+        let per_fma = MMA * self.split as f64 + STAGE * parts * (1.0 / self.bm as f64 + 1.0 / self.bn as f64);
         let workgroups = t.gemm_workgroups(shape, chunking.tp);
-        let gemm = fmas * per_fma
-            / parallel_efficiency(workgroups * self.threads() as u64)
-            / multiprocessor_fill(workgroups);
+        let gemm = fmas * per_fma / parallel_efficiency(workgroups * self.threads() as u64) / multiprocessor_fill(workgroups);
         gemm + t.overhead(shape, chunking)
     }
 
@@ -244,14 +190,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling();
     let scaled = shape.dtype == DType::F32;
     let split = v.split == 3;
-    let Passes {
-        mut vars,
-        chunking,
-        tr,
-        gemm,
-        finish,
-        nhwc,
-    } = passes(&v.name(), &t, shape, cap, scaled, split)?;
+    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, scaled, split)?;
     let tp = chunking.tp;
     let p2 = t.p2() as u64;
     let (_, cp, np) = t.padded(shape);
@@ -260,39 +199,19 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
 
     // The transforms of two filters (channels c0, c1) and two patches (tiles t0, t0 + 1),
     // each plane's pair stored as one u32.
-    let (sx, sw) = if scaled {
-        (Some("sx"), Some("sw"))
-    } else {
-        (None, None)
-    };
+    let (sx, sw) = if scaled { (Some("sx"), Some("sw")) } else { (None, None) };
     let mut filter = filter_transform(&tr, "0", sw) + &filter_transform(&tr, "1", sw);
     let mut input = input_transform(&tr, "0", sx) + &input_transform(&tr, "1", sx);
-    let scales = if scaled {
-        "    let sx = ldexp(1.0, scale_exp(run[0]));\n    let sw = ldexp(1.0, scale_exp(run[1]));"
-    } else {
-        ""
-    };
+    let scales = if scaled { "    let sx = ldexp(1.0, scale_exp(run[0]));\n    let sw = ldexp(1.0, scale_exp(run[1]));" } else { "" };
     // The split pair's lo parts: each part's u32s after its hi parts'.
     let (u_lo, v_lo) = (groups * p2 * np * cp / 2, groups * p2 * cp * tp / 2);
     for xi in 0..p2 {
         let (uq, vq) = (xi * np * cp / 2, xi * cp * tp / 2);
         if split {
-            writeln!(
-                filter,
-                "        put_split(dst + {uq}, {u_lo}, u0_{xi}, u1_{xi}, true);"
-            )
-            .unwrap();
-            writeln!(
-                input,
-                "    put_split(dst + {vq}, {v_lo}, v0_{xi}, v1_{xi}, false);"
-            )
-            .unwrap();
+            writeln!(filter, "        put_split(dst + {uq}, {u_lo}, u0_{xi}, u1_{xi}, true);").unwrap();
+            writeln!(input, "    put_split(dst + {vq}, {v_lo}, v0_{xi}, v1_{xi}, false);").unwrap();
         } else {
-            writeln!(
-                filter,
-                "        put_pair(dst + {uq}, u0_{xi}, u1_{xi}, true);"
-            )
-            .unwrap();
+            writeln!(filter, "        put_pair(dst + {uq}, u0_{xi}, u1_{xi}, true);").unwrap();
             writeln!(input, "    put_pair(dst + {vq}, v0_{xi}, v1_{xi}, false);").unwrap();
         }
     }
@@ -308,62 +227,23 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let mut setup = String::new();
     let mut code = SlotCode::default();
     // Per slot a register per part of the split pair (hi, then lo `lo` 16-byte elements on).
-    let parts: &[(&str, &str, bool)] = if split {
-        &[("", "hi", false), ("l", "lo", true)]
-    } else {
-        &[("", "hi", false)]
-    };
+    let parts: &[(&str, &str, bool)] = if split { &[("", "hi", false), ("l", "lo", true)] } else { &[("", "hi", false)] };
     for i in 0..a_slots {
         let q = format!("(lid + {})", i * threads);
         let (index, at) = if tile_major {
-            writeln!(
-                setup,
-                "    let am{i} = {q} / (BK / 8);\n    let ak{i} = {q} % (BK / 8) * 8;"
-            )
-            .unwrap();
-            (
-                format!("a_src + (am{i} * CP + k_next + ak{i}) / 8"),
-                format!("(u32(am{i}) * LDA + u32(ak{i})) / 4u"),
-            )
+            writeln!(setup, "    let am{i} = {q} / (BK / 8);\n    let ak{i} = {q} % (BK / 8) * 8;").unwrap();
+            (format!("a_src + (am{i} * CP + k_next + ak{i}) / 8"), format!("(u32(am{i}) * LDA + u32(ak{i})) / 4u"))
         } else {
-            writeln!(
-                setup,
-                "    let ak{i} = {q} / (BM / 8);\n    let am{i} = {q} % (BM / 8) * 8;"
-            )
-            .unwrap();
-            (
-                format!("a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8"),
-                format!("(u32(ak{i}) * LDA + u32(am{i})) / 4u"),
-            )
+            writeln!(setup, "    let ak{i} = {q} / (BM / 8);\n    let am{i} = {q} % (BM / 8) * 8;").unwrap();
+            (format!("a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8"), format!("(u32(ak{i}) * LDA + u32(am{i})) / 4u"))
         };
-        code.slot(
-            &mut setup,
-            parts,
-            &format!("pa{i}"),
-            "a",
-            |off| format!("bitcast<vec4<u32>>(ws[{off}{index}])"),
-            &at,
-            v_lo / 4,
-        );
+        code.slot(&mut setup, parts, &format!("pa{i}"), "a", |off| format!("bitcast<vec4<u32>>(ws[{off}{index}])"), &at, v_lo / 4);
     }
     for i in 0..b_slots {
         writeln!(setup, "    let bn{i} = (lid + {}) / (BK / 8);", i * threads).unwrap();
-        writeln!(
-            setup,
-            "    let bk{i} = (lid + {}) % (BK / 8) * 8;",
-            i * threads
-        )
-        .unwrap();
+        writeln!(setup, "    let bk{i} = (lid + {}) % (BK / 8) * 8;", i * threads).unwrap();
         let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
-        code.slot(
-            &mut setup,
-            parts,
-            &format!("pb{i}"),
-            "b",
-            |off| format!("uw[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8]"),
-            &at,
-            u_lo / 4,
-        );
+        code.slot(&mut setup, parts, &format!("pb{i}"), "b", |off| format!("uw[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8]"), &at, u_lo / 4);
     }
     let SlotCode { fetch, stage } = code;
     let (tm, tn) = (v.tm(), v.tn());
@@ -373,17 +253,10 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // plane's); `ws` holds vec4s, so M's offsets and strides count fours.
     let m_off = u64::from(v.parts()) * groups * p2 * cp * tp / 2;
     let m_cor = groups * p2 * np * tp;
-    let sums: &[(&str, u64)] = if split {
-        &[("acc", 0), ("cor", m_cor)]
-    } else {
-        &[("acc", 0)]
-    };
+    let sums: &[(&str, u64)] = if split { &[("acc", 0), ("cor", m_cor)] } else { &[("acc", 0)] };
     for i in 0..tm {
         for j in 0..tn {
-            let (row, col) = (
-                format!("u32(m0) + wm + {}u", 16 * i),
-                format!("u32(n0) + wn + {}u", 16 * j),
-            );
+            let (row, col) = (format!("u32(m0) + wm + {}u", 16 * i), format!("u32(n0) + wn + {}u", 16 * j));
             for &(sum, at) in sums {
                 writeln!(acc, "    var {sum}{i}_{j}: MatC;").unwrap();
                 let put = if nhwc {
@@ -461,31 +334,13 @@ impl SlotCode {
     /// whether it is the lo part), declared in `setup`: loaded by `load(offset)`, the lo part
     /// `lo_elems` 16-byte elements on, unpacked into `tile`'s part at `at`.
     #[allow(clippy::too_many_arguments)]
-    fn slot(
-        &mut self,
-        setup: &mut String,
-        parts: &[(&str, &str, bool)],
-        reg: &str,
-        tile: &str,
-        load: impl Fn(&str) -> String,
-        at: &str,
-        lo_elems: u64,
-    ) {
+    fn slot(&mut self, setup: &mut String, parts: &[(&str, &str, bool)], reg: &str, tile: &str, load: impl Fn(&str) -> String, at: &str, lo_elems: u64) {
         for &(suffix, part, lo) in parts {
-            let off = if lo {
-                format!("{lo_elems} + ")
-            } else {
-                String::new()
-            };
+            let off = if lo { format!("{lo_elems} + ") } else { String::new() };
             writeln!(setup, "    var {reg}{suffix}: vec4<u32>;").unwrap();
             writeln!(self.fetch, "    {reg}{suffix} = {};", load(&off)).unwrap();
             writeln!(self.stage, "        {{\n            let at = {at};").unwrap();
-            coop::unpack_at(
-                &mut self.stage,
-                "            ",
-                &format!("{tile}_{part}"),
-                &format!("{reg}{suffix}"),
-            );
+            coop::unpack_at(&mut self.stage, "            ", &format!("{tile}_{part}"), &format!("{reg}{suffix}"));
             self.stage.push_str("        }\n");
         }
     }
@@ -510,16 +365,8 @@ fn patch_pairs(tile_major: bool) -> String {
         let (t, c) = (tile[lane], chan[lane]);
         writeln!(s, "    let tg{lane} = chunk_base() + {t};").unwrap();
         writeln!(s, "    let tok{lane} = tg{lane} < TILES && {c} < CG;").unwrap();
-        writeln!(
-            s,
-            "    let o{lane} = tile_origin(min(tg{lane}, TILES - 1));"
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "    let ih{lane} = o{lane}.y - PH;\n    let iw{lane} = o{lane}.z - PW;"
-        )
-        .unwrap();
+        writeln!(s, "    let o{lane} = tile_origin(min(tg{lane}, TILES - 1));").unwrap();
+        writeln!(s, "    let ih{lane} = o{lane}.y - PH;\n    let iw{lane} = o{lane}.z - PW;").unwrap();
         writeln!(s, "    let xb{lane} = o{lane}.x * XSN + (g * CG + min({c}, CG - 1)) * XSC + ih{lane} * XSH + iw{lane} * XSW;").unwrap();
     }
     s
@@ -531,10 +378,7 @@ mod tests {
     use crate::params::{Layout, Padding};
 
     fn shape(x: [usize; 4], w: [usize; 4], layout: Layout) -> ConvShape {
-        ConvShape::new(x, w, (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
-            .unwrap()
-            .with_layout(layout)
-            .with_dtype(DType::F16)
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap().with_layout(layout).with_dtype(DType::F16)
     }
 
     /// Every variant's WGSL validates with naga (lavapipe cannot run it) in both layouts, in
@@ -546,12 +390,7 @@ mod tests {
         let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], Layout::Nhwc);
         for v in WinoCoop::space() {
             assert!(v.needs_tensor_cores());
-            assert_eq!(
-                (v.serves(Precision::High), v.serves(Precision::Highest)),
-                (v.split == 1, v.split == 3),
-                "{}",
-                v.name()
-            );
+            assert_eq!((v.serves(Precision::High), v.serves(Precision::Highest)), (v.split == 1, v.split == 3), "{}", v.name());
             for s in [small, small.with_layout(Layout::Nhwc), edsr] {
                 assert!(v.computes(&s), "{} {}", v.name(), s.label());
                 let k = v.generate(&s).unwrap();
@@ -563,33 +402,18 @@ mod tests {
             assert!(v.generate(&edsr).unwrap().chunks > 1);
             for s in [small.with_dtype(DType::F32), edsr.with_dtype(DType::F32)] {
                 let k = v.generate(&s).unwrap();
-                assert!(
-                    k.scaled && k.prescale && k.source.contains("scale_exp(run[0])"),
-                    "{}",
-                    v.name()
-                );
+                assert!(k.scaled && k.prescale && k.source.contains("scale_exp(run[0])"), "{}", v.name());
                 if let Err(e) = crate::codegen::validate(&k.source) {
                     panic!("{} on {}: {e}", v.name(), s.label());
                 }
             }
             assert!(!v.generate(&small).unwrap().scaled);
-            let five = ConvShape::new(
-                [2, 40, 13, 11],
-                [24, 40, 5, 5],
-                (1, 1),
-                Padding::Explicit(1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap()
-            .with_dtype(DType::F16);
+            let five = ConvShape::new([2, 40, 13, 11], [24, 40, 5, 5], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_dtype(DType::F16);
             assert!(!v.computes(&five) && v.generate(&five).is_err());
             let name = v.name();
-            assert_eq!(
-                name.parse::<super::super::Variant>().unwrap().to_string(),
-                name
-            );
+            assert_eq!(name.parse::<super::super::Variant>().unwrap().to_string(), name);
         }
     }
 
@@ -599,29 +423,15 @@ mod tests {
     fn workspaces_hold_f16_transforms_and_f32_products() {
         let s = shape([3, 37, 11, 7], [41, 37, 3, 3], Layout::Nchw);
         for split in [1, 3] {
-            let v = WinoCoop {
-                m: 2,
-                bm: 64,
-                bn: 64,
-                bk: 32,
-                sgm: 2,
-                sgn: 2,
-                split,
-            };
+            let v = WinoCoop { m: 2, bm: 64, bn: 64, bk: 32, sgm: 2, sgn: 2, split };
             // OH 11, OW 7: 6 x 4 tiles per image, 72 in all -> TP 128; CP 64, NP 64.
             assert_eq!(v.tiling().padded(&s), (128, 64, 64));
             let k = v.generate(&s.with_dtype(DType::F32)).unwrap();
             let parts = if split == 3 { 2 } else { 1 };
             // V and M in binding 5, U alone in binding 6 (its workgroups the prologue's last).
-            assert_eq!(
-                k.workspace,
-                [parts * 16 * 64 * 128 * (2 + 4), parts * 16 * 64 * 64 * 2]
-            );
+            assert_eq!(k.workspace, [parts * 16 * 64 * 128 * (2 + 4), parts * 16 * 64 * 64 * 2]);
             assert_eq!(k.workgroups, 2 * 16);
-            assert_eq!(
-                k.prologue,
-                Some((64 * 64 / 2u64).div_ceil(256) + (64 * 128 / 2u64).div_ceil(256))
-            );
+            assert_eq!(k.prologue, Some((64 * 64 / 2u64).div_ceil(256) + (64 * 128 / 2u64).div_ceil(256)));
             assert_eq!(k.w_blocks, (64 * 64 / 2u64).div_ceil(256));
             assert_eq!(k.source.contains("put_split(dst"), split == 3);
             assert_eq!(k.source.contains("coopStore(cor0_0"), split == 3);

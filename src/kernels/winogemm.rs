@@ -55,15 +55,11 @@
 //! m = 2 and 4 serve "highest" (1e-5, validated at 5e-6: the tuner still checks each
 //! candidate); m = 6 only "high" (4e-3).
 
-use super::cost::{
-    ceil_to, multiprocessor_fill, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD,
-};
+use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD};
 use super::gemm::{whole_vec4_slots, write_accumulators, write_inner};
 use super::wino::lincomb;
 use super::{Family, KernelVariant};
-use crate::codegen::{
-    render, scatter_store_stmt, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE,
-};
+use crate::codegen::{render, scatter_store_stmt, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
@@ -167,11 +163,7 @@ impl Tiling {
     /// The GEMMs' padded sizes: (tiles TP, input channels CP, output channels NP).
     pub fn padded(&self, shape: &ConvShape) -> (u64, u64, u64) {
         let (_, _, tiles) = self.tiles(shape);
-        (
-            ceil_to(tiles, self.bm as u64),
-            ceil_to(shape.cg() as u64, self.bk as u64),
-            ceil_to(shape.kg() as u64, self.bn as u64),
-        )
+        (ceil_to(tiles, self.bm as u64), ceil_to(shape.cg() as u64, self.bk as u64), ceil_to(shape.kg() as u64, self.bn as u64))
     }
 
     /// Bytes of the two workspaces for `tp` tiles at a time: U and V, then M; or V and M,
@@ -179,11 +171,7 @@ impl Tiling {
     pub fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
         let (_, cp, np) = self.padded(shape);
         let planes = shape.groups as u64 * self.p2() as u64;
-        let (u, v, m) = (
-            planes * cp * np * self.value_bytes,
-            planes * cp * tp * self.value_bytes,
-            planes * np * tp * self.m_bytes,
-        );
+        let (u, v, m) = (planes * cp * np * self.value_bytes, planes * cp * tp * self.value_bytes, planes * np * tp * self.m_bytes);
         if self.u_apart {
             [v + m, u]
         } else {
@@ -213,18 +201,12 @@ impl Tiling {
             return None;
         }
         if tp_all <= most {
-            return Some(Chunking {
-                tp: tp_all,
-                chunks: 1,
-            });
+            return Some(Chunking { tp: tp_all, chunks: 1 });
         }
         let chunks = tp_all.div_ceil(most);
         let tp = ceil_to(tiles.div_ceil(chunks), bm);
         let chunks = tiles.div_ceil(tp);
-        (chunks <= MAX_CHUNKS as u64).then_some(Chunking {
-            tp,
-            chunks: chunks as u32,
-        })
+        (chunks <= MAX_CHUNKS as u64).then_some(Chunking { tp, chunks: chunks as u32 })
     }
 
     /// Workgroups of one chunk's GEMMs: its tiles x output channels x groups x planes.
@@ -246,10 +228,7 @@ impl Tiling {
         let outputs = (tiles * (self.m * self.m) as u64 * shape.k as u64) as f64;
         let u = p2 * (groups * cp * np) as f64;
         // The round trips scale with the bytes of V's and M's values.
-        ROUND_TRIP * (v * self.value_bytes as f64 + m * self.m_bytes as f64) / 4.0
-            + TRANSFORM_ADD * 2.0 * p * (v + m + u)
-            + SETUP * outputs
-            + PASSES * chunking.chunks as f64
+        ROUND_TRIP * (v * self.value_bytes as f64 + m * self.m_bytes as f64) / 4.0 + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES * chunking.chunks as f64
     }
 }
 
@@ -261,15 +240,7 @@ pub(super) fn applies(shape: &ConvShape) -> bool {
 
 impl WinoGemm {
     pub(super) fn tiling(&self) -> Tiling {
-        Tiling {
-            m: self.m,
-            bm: self.bm,
-            bn: self.bn,
-            bk: self.bk,
-            value_bytes: 4,
-            m_bytes: 4,
-            u_apart: false,
-        }
+        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4, m_bytes: 4, u_apart: false }
     }
 
     /// The tiling a kernel on `shape` runs with: U in a binding of its own (so a weight Tensor
@@ -322,28 +293,14 @@ impl Family for WinoGemm {
     fn space() -> Vec<Self> {
         SPACE
             .iter()
-            .map(|&(m, bm, bn, bk, tm, tn)| WinoGemm {
-                m,
-                bm,
-                bn,
-                bk,
-                tm,
-                tn,
-            })
+            .map(|&(m, bm, bn, bk, tm, tn)| WinoGemm { m, bm, bn, bk, tm, tn })
             .filter(|v| v.well_formed())
             .collect()
     }
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [m, bm, bn, bk, tm, tn] => Some(WinoGemm {
-                m,
-                bm,
-                bn,
-                bk,
-                tm,
-                tn,
-            }),
+            [m, bm, bn, bk, tm, tn] => Some(WinoGemm { m, bm, bn, bk, tm, tn }),
             _ => None,
         }
     }
@@ -355,21 +312,11 @@ impl KernelVariant for WinoGemm {
     }
 
     fn name(&self) -> String {
-        format!(
-            "wgemm_m{}_b{}x{}x{}_t{}x{}",
-            self.m, self.bm, self.bn, self.bk, self.tm, self.tn
-        )
+        format!("wgemm_m{}_b{}x{}x{}_t{}x{}", self.m, self.bm, self.bn, self.bk, self.tm, self.tn)
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
-        vec![
-            ("m", self.m),
-            ("bm", self.bm),
-            ("bn", self.bn),
-            ("bk", self.bk),
-            ("tm", self.tm),
-            ("tn", self.tn),
-        ]
+        vec![("m", self.m), ("bm", self.bm), ("bn", self.bn), ("bk", self.bk), ("tm", self.tm), ("tn", self.tn)]
     }
 
     fn well_formed(&self) -> bool {
@@ -474,53 +421,16 @@ pub(super) struct Transforms {
 fn transforms(m: u32) -> Transforms {
     let a = points(m);
     let (p, r) = (a.len() + 1, 3usize);
-    let mut f: Vec<f64> = (0..p - 1)
-        .map(|j| {
-            (0..p - 1)
-                .filter(|&l| l != j)
-                .map(|l| a[j] - a[l])
-                .product()
-        })
-        .collect();
+    let mut f: Vec<f64> = (0..p - 1).map(|j| (0..p - 1).filter(|&l| l != j).map(|l| a[j] - a[l]).product()).collect();
     f[0] = f[0].abs();
     let at: Vec<Vec<f64>> = (0..m as usize)
-        .map(|i| {
-            (0..p)
-                .map(|j| {
-                    if j < p - 1 {
-                        a[j].powi(i as i32)
-                    } else {
-                        f64::from(u8::from(i == m as usize - 1))
-                    }
-                })
-                .collect()
-        })
+        .map(|i| (0..p).map(|j| if j < p - 1 { a[j].powi(i as i32) } else { f64::from(u8::from(i == m as usize - 1)) }).collect())
         .collect();
     let g: Vec<Vec<f64>> = (0..p)
-        .map(|j| {
-            (0..r)
-                .map(|k| {
-                    if j < p - 1 {
-                        a[j].powi(k as i32) / f[j]
-                    } else {
-                        f64::from(u8::from(k == r - 1))
-                    }
-                })
-                .collect()
-        })
+        .map(|j| (0..r).map(|k| if j < p - 1 { a[j].powi(k as i32) / f[j] } else { f64::from(u8::from(k == r - 1)) }).collect())
         .collect();
     let e: Vec<Vec<f64>> = (0..p)
-        .map(|s| {
-            (0..p)
-                .map(|j| {
-                    if j < p - 1 {
-                        a[j].powi(s as i32) / f[j]
-                    } else {
-                        f64::from(u8::from(s == p - 1))
-                    }
-                })
-                .collect()
-        })
+        .map(|s| (0..p).map(|j| if j < p - 1 { a[j].powi(s as i32) / f[j] } else { f64::from(u8::from(s == p - 1)) }).collect())
         .collect();
     let bt = invert(e)
         .into_iter()
@@ -528,11 +438,7 @@ fn transforms(m: u32) -> Transforms {
             row.into_iter()
                 .map(|v| {
                     let q = (v * 64.0).round() / 64.0;
-                    if (v - q).abs() < 1e-9 {
-                        q
-                    } else {
-                        v
-                    }
+                    if (v - q).abs() < 1e-9 { q } else { v }
                 })
                 .collect()
         })
@@ -543,13 +449,9 @@ fn transforms(m: u32) -> Transforms {
 /// The inverse of a square matrix, by Gauss-Jordan elimination with partial pivoting.
 fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
     let n = a.len();
-    let mut inv: Vec<Vec<f64>> = (0..n)
-        .map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect())
-        .collect();
+    let mut inv: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect()).collect();
     for col in 0..n {
-        let piv = (col..n)
-            .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
-            .unwrap();
+        let piv = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap();
         a.swap(col, piv);
         inv.swap(col, piv);
         let d = a[col][col];
@@ -582,10 +484,7 @@ pub(super) fn refusal(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Er
     } else {
         format!("Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and dilation 1")
     };
-    Error::invalid(format!(
-        "variant {name} cannot run on this shape ({}): {why}",
-        shape.label()
-    ))
+    Error::invalid(format!("variant {name} cannot run on this shape ({}): {why}", shape.label()))
 }
 
 /// What both Winograd families' kernels share: the placeholders of `shaders/winograd.wgsl`
@@ -608,19 +507,8 @@ pub(super) struct Passes {
 /// does).
 /// `split`: M holds the products' f32 sums and, after them, the split pair's correction
 /// terms, 2^11 times smaller, which `finish` adds.
-pub(super) fn passes(
-    name: &str,
-    t: &Tiling,
-    shape: &ConvShape,
-    cap: u64,
-    scaled: bool,
-    split: bool,
-) -> Result<Passes> {
-    let chunking = if applies(shape) {
-        t.chunking(shape, cap)
-    } else {
-        None
-    };
+pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool, split: bool) -> Result<Passes> {
+    let chunking = if applies(shape) { t.chunking(shape, cap) } else { None };
     let Some(chunking @ Chunking { tp, chunks }) = chunking else {
         return Err(refusal(name, t, shape, cap));
     };
@@ -639,44 +527,25 @@ pub(super) fn passes(
     // A scatter's (pixel shuffle, lowered transposed convolution) mapping in halves: the
     // tile's channel and its origin pixel once, each output's pixel an offset of the origin's.
     if shape.scatter.is_some() {
-        writeln!(
-            output,
-            "    let cq = ychan(k);\n    let po = ypix((o.x * OH + o.y) * OW + o.z);"
-        )
-        .unwrap();
+        writeln!(output, "    let cq = ychan(k);\n    let po = ypix((o.x * OH + o.y) * OW + o.z);").unwrap();
     }
     if scaled {
         writeln!(output, "    let ux = ldexp(1.0, -scale_exp(run[0]));\n    let uw = ldexp(1.0, -scale_exp(run[1]));").unwrap();
     }
-    let unscale = if scaled {
-        " * min(ux, uw) * max(ux, uw)"
-    } else {
-        ""
-    };
+    let unscale = if scaled { " * min(ux, uw) * max(ux, uw)" } else { "" };
     for a in 0..p {
         for b in 0..p {
             let at = (p * a + b) as u64 * np * tp;
             if split {
                 // The correction terms follow every plane's products.
                 let cor = groups * p2 as u64 * np * tp + at;
-                writeln!(
-                    output,
-                    "    let m{a}{b} = mval(src + {at}) + mval(src + {cor}) / 2048.0;"
-                )
-                .unwrap();
+                writeln!(output, "    let m{a}{b} = mval(src + {at}) + mval(src + {cor}) / 2048.0;").unwrap();
             } else {
                 writeln!(output, "    let m{a}{b} = mval(src + {at});").unwrap();
             }
         }
     }
-    left_product(
-        &mut output,
-        "    ",
-        &tr.at,
-        p,
-        |r, b| format!("m{r}{b}"),
-        |a, b| format!("s{a}_{b}"),
-    );
+    left_product(&mut output, "    ", &tr.at, p, |r, b| format!("m{r}{b}"), |a, b| format!("s{a}_{b}"));
     for a in 0..m {
         for (b, col) in tr.at.iter().enumerate() {
             let sum = or_zero(lincomb(col, |c| format!("s{a}_{c}")));
@@ -689,19 +558,10 @@ pub(super) fn passes(
             }
             let put = match shape.scatter {
                 Some(sc) => {
-                    let pixel = format!(
-                        "po + vec3<i32>(0, {}, {})",
-                        a as u32 * sc.phases.0,
-                        b as u32 * sc.phases.1
-                    );
+                    let pixel = format!("po + vec3<i32>(0, {}, {})", a as u32 * sc.phases.0, b as u32 * sc.phases.1);
                     scatter_store_stmt(shape, &pixel, "cq", "v", "k")
                 }
-                None => store_stmt(
-                    shape,
-                    &format!("yb + {} * YSP", a * shape.ow() as usize + b),
-                    "v",
-                    "k",
-                ),
+                None => store_stmt(shape, &format!("yb + {} * YSP", a * shape.ow() as usize + b), "v", "k"),
             };
             let body = format!("let v = ({sum}){unscale}; bad = bad || nonfinite(v); {put}");
             if guards.is_empty() {
@@ -718,26 +578,16 @@ pub(super) fn passes(
     // NCHW scatter in PyTorch's channel order (a pixel shuffle) puts a row's neighbouring
     // outputs in its `sw` phase columns: their channels go fastest, then the tiles.
     let sw = match shape.scatter {
-        Some(sc)
-            if !nhwc && !sc.phase_major && sc.phases.1 > 1 && shape.kg() % sc.phases.1 == 0 =>
-        {
-            sc.phases.1
-        }
+        Some(sc) if !nhwc && !sc.phase_major && sc.phases.1 > 1 && shape.kg() % sc.phases.1 == 0 => sc.phases.1,
         _ => 1,
     };
     let (msn, mst, decode) = if nhwc {
-        (
-            1,
-            np,
-            "    let n = i % KG;\n    let t = (i / KG) % CT;\n    let g = i / (KG * CT);"
-                .to_string(),
-        )
+        (1, np, "    let n = i % KG;\n    let t = (i / KG) % CT;\n    let g = i / (KG * CT);".to_string())
     } else {
         let decode = if sw > 1 {
             format!("    let t = (i / {sw}) % CT;\n    let n = ((i / ({sw} * CT)) % (KG / {sw})) * {sw} + i % {sw};\n    let g = i / (CT * KG);")
         } else {
-            "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);"
-                .to_string()
+            "    let t = i % CT;\n    let n = (i / CT) % KG;\n    let g = i / (CT * KG);".to_string()
         };
         (tp, 1, decode)
     };
@@ -755,10 +605,7 @@ pub(super) fn passes(
     let chunk = if chunks == 1 {
         format!("{words}fn chunk_base() -> i32 {{\n    return 0;\n}}\n")
     } else {
-        format!(
-            "{words}fn chunk_base() -> i32 {{\n    return i32(run[{}]) * TP;\n}}\n",
-            crate::codegen::CHUNK_WORD
-        )
+        format!("{words}fn chunk_base() -> i32 {{\n    return i32(run[{}]) * TP;\n}}\n", crate::codegen::CHUNK_WORD)
     };
     let gemm = t.gemm_workgroups(shape, tp);
     let mut vars = shape_vars(shape, name);
@@ -777,15 +624,7 @@ pub(super) fn passes(
         ("NP", np.to_string()),
         ("TP", tp.to_string()),
         // V after U (both parts of the split pair's U), or first (`u_apart`).
-        (
-            "VOFF",
-            if t.u_apart {
-                0
-            } else {
-                (1 + u64::from(split)) * groups * p2 as u64 * cp * np
-            }
-            .to_string(),
-        ),
+        ("VOFF", if t.u_apart { 0 } else { (1 + u64::from(split)) * groups * p2 as u64 * cp * np }.to_string()),
         ("MSN", msn.to_string()),
         ("MST", mst.to_string()),
         ("O_JOBS", o_jobs.to_string()),
@@ -800,14 +639,7 @@ pub(super) fn passes(
     ]);
     let shared = render(TRANSFORMS_TEMPLATE, &vars)?;
     vars.push(("WINOGRAD", shared));
-    Ok(Passes {
-        vars,
-        chunking,
-        tr,
-        gemm,
-        finish: o_jobs.div_ceil(256),
-        nhwc,
-    })
+    Ok(Passes { vars, chunking, tr, gemm, finish: o_jobs.div_ceil(256), nhwc })
 }
 
 /// The filter transform of one filter: `u{lane}_{xi}` = (G g G^T)[xi] for each plane xi,
@@ -819,26 +651,12 @@ pub(super) fn filter_transform(tr: &Transforms, lane: &str, scale: Option<&str>)
     let mut s = String::new();
     for r in 0..3 {
         for c in 0..3 {
-            writeln!(
-                s,
-                "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]){times}, ok{lane});",
-                3 * r + c
-            )
-            .unwrap();
+            writeln!(s, "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]){times}, ok{lane});", 3 * r + c).unwrap();
         }
     }
     let h = |a: usize, c: usize| format!("h{lane}{a}{c}");
-    left_product(
-        &mut s,
-        "        ",
-        &tr.g,
-        3,
-        |r, c| format!("g{lane}{r}{c}"),
-        h,
-    );
-    right_product(&mut s, "        ", &tr.g, p, h, |a, b| {
-        format!("u{lane}_{}", p * a + b)
-    });
+    left_product(&mut s, "        ", &tr.g, 3, |r, c| format!("g{lane}{r}{c}"), h);
+    right_product(&mut s, "        ", &tr.g, p, h, |a, b| format!("u{lane}_{}", p * a + b));
     s
 }
 
@@ -850,18 +668,10 @@ pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>) 
     let p = tr.bt.len();
     let mut s = String::new();
     for a in 0..p {
-        writeln!(
-            s,
-            "    let r{lane}{a} = tok{lane} && ih{lane} + {a} >= 0 && ih{lane} + {a} < H;"
-        )
-        .unwrap();
+        writeln!(s, "    let r{lane}{a} = tok{lane} && ih{lane} + {a} >= 0 && ih{lane} + {a} < H;").unwrap();
     }
     for b in 0..p {
-        writeln!(
-            s,
-            "    let c{lane}{b} = iw{lane} + {b} >= 0 && iw{lane} + {b} < W;"
-        )
-        .unwrap();
+        writeln!(s, "    let c{lane}{b} = iw{lane} + {b} >= 0 && iw{lane} + {b} < W;").unwrap();
     }
     for a in 0..p {
         for b in 0..p {
@@ -870,76 +680,34 @@ pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>) 
         }
     }
     let e = |a: usize, b: usize| format!("e{lane}{a}_{b}");
-    left_product(
-        &mut s,
-        "    ",
-        &tr.bt,
-        p,
-        |r, b| format!("d{lane}{r}{b}"),
-        e,
-    );
-    right_product(&mut s, "    ", &tr.bt, p, e, |a, b| {
-        format!("v{lane}_{}", p * a + b)
-    });
+    left_product(&mut s, "    ", &tr.bt, p, |r, b| format!("d{lane}{r}{b}"), e);
+    right_product(&mut s, "    ", &tr.bt, p, e, |a, b| format!("v{lane}_{}", p * a + b));
     s
 }
 
 /// `let {out(a, c)} = (L X)[a][c]` for every row a of `l` and column c < `cols` of X, X's
 /// entries named by `x(r, c)`: the left side of a transform L X L^T.
-fn left_product(
-    s: &mut String,
-    ind: &str,
-    l: &[Vec<f64>],
-    cols: usize,
-    x: impl Fn(usize, usize) -> String,
-    out: impl Fn(usize, usize) -> String,
-) {
+fn left_product(s: &mut String, ind: &str, l: &[Vec<f64>], cols: usize, x: impl Fn(usize, usize) -> String, out: impl Fn(usize, usize) -> String) {
     for (a, row) in l.iter().enumerate() {
         for c in 0..cols {
-            writeln!(
-                s,
-                "{ind}let {} = {};",
-                out(a, c),
-                or_zero(lincomb(row, |r| x(r, c)))
-            )
-            .unwrap();
+            writeln!(s, "{ind}let {} = {};", out(a, c), or_zero(lincomb(row, |r| x(r, c)))).unwrap();
         }
     }
 }
 
 /// `let {out(a, b)} = (Y L^T)[a][b]` for rows a < `rows` of Y and every row b of `l`, Y's
 /// entries named by `y(a, c)`: the right side of a transform L X L^T.
-fn right_product(
-    s: &mut String,
-    ind: &str,
-    l: &[Vec<f64>],
-    rows: usize,
-    y: impl Fn(usize, usize) -> String,
-    out: impl Fn(usize, usize) -> String,
-) {
+fn right_product(s: &mut String, ind: &str, l: &[Vec<f64>], rows: usize, y: impl Fn(usize, usize) -> String, out: impl Fn(usize, usize) -> String) {
     for a in 0..rows {
         for (b, col) in l.iter().enumerate() {
-            writeln!(
-                s,
-                "{ind}let {} = {};",
-                out(a, b),
-                or_zero(lincomb(col, |c| y(a, c)))
-            )
-            .unwrap();
+            writeln!(s, "{ind}let {} = {};", out(a, b), or_zero(lincomb(col, |c| y(a, c)))).unwrap();
         }
     }
 }
 
 fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling_for(shape, cap);
-    let Passes {
-        mut vars,
-        chunking: Chunking { tp, chunks },
-        tr,
-        gemm,
-        finish,
-        nhwc,
-    } = passes(&v.name(), &t, shape, cap, false, false)?;
+    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, false, false)?;
     let p2 = t.p2() as u64;
     let threads = v.threads();
     let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);
@@ -1009,32 +777,17 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             writeln!(setup, "    let {side}_src4 = {src} / 4;").unwrap();
             for i in 0..quads / threads {
                 let slot = format!("lid + {}", i * threads);
-                writeln!(
-                    setup,
-                    "    let {side}q{i} = ({slot}) % {};\n    let {side}k{i} = ({slot}) / {};",
-                    width / 4,
-                    width / 4
-                )
-                .unwrap();
+                writeln!(setup, "    let {side}q{i} = ({slot}) % {};\n    let {side}k{i} = ({slot}) / {};", width / 4, width / 4).unwrap();
                 writeln!(setup, "    var p{side}{i}: vec4<f32>;").unwrap();
                 writeln!(fetch, "    p{side}{i} = {buf}v[{side}_src4 + (k_next + {side}k{i}) * ({row} / 4) + {side}q{i}];").unwrap();
-                writeln!(
-                    stage_store,
-                    "    {tile}[stage * {stage} + {side}k{i} * {} + {side}q{i}] = p{side}{i};",
-                    width / 4
-                )
-                .unwrap();
+                writeln!(stage_store, "    {tile}[stage * {stage} + {side}k{i} * {} + {side}q{i}] = p{side}{i};", width / 4).unwrap();
             }
         } else {
             for i in 0..width * v.bk / threads {
                 let slot = format!("lid + {}", i * threads);
                 writeln!(setup, "    let {side}m{i} = ({slot}) % {width};\n    let {side}k{i} = ({slot}) / {width};").unwrap();
                 writeln!(setup, "    var p{side}{i}: f32;").unwrap();
-                writeln!(
-                    fetch,
-                    "    p{side}{i} = {buf}[{src} + (k_next + {side}k{i}) * {row} + {side}m{i}];"
-                )
-                .unwrap();
+                writeln!(fetch, "    p{side}{i} = {buf}[{src} + (k_next + {side}k{i}) * {row} + {side}m{i}];").unwrap();
                 writeln!(stage_store, "    {tile}[stage * {stage} + {side}k{i} * {} + {side}m{i} / 4][{side}m{i} % 4] = p{side}{i};", width / 4)
                     .unwrap();
             }
@@ -1050,29 +803,14 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // neighbouring channels of a tile (NHWC: M along channels) go out as one vec4.
     let mut store = String::new();
     let quad = |s: &mut String, at: &str, values: [String; 4]| {
-        writeln!(
-            s,
-            "        {m_buf}v[({m_at}{at}) >> 2u] = vec4<f32>({});",
-            values.join(", ")
-        )
-        .unwrap();
+        writeln!(s, "        {m_buf}v[({m_at}{at}) >> 2u] = vec4<f32>({});", values.join(", ")).unwrap();
     };
     if !m_vec {
         for i in 0..v.tm {
-            writeln!(
-                store,
-                "    let st{i} = (m0 + {} + 4 * tx) * MST;",
-                (i / 4) * 4 * tx + i % 4
-            )
-            .unwrap();
+            writeln!(store, "    let st{i} = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
         }
         for j in 0..v.tn {
-            writeln!(
-                store,
-                "    {{\n        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;",
-                (j / 4) * 4 * ty + j % 4
-            )
-            .unwrap();
+            writeln!(store, "    {{\n        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
             for i in 0..v.tm {
                 writeln!(store, "        {m_buf}[{m_at}sn + st{i}] = acc{i}_{j};").unwrap();
             }
@@ -1080,47 +818,25 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
         }
     } else if nhwc {
         for i in 0..v.tm {
-            writeln!(
-                store,
-                "    {{\n        let st = (m0 + {} + 4 * tx) * MST;",
-                (i / 4) * 4 * tx + i % 4
-            )
-            .unwrap();
+            writeln!(store, "    {{\n        let st = (m0 + {} + 4 * tx) * MST;", (i / 4) * 4 * tx + i % 4).unwrap();
             for q in 0..v.tn / 4 {
                 let at = format!("m_dst + st + n0 + {} + 4 * ty", q * 4 * ty);
-                quad(
-                    &mut store,
-                    &at,
-                    std::array::from_fn(|e| format!("acc{i}_{}", 4 * q + e as u32)),
-                );
+                quad(&mut store, &at, std::array::from_fn(|e| format!("acc{i}_{}", 4 * q + e as u32)));
             }
             writeln!(store, "    }}").unwrap();
         }
     } else {
         for j in 0..v.tn {
-            writeln!(
-                store,
-                "    {{\n        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;",
-                (j / 4) * 4 * ty + j % 4
-            )
-            .unwrap();
+            writeln!(store, "    {{\n        let sn = m_dst + (n0 + {} + 4 * ty) * MSN;", (j / 4) * 4 * ty + j % 4).unwrap();
             for q in 0..v.tm / 4 {
                 let at = format!("sn + m0 + {} + 4 * tx", q * 4 * tx);
-                quad(
-                    &mut store,
-                    &at,
-                    std::array::from_fn(|e| format!("acc{}_{j}", 4 * q + e as u32)),
-                );
+                quad(&mut store, &at, std::array::from_fn(|e| format!("acc{}_{j}", 4 * q + e as u32)));
             }
             writeln!(store, "    }}").unwrap();
         }
     }
     // The GEMM's invocations go along M's fastest axis.
-    let lanes = if nhwc {
-        "    let ty = lid % TY;\n    let tx = lid / TY;"
-    } else {
-        "    let tx = lid % TX;\n    let ty = lid / TX;"
-    };
+    let lanes = if nhwc { "    let ty = lid % TY;\n    let tx = lid / TY;" } else { "    let tx = lid % TX;\n    let ty = lid / TX;" };
 
     let f_jobs = groups * cp * np;
     let f_blocks = f_jobs.div_ceil(256);
@@ -1161,11 +877,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
 
 /// A linear combination, or `0.0` where every coefficient is zero.
 fn or_zero(s: String) -> String {
-    if s.is_empty() {
-        "0.0".into()
-    } else {
-        s
-    }
+    if s.is_empty() { "0.0".into() } else { s }
 }
 
 #[cfg(test)]
@@ -1174,33 +886,18 @@ mod tests {
     use crate::params::Padding;
 
     fn shape(x: [usize; 4], w: [usize; 4], stride: i64, pad: i64, groups: i64) -> ConvShape {
-        ConvShape::new(
-            x,
-            w,
-            (stride, stride),
-            Padding::Explicit(pad, pad),
-            (1, 1),
-            groups,
-            None,
-        )
-        .unwrap()
+        ConvShape::new(x, w, (stride, stride), Padding::Explicit(pad, pad), (1, 1), groups, None).unwrap()
     }
 
     /// `rows` times the vector `v`.
     fn apply(rows: &[Vec<f64>], v: &[f64]) -> Vec<f64> {
-        rows.iter()
-            .map(|row| row.iter().zip(v).map(|(a, b)| a * b).sum())
-            .collect()
+        rows.iter().map(|row| row.iter().zip(v).map(|(a, b)| a * b).sum()).collect()
     }
 
     /// X -> L X L^T for L given by its rows.
     fn sandwich(rows: &[Vec<f64>], x: &[Vec<f64>]) -> Vec<Vec<f64>> {
-        let cols: Vec<Vec<f64>> = (0..x[0].len())
-            .map(|j| apply(rows, &x.iter().map(|r| r[j]).collect::<Vec<_>>()))
-            .collect();
-        (0..rows.len())
-            .map(|a| apply(rows, &cols.iter().map(|c| c[a]).collect::<Vec<_>>()))
-            .collect()
+        let cols: Vec<Vec<f64>> = (0..x[0].len()).map(|j| apply(rows, &x.iter().map(|r| r[j]).collect::<Vec<_>>())).collect();
+        (0..rows.len()).map(|a| apply(rows, &cols.iter().map(|c| c[a]).collect::<Vec<_>>())).collect()
     }
 
     /// One tile of F(mxm, 3x3) in float64 through the matrices the generator writes out,
@@ -1211,35 +908,16 @@ mod tests {
             let tr = transforms(m as u32);
             let p = m + 2;
             assert_eq!((tr.bt.len(), tr.g.len(), tr.at.len()), (p, p, m));
-            let d: Vec<Vec<f64>> = (0..p)
-                .map(|a| {
-                    (0..p)
-                        .map(|b| ((a * 7 + b * 3) % 11) as f64 - 5.25)
-                        .collect()
-                })
-                .collect();
-            let g = vec![
-                vec![0.5, -1.0, 2.0],
-                vec![1.5, 0.25, -0.75],
-                vec![-2.0, 1.0, 3.0],
-            ];
+            let d: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| ((a * 7 + b * 3) % 11) as f64 - 5.25).collect()).collect();
+            let g = vec![vec![0.5, -1.0, 2.0], vec![1.5, 0.25, -0.75], vec![-2.0, 1.0, 3.0]];
             let u = sandwich(&tr.g, &g);
             let v = sandwich(&tr.bt, &d);
-            let prod: Vec<Vec<f64>> = (0..p)
-                .map(|a| (0..p).map(|b| u[a][b] * v[a][b]).collect())
-                .collect();
+            let prod: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| u[a][b] * v[a][b]).collect()).collect();
             let y = sandwich(&tr.at, &prod);
             for a in 0..m {
                 for b in 0..m {
-                    let want: f64 = (0..3)
-                        .flat_map(|r| (0..3).map(move |s| (r, s)))
-                        .map(|(r, s)| d[a + r][b + s] * g[r][s])
-                        .sum();
-                    assert!(
-                        (y[a][b] - want).abs() < 1e-9,
-                        "m={m}: y[{a}][{b}] = {}, want {want}",
-                        y[a][b]
-                    );
+                    let want: f64 = (0..3).flat_map(|r| (0..3).map(move |s| (r, s))).map(|(r, s)| d[a + r][b + s] * g[r][s]).sum();
+                    assert!((y[a][b] - want).abs() < 1e-9, "m={m}: y[{a}][{b}] = {}, want {want}", y[a][b]);
                 }
             }
         }
@@ -1252,15 +930,7 @@ mod tests {
         // Infinity's row of B^T has the opposite sign of Lavin's, whose A^T has -1 in its
         // column where this one has +1: the same products.
         let t2 = transforms(2);
-        assert_eq!(
-            t2.bt,
-            vec![
-                vec![1.0, 0.0, -1.0, 0.0],
-                vec![0.0, 1.0, 1.0, 0.0],
-                vec![0.0, -1.0, 1.0, 0.0],
-                vec![0.0, -1.0, 0.0, 1.0]
-            ]
-        );
+        assert_eq!(t2.bt, vec![vec![1.0, 0.0, -1.0, 0.0], vec![0.0, 1.0, 1.0, 0.0], vec![0.0, -1.0, 1.0, 0.0], vec![0.0, -1.0, 0.0, 1.0]]);
         let t4 = transforms(4);
         assert_eq!(t4.bt[0], vec![1.0, -1.5, -2.0, 1.5, 1.0, 0.0]);
         assert_eq!(t4.bt[4], vec![0.0, 0.5, -1.0, -0.5, 1.0, 0.0]);
@@ -1272,26 +942,14 @@ mod tests {
         assert_eq!(t6.bt[3], vec![0.0, 0.5, 0.25, -2.5, -1.25, 2.0, 1.0, 0.0]);
         assert_eq!(t6.bt[7], vec![0.0, -1.0, 0.0, 5.25, 0.0, -5.25, 0.0, 1.0]);
         assert!((t6.g[5][0] - 32.0 / 45.0).abs() < 1e-15 && (t6.g[1][1] + 2.0 / 9.0).abs() < 1e-15);
-        assert_eq!(
-            t6.at[5],
-            vec![0.0, 1.0, -1.0, 32.0, -32.0, 1.0 / 32.0, -1.0 / 32.0, 1.0]
-        );
+        assert_eq!(t6.at[5], vec![0.0, 1.0, -1.0, 32.0, -32.0, 1.0 / 32.0, -1.0 / 32.0, 1.0]);
     }
 
     #[test]
     fn computes_only_3x3_stride_1_and_bounded_workspaces() {
         let ok = shape([2, 16, 9, 8], [32, 16, 3, 3], 1, 1, 1);
         let strided = shape([2, 16, 9, 8], [32, 16, 3, 3], 2, 1, 1);
-        let dilated = ConvShape::new(
-            [2, 16, 9, 8],
-            [32, 16, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (2, 2),
-            1,
-            None,
-        )
-        .unwrap();
+        let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
         let five = shape([2, 16, 9, 8], [32, 16, 5, 5], 1, 1, 1);
         // 8 x 256 x 112 x 112: V alone is over 128 MiB for every m; it runs in chunks.
         let huge = shape([8, 256, 112, 112], [256, 256, 3, 3], 1, 1, 1);
@@ -1303,18 +961,10 @@ mod tests {
             assert!(v.suits(&ok) || v.bn > 32 || v.bm > 32, "{}", v.name());
             assert!(!v.suits(&ok) || v.bn == 32, "{}", v.name());
             assert_eq!(v.generate(&ok).unwrap().chunks, 1);
-            assert!(
-                v.computes(&huge) && v.generate(&huge).unwrap().chunks > 1,
-                "{}",
-                v.name()
-            );
+            assert!(v.computes(&huge) && v.generate(&huge).unwrap().chunks > 1, "{}", v.name());
             for s in [&strided, &dilated, &five, &wide] {
                 assert!(!v.suits(s) && !v.computes(s));
-                assert!(v
-                    .generate(s)
-                    .unwrap_err()
-                    .to_string()
-                    .contains("cannot run on this shape"));
+                assert!(v.generate(s).unwrap_err().to_string().contains("cannot run on this shape"));
             }
             let err = v.generate(&wide).unwrap_err().to_string();
             assert!(err.contains("bytes of workspace"), "{err}");
@@ -1335,47 +985,23 @@ mod tests {
                 let k = v.generate_within(&edsr, cap).unwrap();
                 assert!(c.chunks > 1 && k.chunks == c.chunks, "{}: {c:?}", v.name());
                 assert_eq!(k.workspace, v.workspace(&edsr, c.tp));
-                assert!(
-                    k.workspace.iter().all(|&b| b <= cap),
-                    "{}: {:?}",
-                    v.name(),
-                    k.workspace
-                );
+                assert!(k.workspace.iter().all(|&b| b <= cap), "{}: {:?}", v.name(), k.workspace);
                 // Whole GEMM tiles; every tile in some chunk, the last chunk not empty.
                 assert_eq!(c.tp % v.bm as u64, 0);
                 assert!(c.tp * c.chunks as u64 >= tiles && c.tp * (c.chunks as u64 - 1) < tiles);
                 // The dispatches are one chunk's.
-                assert_eq!(
-                    k.workgroups,
-                    c.tp / v.bm as u64 * (64u64.div_ceil(v.bn as u64)) * v.p2() as u64
-                );
+                assert_eq!(k.workgroups, c.tp / v.bm as u64 * (64u64.div_ceil(v.bn as u64)) * v.p2() as u64);
                 if let Err(e) = crate::codegen::validate(&k.source) {
                     panic!("{}: {e}", v.name());
                 }
             }
-            assert!(
-                v.chunking(&edsr, 48 << 20).unwrap().chunks
-                    > v.chunking(&edsr, MAX_WORKSPACE).unwrap().chunks
-            );
+            assert!(v.chunking(&edsr, 48 << 20).unwrap().chunks > v.chunking(&edsr, MAX_WORKSPACE).unwrap().chunks);
             assert!(v.cost(&edsr).is_finite() && v.cost(&edsr) > 0.0);
         }
         // F(4x4), 64-tile GEMMs: 57,600 tiles of 36 x 64 x 4 B of V (and M) each, U 576 KiB:
         // 14,464 tiles fit 128 MiB, so 4 chunks of 14,400.
-        let f4 = WinoGemm {
-            m: 4,
-            bm: 64,
-            bn: 64,
-            bk: 8,
-            tm: 4,
-            tn: 4,
-        };
-        assert_eq!(
-            f4.chunking(&edsr, MAX_WORKSPACE),
-            Some(Chunking {
-                tp: 14400,
-                chunks: 4
-            })
-        );
+        let f4 = WinoGemm { m: 4, bm: 64, bn: 64, bk: 8, tm: 4, tn: 4 };
+        assert_eq!(f4.chunking(&edsr, MAX_WORKSPACE), Some(Chunking { tp: 14400, chunks: 4 }));
         // A bound raised past the default (CONVTUNE_MAX_WORKSPACE) takes fewer chunks: V of
         // the whole EDSR body (530 MB) in one.
         assert_eq!(f4.generate_within(&edsr, MAX_WORKSPACE).unwrap().chunks, 4);
@@ -1392,16 +1018,7 @@ mod tests {
         use crate::runner::tests::{max_rel_err, reference};
         use crate::runner::{random_data, DeviceTensors};
         let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
-        let s = ConvShape::new(
-            [3, 6, 19, 17],
-            [10, 3, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            2,
-            Some(10),
-        )
-        .unwrap();
+        let s = ConvShape::new([3, 6, 19, 17], [10, 3, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 2, Some(10)).unwrap();
         let x = random_data(s.x_len() as usize, 1);
         let w = random_data(s.w_len() as usize, 2);
         let b = random_data(10, 3);
@@ -1411,18 +1028,8 @@ mod tests {
             let (_, _, tiles) = v.tiles(&s);
             let cap = v.workspace(&s, v.bm as u64).into_iter().max().unwrap();
             let c = v.chunking(&s, cap).unwrap();
-            assert_eq!(
-                c,
-                Chunking {
-                    tp: v.bm as u64,
-                    chunks: tiles.div_ceil(v.bm as u64) as u32
-                }
-            );
-            assert!(
-                c.chunks > 1 && tiles % v.bm as u64 != 0,
-                "{}: {tiles} tiles",
-                v.name()
-            );
+            assert_eq!(c, Chunking { tp: v.bm as u64, chunks: tiles.div_ceil(v.bm as u64) as u32 });
+            assert!(c.chunks > 1 && tiles % v.bm as u64 != 0, "{}: {tiles} tiles", v.name());
             let variant = super::super::Variant::Wgemm(v);
             let k = e.compile_within(&variant, &s, cap).unwrap();
             assert_eq!(k.chunks, c.chunks);
@@ -1430,27 +1037,14 @@ mod tests {
             t.run(&e, &k).unwrap();
             let got = t.read_y_f32(&e).unwrap();
             // The poison is NaN, which max_rel_err passes over.
-            assert!(
-                got.iter().all(|v| v.is_finite()),
-                "{}: outputs left unwritten",
-                v.name()
-            );
+            assert!(got.iter().all(|v| v.is_finite()), "{}: outputs left unwritten", v.name());
             let err = max_rel_err(&got, &want);
             let bound = if v.m == 6 { 1e-4 } else { 1e-5 };
-            assert!(
-                err <= bound,
-                "{} in {} chunks: max relative error {err}",
-                v.name(),
-                c.chunks
-            );
+            assert!(err <= bound, "{} in {} chunks: max relative error {err}", v.name(), c.chunks);
             let times = t.time(&e, &k, 2).unwrap();
             assert!(times.len() == 2 && times.iter().all(|t| t.is_finite() && *t >= 0.0));
             // A word less than one GEMM tile's worth: refused.
-            let err = e
-                .compile_within(&variant, &s, cap - 4)
-                .err()
-                .unwrap()
-                .to_string();
+            let err = e.compile_within(&variant, &s, cap - 4).err().unwrap().to_string();
             assert!(err.contains("cannot run on this shape"), "{err}");
         }
     }
@@ -1462,23 +1056,9 @@ mod tests {
         use crate::runner::tests::{max_rel_err, reference};
         use crate::runner::{random_data, DeviceTensors};
         let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
-        let s = ConvShape::new_transposed(
-            [2, 4, 23, 20],
-            [4, 3, 6, 6],
-            (2, 2),
-            (1, 2),
-            (1, 0),
-            (1, 1),
-            1,
-            Some(3),
-        )
-        .unwrap();
+        let s = ConvShape::new_transposed([2, 4, 23, 20], [4, 3, 6, 6], (2, 2), (1, 2), (1, 0), (1, 1), 1, Some(3)).unwrap();
         let low = s.lowered().unwrap();
-        assert!(
-            applies(&low) && low.scatter.is_some_and(|sc| sc.crops()),
-            "{}",
-            low.label()
-        );
+        assert!(applies(&low) && low.scatter.is_some_and(|sc| sc.crops()), "{}", low.label());
         let x = random_data(s.x_len() as usize, 4);
         let w = random_data(s.w_len() as usize, 5);
         let b = random_data(3, 6);
@@ -1488,29 +1068,15 @@ mod tests {
             let (_, _, tiles) = v.tiles(&low);
             let cap = v.workspace(&low, v.bm as u64).into_iter().max().unwrap();
             let chunks = v.chunking(&low, cap).unwrap().chunks;
-            assert!(
-                chunks > 1 && tiles % v.bm as u64 != 0,
-                "{}: {tiles} tiles",
-                v.name()
-            );
-            let k = e
-                .compile_within(&super::super::Variant::Wgemm(v), &s, cap)
-                .unwrap();
+            assert!(chunks > 1 && tiles % v.bm as u64 != 0, "{}: {tiles} tiles", v.name());
+            let k = e.compile_within(&super::super::Variant::Wgemm(v), &s, cap).unwrap();
             assert!(k.chunks == chunks && k.wprep.is_some());
             t.poison(&e).unwrap();
             t.run(&e, &k).unwrap();
             let got = t.read_y_f32(&e).unwrap();
-            assert!(
-                got.iter().all(|v| v.is_finite()),
-                "{}: outputs left unwritten",
-                v.name()
-            );
+            assert!(got.iter().all(|v| v.is_finite()), "{}: outputs left unwritten", v.name());
             let err = max_rel_err(&got, &want);
-            assert!(
-                err <= if v.m == 6 { 1e-4 } else { 1e-5 },
-                "{} in {chunks} chunks: max relative error {err}",
-                v.name()
-            );
+            assert!(err <= if v.m == 6 { 1e-4 } else { 1e-5 }, "{} in {chunks} chunks: max relative error {err}", v.name());
         }
     }
 
@@ -1518,9 +1084,7 @@ mod tests {
     fn space_is_small_well_formed_and_names_round_trip() {
         let space = WinoGemm::space();
         assert_eq!(space.len(), SPACE.len());
-        assert!(space
-            .iter()
-            .all(|v| v.workgroup_bytes() <= 16 << 10 && v.threads() <= 256));
+        assert!(space.iter().all(|v| v.workgroup_bytes() <= 16 << 10 && v.threads() <= 256));
         for m in [2, 4, 6] {
             assert!(space.iter().any(|v| v.m == m));
         }
@@ -1546,44 +1110,23 @@ mod tests {
     #[test]
     fn workspaces_and_dispatches() {
         let s = shape([3, 37, 11, 7], [41, 37, 3, 3], 1, 0, 1);
-        let v = WinoGemm {
-            m: 4,
-            bm: 32,
-            bn: 32,
-            bk: 8,
-            tm: 4,
-            tn: 4,
-        };
+        let v = WinoGemm { m: 4, bm: 32, bn: 32, bk: 8, tm: 4, tn: 4 };
         // OH 9, OW 5: 3 x 2 tiles per image, 18 in all -> TP 32; CP 40, NP 64.
         assert_eq!(v.padded(&s), (32, 40, 64));
         let k = v.generate(&s).unwrap();
         assert_eq!(k.workspace, [36 * 32 * (40 + 64) * 4, 36 * 40 * 64 * 4]);
         assert_eq!(k.workgroups, 36 * 2);
-        assert_eq!(
-            k.prologue,
-            Some((40 * 64u64).div_ceil(256) + (40 * 32u64).div_ceil(256))
-        );
+        assert_eq!(k.prologue, Some((40 * 64u64).div_ceil(256) + (40 * 32u64).div_ceil(256)));
         assert_eq!(k.w_blocks, (40 * 64u64).div_ceil(256));
         assert!(k.source.contains("uw[dst + 0] = u_0;"));
-        assert!(k.source.contains(
-            "wsv[(MOFF + sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"
-        ));
+        assert!(k.source.contains("wsv[(MOFF + sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
         assert_eq!(k.finish, Some((41 * 18u64).div_ceil(256)));
         // The EDSR body at 720p: U apart would take 8 chunks where U before V takes 4.
         let edsr = shape([1, 64, 720, 1280], [64, 64, 3, 3], 1, 1, 1);
-        let f4 = WinoGemm {
-            m: 4,
-            bm: 64,
-            bn: 64,
-            bk: 8,
-            tm: 4,
-            tn: 4,
-        };
+        let f4 = WinoGemm { m: 4, bm: 64, bn: 64, bk: 8, tm: 4, tn: 4 };
         let k = f4.generate(&edsr).unwrap();
         assert_eq!((k.chunks, k.w_blocks), (4, 0));
-        assert!(k.source.contains(
-            "mwv[(sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"
-        ));
+        assert!(k.source.contains("mwv[(sn + m0 + 0 + 4 * tx) >> 2u] = vec4<f32>(acc0_0, acc1_0, acc2_0, acc3_0);"));
     }
 
     /// Each family's likeliest variant on a large 3x3 body: F(4x4) or F(6x6) ranks ahead of
@@ -1592,10 +1135,7 @@ mod tests {
     #[test]
     fn cost_prefers_larger_tiles_on_large_problems() {
         let big = shape([8, 256, 28, 28], [256, 256, 3, 3], 1, 1, 1);
-        let best = WinoGemm::space()
-            .into_iter()
-            .min_by(|a, b| a.cost(&big).total_cmp(&b.cost(&big)))
-            .unwrap();
+        let best = WinoGemm::space().into_iter().min_by(|a, b| a.cost(&big).total_cmp(&b.cost(&big))).unwrap();
         assert!(best.m >= 4, "{}", best.name());
         for v in WinoGemm::space() {
             assert!(v.cost(&big).is_finite() && v.cost(&big) > 0.0);

@@ -20,8 +20,7 @@ use std::fmt::Write as _;
 /// a cold driver cache pushed a layer's winner past the tuning budget (benches/results/HISTORY.md, "Float32
 /// outputs stored from registers").
 pub(super) fn direct(v: &Coop, shape: &ConvShape, window: bool) -> bool {
-    let blocks_in_images =
-        window || shape.layout == Layout::Nhwc || (shape.oh() as u64 * shape.ow() as u64) % 16 == 0;
+    let blocks_in_images = window || shape.layout == Layout::Nhwc || (shape.oh() as u64 * shape.ow() as u64) % 16 == 0;
     matches!(v.layout, 0 | 4)
         && shape.dtype == DType::F32
         && shape.epilogue.is_plain()
@@ -34,31 +33,13 @@ pub(super) fn direct(v: &Coop, shape: &ConvShape, window: bool) -> bool {
 
 /// `if (inside) { direct stores } else { scratch }`: the direct stores of every accumulator
 /// tile, `vec_y` where y is bound as vec4s (the stores then count fours).
-pub(super) fn direct_store(
-    v: &Coop,
-    shape: &ConvShape,
-    vec_y: bool,
-    window: bool,
-    scratch: &str,
-) -> String {
-    let inside = if window {
-        "oh0 + BM / TW <= OH && ow0 + TW <= OW && n0 + BN <= KG"
-    } else {
-        "m0 + BM <= M && n0 + BN <= KG"
-    };
+pub(super) fn direct_store(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool, scratch: &str) -> String {
+    let inside = if window { "oh0 + BM / TW <= OH && ow0 + TW <= OW && n0 + BN <= KG" } else { "m0 + BM <= M && n0 + BN <= KG" };
     let nchw = shape.layout == Layout::Nchw;
-    let (store_fn, stride) = if nchw {
-        ("coopStore", "YSK")
-    } else {
-        ("coopStoreT", "YSP")
-    };
+    let (store_fn, stride) = if nchw { ("coopStore", "YSK") } else { ("coopStoreT", "YSP") };
     let four = if vec_y { " / 4" } else { "" };
     let mut s = String::new();
-    writeln!(
-        s,
-        "    // The whole tile lies inside y: each accumulator tile straight from registers."
-    )
-    .unwrap();
+    writeln!(s, "    // The whole tile lies inside y: each accumulator tile straight from registers.").unwrap();
     writeln!(s, "    if ({inside}) {{").unwrap();
     writeln!(s, "        let scale = min(ux, uw) * max(ux, uw);").unwrap();
     for i in 0..v.tm() {
@@ -71,17 +52,9 @@ pub(super) fn direct_store(
         };
         writeln!(s, "        let yd{i} = {pixel};").unwrap();
         for j in 0..v.tn() {
-            let sum = if v.split == 3 {
-                format!("(acc{i}_{j} + cor{i}_{j} * (1.0 / LO))")
-            } else {
-                format!("acc{i}_{j}")
-            };
+            let sum = if v.split == 3 { format!("(acc{i}_{j} + cor{i}_{j} * (1.0 / LO))") } else { format!("acc{i}_{j}") };
             let at = format!("yd{i} + (g * KG + n0 + i32(wn) + {}) * YSK", j * 16);
-            writeln!(
-                s,
-                "        {store_fn}({sum} * scale, &y[({at}){four}], u32({stride}){four});"
-            )
-            .unwrap();
+            writeln!(s, "        {store_fn}({sum} * scale, &y[({at}){four}], u32({stride}){four});").unwrap();
         }
     }
     writeln!(s, "    }} else {{").unwrap();

@@ -15,20 +15,10 @@ pub(super) fn a_setup_in_place(v: &Coop, a_slots: u32) -> String {
     let chunks_per_k = v.bm / 4;
     writeln!(s, "    let am = lid % {chunks_per_k};").unwrap();
     for p in 0..4 {
-        implicit::write_pixel(
-            &mut s,
-            &p.to_string(),
-            &format!("m0 + 4 * am + {p}"),
-            ("CH * H * W", "W", ""),
-        );
+        implicit::write_pixel(&mut s, &p.to_string(), &format!("m0 + 4 * am + {p}"), ("CH * H * W", "W", ""));
     }
     for i in 0..a_slots {
-        writeln!(
-            s,
-            "    let ak{i} = (lid + {}) / {chunks_per_k};",
-            i * v.threads()
-        )
-        .unwrap();
+        writeln!(s, "    let ak{i} = (lid + {}) / {chunks_per_k};", i * v.threads()).unwrap();
         implicit::write_reduction_index(&mut s, i, &format!("ak{i}"));
         writeln!(s, "    var pa{i}: vec4<f32>;").unwrap();
     }
@@ -43,19 +33,10 @@ pub(super) fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
     let (reg, _, _) = gather_register(v.layout);
     writeln!(s, "    let acol = lid % {chunks_per_row};").unwrap();
     for i in 0..a_slots {
-        writeln!(
-            s,
-            "    let arow{i} = (lid + {}) / {chunks_per_row};",
-            i * v.threads()
-        )
-        .unwrap();
+        writeln!(s, "    let arow{i} = (lid + {}) / {chunks_per_row};", i * v.threads()).unwrap();
         implicit::write_pixel_position(&mut s, &i.to_string(), &format!("m0 + arow{i}"));
         // Where the pixel's window starts in the (N, H, W, C) copy; only used in range.
-        writeln!(
-            s,
-            "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CHP + g * CP;"
-        )
-        .unwrap();
+        writeln!(s, "    let abase{i} = (((apix{i} / OHW) * H + aih{i}) * W + aiw{i}) * CHP + g * CP;").unwrap();
         writeln!(s, "    var pa{i}: {reg};").unwrap();
     }
     s
@@ -81,12 +62,7 @@ pub(super) fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, qu
             writeln!(s, "        {{").unwrap();
             writeln!(s, "            let ih = aih{p} + khd;").unwrap();
             writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
-            writeln!(
-                s,
-                "            let ok = aok{p} && kok{};",
-                implicit::window_check(shape)
-            )
-            .unwrap();
+            writeln!(s, "            let ok = aok{p} && kok{};", implicit::window_check(shape)).unwrap();
             writeln!(s, "            pa{i}.{lane} = select(0.0, f32(x[select(0, abase{p} + koff, ok)]), ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
@@ -110,10 +86,7 @@ pub(super) struct Lean {
 
 impl Lean {
     pub(super) fn of(v: &Coop, shape: &ConvShape) -> Self {
-        let on = v.channels_last()
-            && !v.windowed()
-            && v.splits == 1
-            && implicit::window_check(shape).is_empty();
+        let on = v.channels_last() && !v.windowed() && v.splits == 1 && implicit::window_check(shape).is_empty();
         Lean {
             on,
             m: on && View::of(shape).m % v.bm as u64 == 0,
@@ -125,11 +98,7 @@ impl Lean {
     /// The tests `parts` (each left out where its flag says no tile fails it) and `rest`
     /// (" && ..." or empty) joined by &&; empty when none is left.
     pub(super) fn conj(&self, parts: &[(&str, bool)], rest: &str) -> String {
-        let mut terms: Vec<&str> = parts
-            .iter()
-            .filter(|(_, whole)| !whole)
-            .map(|(t, _)| *t)
-            .collect();
+        let mut terms: Vec<&str> = parts.iter().filter(|(_, whole)| !whole).map(|(t, _)| *t).collect();
         let rest = rest.trim_start_matches(" && ");
         if !rest.is_empty() {
             terms.push(rest);
@@ -141,15 +110,7 @@ impl Lean {
 /// One lean gather of `chunk` terms at term index `at` of `buf` into register `reg`: an
 /// unsigned shift for the index (`at` is never negative where it is used), zeros unless `ok`
 /// (no test at all when `ok` is empty). Layout 2 keeps the 16 bytes as loaded.
-pub(super) fn gather(
-    s: &mut String,
-    reg: &str,
-    layout: u32,
-    buf: &str,
-    at: &str,
-    chunk: u32,
-    ok: &str,
-) {
+pub(super) fn gather(s: &mut String, reg: &str, layout: u32, buf: &str, at: &str, chunk: u32, ok: &str) {
     let shift = chunk.trailing_zeros();
     let (_, zero, load) = gather_register(layout);
     if ok.is_empty() {
@@ -161,13 +122,7 @@ pub(super) fn gather(
 
 /// Layout 1's gathers: the step's four terms (channels c .. c+3 of one (r, s), decoded once
 /// per step) for each slot's pixel, one 16-byte load each.
-pub(super) fn fetch_channels_last(
-    s: &mut String,
-    v: &Coop,
-    a_slots: u32,
-    shape: &ConvShape,
-    x_buf: &str,
-) {
+pub(super) fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape, x_buf: &str) {
     let chunk = v.a_chunk();
     let lean = Lean::of(v, shape);
     let (_, zero, load) = gather_register(v.layout);
@@ -184,28 +139,12 @@ pub(super) fn fetch_channels_last(
         writeln!(s, "            let iw = aiw{i} + kwd;").unwrap();
         if lean.on {
             let aok = format!("aok{i}");
-            let ok = lean.conj(
-                &[(&aok, lean.m), ("kok", lean.k)],
-                implicit::window_check(shape),
-            );
-            gather(
-                s,
-                &format!("pa{i}"),
-                v.layout,
-                x_buf,
-                &format!("abase{i} + koff"),
-                chunk,
-                &ok,
-            );
+            let ok = lean.conj(&[(&aok, lean.m), ("kok", lean.k)], implicit::window_check(shape));
+            gather(s, &format!("pa{i}"), v.layout, x_buf, &format!("abase{i} + koff"), chunk, &ok);
             writeln!(s, "        }}").unwrap();
             continue;
         }
-        writeln!(
-            s,
-            "            let ok = aok{i} && kok{};",
-            implicit::window_check(shape)
-        )
-        .unwrap();
+        writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
         writeln!(s, "            pa{i} = select({zero}, {load}({x_buf}[select(0, (abase{i} + koff) / {chunk}, ok)]), ok);").unwrap();
         writeln!(s, "        }}").unwrap();
     }

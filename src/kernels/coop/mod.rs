@@ -9,8 +9,8 @@ use super::cost::{multiprocessor_fill, parallel_efficiency, residency, GATHER_LO
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::{phases, Family, KernelVariant};
 use crate::codegen::{render, shape_vars, Kernel, LANES};
-use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::dtype::DType;
 use crate::params::{ConvShape, Layout};
 use crate::precision::Precision;
 use std::fmt::Write as _;
@@ -18,24 +18,21 @@ use std::fmt::Write as _;
 mod direct_store;
 mod gather;
 mod prologue;
+mod variant;
 mod steps;
 mod store;
 mod taps;
-mod variant;
 mod window;
 
-use gather::{
-    a_setup_channels_last, a_setup_in_place, fetch_channels_last, fetch_in_place, gather, Lean,
-};
+use gather::{a_setup_channels_last, a_setup_in_place, fetch_channels_last, fetch_in_place, gather, Lean};
 use prologue::prologue_vars;
 pub(super) use steps::unpack_at;
 use steps::{b_register, inner_product, stage_b_packed, stage_step, steps};
 use store::{finish_store, phase_quads, store_step};
-use variant::*;
 pub use variant::{Coop, SUBGROUP};
-use window::{
-    window_bounds, window_setup, window_steps, window_weights, PatchSource, Window, WINDOW_WASTE,
-};
+use variant::*;
+use window::{window_bounds, window_setup, window_steps, window_weights, PatchSource, Window, WINDOW_WASTE};
+
 
 /// A tensor-core multiply-add relative to a scalar FMA, per multiply-add it performs.
 const MMA: f64 = 0.08;
@@ -56,6 +53,7 @@ const LAYOUT0_W_GATHER: f64 = 0.5;
 /// is short (32,256,14,14, where residency does not matter).
 const COOP_BARRIER: f64 = 5.0;
 
+
 /// One k-step's products of a plain GEMM on tiles staged as this family stages them (A
 /// column-major, `a_hi[k][m]`, as layout 0 does, or row-major, `a_hi[m][k]`, as layout 1
 /// does, in rows of LDA f16; B as `b_hi[n][k]` in rows of LDB), one f16 product per term,
@@ -63,29 +61,9 @@ const COOP_BARRIER: f64 = 5.0;
 /// `wn`: the tensor-core core other families' GEMMs run on (the Winograd family `wcoop`).
 /// `split` 3: the split pair, the lo parts staged as `a_lo` and `b_lo`, the correction terms
 /// into `cor{i}_{j}`.
-pub(super) fn gemm_step(
-    bm: u32,
-    bn: u32,
-    bk: u32,
-    sgm: u32,
-    sgn: u32,
-    a_row_major: bool,
-    split: u32,
-) -> String {
+pub(super) fn gemm_step(bm: u32, bn: u32, bk: u32, sgm: u32, sgn: u32, a_row_major: bool, split: u32) -> String {
     let layout = u32::from(a_row_major);
-    inner_product(
-        &Coop {
-            bm,
-            bn,
-            bk,
-            sgm,
-            sgn,
-            split,
-            layout,
-            splits: 1,
-        },
-        None,
-    )
+    inner_product(&Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1 }, None)
 }
 
 impl Coop {
@@ -142,9 +120,7 @@ impl Coop {
 /// alone (x read in place: NHWC, or float16 NCHW under a window tile), and within the
 /// split-K workspace's hard limit.
 fn split_possible(v: &Coop, shape: &ConvShape) -> bool {
-    (shape.dtype == DType::F32
-        || reads_x_in_place(shape)
-        || (v.windowed() && window_f16_nchw(shape)))
+    (shape.dtype == DType::F32 || reads_x_in_place(shape) || (v.windowed() && window_f16_nchw(shape)))
         && implicit::partial_bytes(shape, v.splits) <= 4 * SPLIT_WORKSPACE
 }
 
@@ -159,16 +135,7 @@ impl Family for Coop {
                 for &(bm, bn, sgm, sgn) in &all_tiles() {
                     for &bk in &BK {
                         for &splits in &SPLITS {
-                            let v = Coop {
-                                bm,
-                                bn,
-                                bk,
-                                sgm,
-                                sgn,
-                                split,
-                                layout,
-                                splits,
-                            };
+                            let v = Coop { bm, bn, bk, sgm, sgn, split, layout, splits };
                             if v.well_formed() {
                                 out.push(v);
                             }
@@ -182,36 +149,9 @@ impl Family for Coop {
 
     fn from_numbers(n: &[u32]) -> Option<Self> {
         match *n {
-            [bm, bn, bk, sgm, sgn, split] => Some(Coop {
-                bm,
-                bn,
-                bk,
-                sgm,
-                sgn,
-                split,
-                layout: 0,
-                splits: 1,
-            }),
-            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop {
-                bm,
-                bn,
-                bk,
-                sgm,
-                sgn,
-                split,
-                layout,
-                splits: 1,
-            }),
-            [bm, bn, bk, sgm, sgn, split, layout, splits] => Some(Coop {
-                bm,
-                bn,
-                bk,
-                sgm,
-                sgn,
-                split,
-                layout,
-                splits,
-            }),
+            [bm, bn, bk, sgm, sgn, split] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout: 0, splits: 1 }),
+            [bm, bn, bk, sgm, sgn, split, layout] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits: 1 }),
+            [bm, bn, bk, sgm, sgn, split, layout, splits] => Some(Coop { bm, bn, bk, sgm, sgn, split, layout, splits }),
             _ => None,
         }
     }
@@ -223,33 +163,17 @@ impl KernelVariant for Coop {
     }
 
     fn name(&self) -> String {
-        let name = format!(
-            "coop_b{}x{}x{}_s{}x{}_p{}",
-            self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split
-        );
+        let name = format!("coop_b{}x{}x{}_s{}x{}_p{}", self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split);
         // Layout 0 and unsplit variants keep the names they had before layouts and splits
         // existed, so caches stay valid.
-        let name = if self.layout == 0 {
-            name
-        } else {
-            format!("{name}_l{}", self.layout)
-        };
-        if self.splits == 1 {
-            name
-        } else {
-            format!("{name}_k{}", self.splits)
-        }
+        let name = if self.layout == 0 { name } else { format!("{name}_l{}", self.layout) };
+        if self.splits == 1 { name } else { format!("{name}_k{}", self.splits) }
     }
 
     fn knobs(&self) -> Vec<(&'static str, u32)> {
         vec![
-            ("bm", self.bm),
-            ("bn", self.bn),
-            ("bk", self.bk),
-            ("sgm", self.sgm),
-            ("sgn", self.sgn),
-            ("split", self.split),
-            ("layout", self.layout),
+            ("bm", self.bm), ("bn", self.bn), ("bk", self.bk),
+            ("sgm", self.sgm), ("sgn", self.sgn), ("split", self.split), ("layout", self.layout),
             ("splits", self.splits),
         ]
     }
@@ -306,10 +230,7 @@ impl KernelVariant for Coop {
     /// The single pass serves "high"; the split serves "highest" (it would serve "high" too,
     /// at three times the work, so tuning for "high" does not spend its budget on it).
     fn serves(&self, precision: Precision) -> bool {
-        matches!(
-            (self.split, precision),
-            (1, Precision::High) | (3, Precision::Highest)
-        )
+        matches!((self.split, precision), (1, Precision::High) | (3, Precision::Highest))
     }
 
     /// Stores that move y's elements (pixel shuffle, a lowered transposed convolution) go
@@ -332,13 +253,8 @@ impl KernelVariant for Coop {
         // The window tile where its padding at image edges stays small, on kernels wider than
         // 1x1 (a 1x1 kernel reads each term once: nothing to share).
         let window_ok = !self.windowed()
-            || Window::of(self, shape)
-                .is_some_and(|w| w.waste(shape) <= WINDOW_WASTE && shape.r * shape.s > 1);
-        layout_ok
-            && split_ok
-            && window_ok
-            && self.splits_suit(shape)
-            && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
+            || Window::of(self, shape).is_some_and(|w| w.waste(shape) <= WINDOW_WASTE && shape.r * shape.s > 1);
+        layout_ok && split_ok && window_ok && self.splits_suit(shape) && View::of(shape).tiles_suit((self.bm, self.bn, self.bk), (64, 64, 32))
     }
 
     fn cost(&self, shape: &ConvShape) -> f64 {
@@ -347,10 +263,7 @@ impl KernelVariant for Coop {
         // Layout 3 stages each x term of its patch once for all R*S taps (plus the halo), and
         // computes the pixels its tiles pad the image with.
         let (a_share, waste) = match (self.layout, Window::of(self, shape)) {
-            (3 | 4, Some(w)) => (
-                (w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * (shape.r * shape.s) as f64),
-                w.waste(shape),
-            ),
+            (3 | 4, Some(w)) => ((w.pr * w.pc) as f64 / ((w.th * w.tw) as f64 * (shape.r * shape.s) as f64), w.waste(shape)),
             _ => (1.0, 1.0),
         };
         // Layout 1 gathers four terms per load and index computation, after a prologue
@@ -366,21 +279,13 @@ impl KernelVariant for Coop {
             };
             let x_copied = if copied_x { p.x_len(shape) } else { 0 };
             let copied = (x_copied + p.w_len(shape)) as f64;
-            (
-                GATHER_LOAD / self.a_chunk() as f64,
-                PROLOGUE * copied,
-                p.krp as f64 / view.red as f64,
-            )
+            (GATHER_LOAD / self.a_chunk() as f64, PROLOGUE * copied, p.krp as f64 / view.red as f64)
         } else if pixel_quads(shape) {
             (GATHER_LOAD / 4.0, 0.0, 1.0)
         } else {
             (GATHER_LOAD, 0.0, 1.0)
         };
-        let w_share = if self.channels_last() || pixel_quads(shape) || self.split > 1 {
-            1.0
-        } else {
-            LAYOUT0_W_GATHER
-        };
+        let w_share = if self.channels_last() || pixel_quads(shape) || self.split > 1 { 1.0 } else { LAYOUT0_W_GATHER };
         let per_fma = MMA * self.split as f64
             + (gather + CONVERT * self.parts() as f64) * (w_share / self.bm as f64 + a_share / self.bn as f64)
             // Layout 4 closes a step after a kernel row of taps.
@@ -390,22 +295,14 @@ impl KernelVariant for Coop {
         // Window tiles are not charged for their workgroup memory: their accumulator grids,
         // not it, bound what stays resident (on the H200 layout 4's 512x64 tile, 49 KB, ran
         // EDSR in 0.385 ms where layout 3's 256x64, 43 KB, took 0.54).
-        let resident = if self.windowed() {
-            1.0
-        } else {
-            residency(self.workgroup_bytes(), self.threads(), tiles)
-        };
+        let resident = if self.windowed() { 1.0 } else { residency(self.workgroup_bytes(), self.threads(), tiles) };
         let (fill, partials) = if self.splits > 1 {
             let gain = multiprocessor_fill(tiles * self.splits as u64) / multiprocessor_fill(tiles);
             (gain, PARTIAL * (self.splits as u64 * shape.y_len()) as f64)
         } else {
             (1.0, 0.0)
         };
-        view.padded_fmas(self.bm, self.bn, self.bk * self.splits)
-            * padded
-            * waste
-            * taps::live_share(self, shape, self.runs_windowed(shape))
-            * per_fma
+        view.padded_fmas(self.bm, self.bn, self.bk * self.splits) * padded * waste * taps::live_share(self, shape, self.runs_windowed(shape)) * per_fma
             / parallel_efficiency(tiles * self.invocations() as u64)
             / resident
             / fill
@@ -438,6 +335,13 @@ fn grid(v: &Coop, shape: &ConvShape) -> (u64, u64, u64) {
         _ => (mb, nb, blocks),
     }
 }
+
+
+
+
+
+
+
 
 fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     if shape.layout != Layout::Nchw && !v.channels_last() {
@@ -488,38 +392,20 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let view = View::of(shape);
     let (m_blocks, n_blocks, blocks) = grid(v, shape);
     // Layout 3 stages its patch with a loop of its own: no A slots.
-    let a_slots = if window.is_some() {
-        0
-    } else {
-        v.bm * v.bk / v.a_chunk() / t
-    };
+    let a_slots = if window.is_some() { 0 } else { v.bm * v.bk / v.a_chunk() / t };
     let b_chunks_per_n = v.bk / v.b_chunk();
     let b_total = v.bn * v.bk / v.b_chunk();
     let b_slots = b_total.div_ceil(t);
     // Fewer B chunks than invocations: the rest skip the gather and the staging store.
-    let b_guard = if b_total < t {
-        format!(" && lid < {b_total}")
-    } else {
-        String::new()
-    };
+    let b_guard = if b_total < t { format!(" && lid < {b_total}") } else { String::new() };
     let parts: &[&str] = if split { &["hi", "lo"] } else { &["hi"] };
 
     // Window tiles stage the weights of every tap a step takes.
     let taps = window.map_or(1, |w| v.taps_per_step(w.s()));
     let mut smem = String::new();
     for p in parts {
-        writeln!(
-            smem,
-            "var<workgroup> a_{p}: array<vec4<f16>, {}>;",
-            v.a_rows() * lda / 4
-        )
-        .unwrap();
-        writeln!(
-            smem,
-            "var<workgroup> b_{p}: array<vec4<f16>, {}>;",
-            taps * v.bn * ldb / 4
-        )
-        .unwrap();
+        writeln!(smem, "var<workgroup> a_{p}: array<vec4<f16>, {}>;", v.a_rows() * lda / 4).unwrap();
+        writeln!(smem, "var<workgroup> b_{p}: array<vec4<f16>, {}>;", taps * v.bn * ldb / 4).unwrap();
     }
 
     let a_setup = match window {
@@ -530,20 +416,10 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     let mut b_setup = String::new();
     for i in 0..b_slots {
         let s = &mut b_setup;
-        writeln!(
-            s,
-            "    let bk{i} = {} * ((lid + {}) % {b_chunks_per_n});",
-            v.b_chunk(),
-            i * t
-        )
-        .unwrap();
+        writeln!(s, "    let bk{i} = {} * ((lid + {}) % {b_chunks_per_n});", v.b_chunk(), i * t).unwrap();
         writeln!(s, "    let bn{i} = (lid + {}) / {b_chunks_per_n};", i * t).unwrap();
         writeln!(s, "    let bok{i} = n0 + bn{i} < KG;").unwrap();
-        writeln!(
-            s,
-            "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;"
-        )
-        .unwrap();
+        writeln!(s, "    let bbase{i} = (g * KG + min(n0 + bn{i}, KG - 1)) * KL;").unwrap();
         // Layout 2 holds each gather's 8 packed float16 values as the 16 bytes it loaded.
         writeln!(s, "    var pb{i}: {};", gather_register(v.layout).0).unwrap();
     }
@@ -572,20 +448,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             Some(_) => {
                 let (from, to) = window_bounds(v);
                 let rows = taps::row_steps(v, shape, true);
-                writeln!(
-                    acc,
-                    "    let t0 = {};\n    k_next = {};",
-                    taps::next_live(v, from, to, rows),
-                    window_weights("t0", rows)
-                )
-                .unwrap();
+                writeln!(acc, "    let t0 = {};\n    k_next = {};", taps::next_live(v, from, to, rows), window_weights("t0", rows)).unwrap();
             }
-            None => writeln!(
-                acc,
-                "    k_next = {};",
-                taps::next_live(v, "k_next", "k_end", false)
-            )
-            .unwrap(),
+            None => writeln!(acc, "    k_next = {};", taps::next_live(v, "k_next", "k_end", false)).unwrap(),
         }
     }
 
@@ -597,24 +462,14 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     if window.is_some() {
         // The patch is staged by the steps themselves.
     } else if v.channels_last() {
-        fetch_channels_last(
-            &mut fetch,
-            v,
-            a_slots,
-            shape,
-            if in_place { "x" } else { "xt" },
-        );
+        fetch_channels_last(&mut fetch, v, a_slots, shape, if in_place { "x" } else { "xt" });
     } else {
         fetch_in_place(&mut fetch, a_slots, shape, quads);
     }
     // The B gathers of the step's kernel tap `tap`: its weights `tap` x CP terms on in w's
     // copy (only layout 4 gathers more than tap 0).
     let fetch_b = |s: &mut String, tap: u32| {
-        let k = if tap == 0 {
-            "k_next".to_string()
-        } else {
-            format!("k_next + {tap} * CP")
-        };
+        let k = if tap == 0 { "k_next".to_string() } else { format!("k_next + {tap} * CP") };
         for i in 0..b_slots {
             let pb = b_register(tap, i);
             writeln!(s, "    {{").unwrap();
@@ -636,15 +491,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
                     continue;
                 }
                 if lean.on {
-                    gather(
-                        s,
-                        &pb,
-                        v.layout,
-                        "wt",
-                        &format!("bbase{i} + kr"),
-                        v.b_chunk(),
-                        &ok,
-                    );
+                    gather(s, &pb, v.layout, "wt", &format!("bbase{i} + kr"), v.b_chunk(), &ok);
                     writeln!(s, "    }}").unwrap();
                     continue;
                 }
@@ -669,10 +516,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     fetch_b(&mut fetch, 0);
 
     let mut advance = match live {
-        Some(_) => format!(
-            "        k_next = {};\n",
-            taps::next_live(v, "k0 + BK", "k_end", false)
-        ),
+        Some(_) => format!("        k_next = {};\n", taps::next_live(v, "k0 + BK", "k_end", false)),
         None => String::from("        k_next = k0 + BK;\n"),
     };
     if v.layout == 0 {
@@ -698,14 +542,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
             };
             window_steps(v, &w, &stage, &fetch, &x, live.is_some())
         }
-        None => steps(
-            &stage,
-            &advance,
-            &fetch,
-            &inner_product(v, None),
-            lean.on,
-            live.is_some(),
-        ),
+        None => steps(&stage, &advance, &fetch, &inner_product(v, None), lean.on, live.is_some()),
     };
 
     // A window tile's four neighbouring NCHW pixels share an output row only where the rows
@@ -713,22 +550,13 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
     // Split-K's partial sums lie unmoved (the finishing pass moves them): their quads are
     // the unmoved output's.
     let moved = shape.moves_y();
-    let unmoved = ConvShape {
-        pixel_shuffle: None,
-        scatter: None,
-        ..*shape
-    };
+    let unmoved = ConvShape { pixel_shuffle: None, scatter: None, ..*shape };
     let quads_of = if v.splits > 1 { &unmoved } else { shape };
-    let vec_y = stores_quads(quads_of)
-        && !(window.is_some() && shape.layout == Layout::Nchw && shape.ow() % 4 != 0);
+    let vec_y = stores_quads(quads_of) && !(window.is_some() && shape.layout == Layout::Nchw && shape.ow() % 4 != 0);
     let store = store_step(v, shape, vec_y, window.is_some());
     // y is bound as vec4s where every store to it writes four neighbours: the store step's
     // quads or phase quads, or a finishing pass's in-place quads.
-    let y_quads = if v.splits > 1 {
-        vec_y && !moved
-    } else {
-        vec_y || phase_quads(shape).is_some()
-    };
+    let y_quads = if v.splits > 1 { vec_y && !moved } else { vec_y || phase_quads(shape).is_some() };
     let finish_store = finish_store(shape, y_quads, moved && v.splits > 1);
 
     let mut vars = shape_vars(shape, &v.name());
@@ -739,39 +567,16 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("BLOCKS", blocks.to_string()),
     ]);
     let padded = Padded::of(shape);
-    let (prologue_vars, prologue_blocks, w_blocks) = prologue_vars(
-        shape,
-        &padded,
-        vec_w,
-        in_place,
-        scaled,
-        v.b_chunk(),
-        packed,
-        w_in_place,
-    );
+    let (prologue_vars, prologue_blocks, w_blocks) = prologue_vars(shape, &padded, vec_w, in_place, scaled, v.b_chunk(), packed, w_in_place);
     vars.extend(prologue_vars);
-    let kl = if v.channels_last() {
-        padded.krp
-    } else {
-        view.red
-    };
+    let kl = if v.channels_last() { padded.krp } else { view.red };
     // Window tiles split their steps over channel blocks (`window_setup`): k_end stays KL.
-    let ks = if window.is_some() {
-        kl
-    } else {
-        implicit::split_share(kl, v.splits, v.bk)
-    };
+    let ks = if window.is_some() { kl } else { implicit::split_share(kl, v.splits, v.bk) };
     let x_copy = if in_place { 0 } else { padded.x_len(shape) };
     // The partials' first element of binding 5: after the x copy (f32 values, or float32
     // data's packed float16 copy, 8 values per element).
     let part0 = if packed { x_copy / 8 } else { x_copy / 4 };
-    let xt_scalar = if in_place {
-        "f32"
-    } else if packed {
-        "u32"
-    } else {
-        ct
-    };
+    let xt_scalar = if in_place { "f32" } else if packed { "u32" } else { ct };
     let xt_elem = format!("vec4<{xt_scalar}>");
     let as_bits = packed && !in_place;
     vars.extend([
@@ -796,27 +601,9 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         // Binding 5 holds the x copy, then (split-K) the f32 partials; x read in place
         // leaves it to the partials alone.
         ("XT_SCALAR", xt_scalar.to_string()),
-        (
-            "PART4",
-            if as_bits {
-                "bitcast<vec4<u32>>".to_string()
-            } else {
-                xt_elem.clone()
-            },
-        ),
-        (
-            "PART1",
-            if as_bits { "bitcast<u32>" } else { xt_scalar }.to_string(),
-        ),
-        (
-            "UNPART4",
-            if as_bits {
-                "bitcast<vec4<f32>>"
-            } else {
-                "vec4<f32>"
-            }
-            .to_string(),
-        ),
+        ("PART4", if as_bits { "bitcast<vec4<u32>>".to_string() } else { xt_elem.clone() }),
+        ("PART1", if as_bits { "bitcast<u32>" } else { xt_scalar }.to_string()),
+        ("UNPART4", if as_bits { "bitcast<vec4<f32>>" } else { "vec4<f32>" }.to_string()),
         ("XT_ELEM", xt_elem),
         ("SPLITS", v.splits.to_string()),
         ("KS", ks.to_string()),
@@ -824,75 +611,22 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("YLEN4", (shape.y_len().div_ceil(4) * 4).to_string()),
         ("PART0", part0.to_string()),
         ("FINISH_STORE", finish_store),
-        (
-            "Y_ELEM",
-            if y_quads {
-                format!("vec4<{dt}>")
-            } else {
-                dt.to_string()
-            },
-        ),
-        (
-            "WT_ELEM",
-            if v.layout >= 2 {
-                "vec4<u32>".to_string()
-            } else {
-                format!("vec4<{ct}>")
-            },
-        ),
-        (
-            "W_ELEM",
-            if vec_w {
-                format!("vec4<{dt}>")
-            } else {
-                dt.to_string()
-            },
-        ),
-        (
-            "RESUM",
-            phases::resum_wgsl(shape, "x_at(xi)", &phases::element("w", vec_w)),
-        ),
+        ("Y_ELEM", if y_quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("WT_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
+        ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("RESUM", phases::resum_wgsl(shape, "x_at(xi)", &phases::element("w", vec_w))),
         // float16 NCHW x read by window tiles one element at a time is bound as scalars (a
         // 16-byte load per 2-byte element cost 1.2x on 8,64,56,56 on an H200).
-        (
-            "X_ELEM",
-            if v.layout >= 2 && !packed && !f16_nchw {
-                "vec4<u32>".to_string()
-            } else if x_vec4 || quads {
-                format!("vec4<{dt}>")
-            } else {
-                dt.to_string()
-            },
-        ),
-        (
-            "X_AT",
-            if v.layout >= 2 && !packed && !f16_nchw {
-                "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
-            } else if x_vec4 || quads {
-                "    return f32(x[i / 4][i % 4]);"
-            } else {
-                "    return f32(x[i]);"
-            }
-            .to_string(),
-        ),
-        (
-            "EX",
-            if scaled {
-                "scale_exp(atomicLoad(&scales[0]))"
-            } else {
-                "0"
-            }
-            .to_string(),
-        ),
-        (
-            "EW",
-            if scaled {
-                "scale_exp(atomicLoad(&scales[1]))"
-            } else {
-                "0"
-            }
-            .to_string(),
-        ),
+        ("X_ELEM", if v.layout >= 2 && !packed && !f16_nchw { "vec4<u32>".to_string() } else if x_vec4 || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
+        ("X_AT", if v.layout >= 2 && !packed && !f16_nchw {
+            "    return unpack2x16float(x[i / 8][(i % 8) / 2])[i % 2];"
+        } else if x_vec4 || quads {
+            "    return f32(x[i / 4][i % 4]);"
+        } else {
+            "    return f32(x[i]);"
+        }.to_string()),
+        ("EX", if scaled { "scale_exp(atomicLoad(&scales[0]))" } else { "0" }.to_string()),
+        ("EW", if scaled { "scale_exp(atomicLoad(&scales[1]))" } else { "0" }.to_string()),
         ("SMEM", smem),
         ("SCRATCH", (v.sgm * v.sgn * 256 * v.parts()).to_string()),
         ("A_SETUP", a_setup),
@@ -900,14 +634,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("ACC_DECL", acc),
         // A workgroup whose phase reaches no tap (a kernel shorter than the stride) has no
         // first step to gather: its gathers would read past w's row and x's window.
-        (
-            "FETCH",
-            if live.is_some() && window.is_none() {
-                format!("    if (k_next < k_end) {{\n{fetch}    }}\n")
-            } else {
-                fetch
-            },
-        ),
+        ("FETCH", if live.is_some() && window.is_none() { format!("    if (k_next < k_end) {{\n{fetch}    }}\n") } else { fetch }),
         ("STEPS", steps),
         ("STORE", store),
     ]);
@@ -925,16 +652,8 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         kernel.prologue = Some(prologue_blocks).filter(|&b| b > 0);
         // The copies' element size: float16 for float16 data and for the packed copies.
         let bytes = if packed { 2 } else { shape.dtype.size() };
-        let partials = if v.splits > 1 {
-            v.splits as u64 * shape.y_len().div_ceil(4) * 16
-        } else {
-            0
-        };
-        let w_copy = if w_in_place {
-            0
-        } else {
-            padded.w_len(shape) * bytes
-        };
+        let partials = if v.splits > 1 { v.splits as u64 * shape.y_len().div_ceil(4) * 16 } else { 0 };
+        let w_copy = if w_in_place { 0 } else { padded.w_len(shape) * bytes };
         kernel.workspace = [x_copy * bytes + partials, w_copy];
         kernel.w_blocks = w_blocks;
     }
@@ -965,44 +684,24 @@ mod tests {
         let q = v / ulp;
         let r = q.round_ties_even();
         let out = r * ulp;
-        if out.abs() > 65504.0 {
-            f32::INFINITY.copysign(v)
-        } else {
-            out
-        }
+        if out.abs() > 65504.0 { f32::INFINITY.copysign(v) } else { out }
     }
 
     fn scale_exp(max: f32) -> i32 {
-        let e = if max > 0.0 {
-            max.log2().floor() as i32 + 1
-        } else {
-            0
-        };
+        let e = if max > 0.0 { max.log2().floor() as i32 + 1 } else { 0 };
         (14 - e).clamp(-126, 126)
     }
 
     fn dot(x: &[f32], w: &[f32], split: bool) -> f64 {
-        let mx = x
-            .iter()
-            .filter(|v| v.is_finite())
-            .fold(0f32, |m, v| m.max(v.abs()));
-        let mw = w
-            .iter()
-            .filter(|v| v.is_finite())
-            .fold(0f32, |m, v| m.max(v.abs()));
+        let mx = x.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+        let mw = w.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
         let (ex, ew) = (scale_exp(mx), scale_exp(mw));
         let (sx, sw) = (2f32.powi(ex), 2f32.powi(ew));
         let (mut acc, mut cor) = (0f32, 0f32);
         for (&a, &b) in x.iter().zip(w) {
             let (a, b) = (a * sx, b * sw);
             // The split keeps hi as v's top 11 significant bits, as the kernel masks them.
-            let hi = |v: f32| {
-                if split {
-                    f16(f32::from_bits(v.to_bits() & 0xFFFF_E000))
-                } else {
-                    f16(v)
-                }
-            };
+            let hi = |v: f32| if split { f16(f32::from_bits(v.to_bits() & 0xFFFF_E000)) } else { f16(v) };
             let (ah, bh) = (hi(a), hi(b));
             acc += ah * bh;
             if split {
@@ -1014,9 +713,7 @@ mod tests {
     }
 
     fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 
@@ -1025,33 +722,17 @@ mod tests {
     #[test]
     fn emulated_split_meets_the_precision_bounds_at_any_scale() {
         let mut seed = 7;
-        for &(xs, ws) in &[
-            (1.0f32, 1.0f32),
-            (1e-30, 1e30),
-            (1e20, 1e-25),
-            (3e-38, 1.0),
-            (1e15, 1e15),
-        ] {
+        for &(xs, ws) in &[(1.0f32, 1.0f32), (1e-30, 1e30), (1e20, 1e-25), (3e-38, 1.0), (1e15, 1e15)] {
             for len in [9usize, 64, 576, 2304] {
                 let x: Vec<f32> = (0..len).map(|_| lcg(&mut seed) * xs).collect();
                 let w: Vec<f32> = (0..len).map(|_| lcg(&mut seed) * ws).collect();
                 let exact: f64 = x.iter().zip(&w).map(|(&a, &b)| a as f64 * b as f64).sum();
                 // Relative to the sum of magnitudes: the scale the tuner's bound is about.
-                let mag: f64 = x
-                    .iter()
-                    .zip(&w)
-                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                    .sum();
+                let mag: f64 = x.iter().zip(&w).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
                 let e3 = (dot(&x, &w, true) - exact).abs() / mag;
                 let e1 = (dot(&x, &w, false) - exact).abs() / mag;
-                assert!(
-                    e3 < Precision::Highest.tolerance(),
-                    "split, scale {xs}x{ws}, len {len}: {e3:e}"
-                );
-                assert!(
-                    e1 < Precision::High.tolerance(),
-                    "single, scale {xs}x{ws}, len {len}: {e1:e}"
-                );
+                assert!(e3 < Precision::Highest.tolerance(), "split, scale {xs}x{ws}, len {len}: {e3:e}");
+                assert!(e1 < Precision::High.tolerance(), "single, scale {xs}x{ws}, len {len}: {e1:e}");
                 assert!(e1 > e3 || e1 == 0.0);
             }
         }
@@ -1063,39 +744,12 @@ mod tests {
     #[test]
     fn long_grids_rank_small_staging_first() {
         use crate::params::Padding;
-        let tile = |bk| Coop {
-            bm: 128,
-            bn: 64,
-            bk,
-            sgm: 2,
-            sgn: 2,
-            split: 1,
-            layout: 1,
-            splits: 1,
-        };
-        let mut edsr = ConvShape::new(
-            [1, 64, 720, 1280],
-            [64, 64, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let tile = |bk| Coop { bm: 128, bn: 64, bk, sgm: 2, sgn: 2, split: 1, layout: 1, splits: 1 };
+        let mut edsr = ConvShape::new([1, 64, 720, 1280], [64, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         edsr.layout = Layout::Nhwc;
         assert!(tile(16).cost(&edsr) < tile(32).cost(&edsr));
         assert!(tile(32).cost(&edsr) < tile(64).cost(&edsr));
-        let deep = ConvShape::new(
-            [32, 512, 7, 7],
-            [512, 512, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let deep = ConvShape::new([32, 512, 7, 7], [512, 512, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         assert!(tile(64).cost(&deep) < tile(16).cost(&deep));
     }
 
@@ -1115,34 +769,17 @@ mod lean_tests {
     use crate::params::Padding;
 
     fn nhwc(x: [usize; 4], w: [usize; 4], pad: Padding, dtype: DType) -> ConvShape {
-        ConvShape::new(x, w, (1, 1), pad, (1, 1), 1, None)
-            .unwrap()
-            .with_layout(Layout::Nhwc)
-            .with_dtype(dtype)
+        ConvShape::new(x, w, (1, 1), pad, (1, 1), 1, None).unwrap().with_layout(Layout::Nhwc).with_dtype(dtype)
     }
 
     /// Without a kernel window, gathers on whole tiles carry no test (and pass naga); partial
     /// tiles keep theirs; a padded window keeps every test.
     #[test]
     fn lean_gathers_test_only_the_edges_a_shape_cuts() {
-        let v = |layout| Coop {
-            bm: 128,
-            bn: 64,
-            bk: 32,
-            sgm: 2,
-            sgn: 2,
-            split: 1,
-            layout,
-            splits: 1,
-        };
+        let v = |layout| Coop { bm: 128, bn: 64, bk: 32, sgm: 2, sgn: 2, split: 1, layout, splits: 1 };
         let whole = nhwc([1, 64, 16, 16], [128, 64, 1, 1], Padding::Valid, DType::F16);
         let ragged = nhwc([1, 64, 15, 15], [72, 64, 1, 1], Padding::Valid, DType::F16);
-        let padded = nhwc(
-            [1, 64, 16, 16],
-            [128, 64, 3, 3],
-            Padding::Explicit(1, 1),
-            DType::F16,
-        );
+        let padded = nhwc([1, 64, 16, 16], [128, 64, 3, 3], Padding::Explicit(1, 1), DType::F16);
         let f32_whole = nhwc([1, 64, 16, 16], [128, 64, 1, 1], Padding::Valid, DType::F32);
         for (shape, layout) in [(&whole, 2), (&ragged, 2), (&padded, 2), (&f32_whole, 1)] {
             let src = v(layout).generate(shape).unwrap().source;
@@ -1161,18 +798,10 @@ mod window_tests {
     use crate::params::Padding;
 
     fn f16_nhwc(x: [usize; 4], w: [usize; 4], pad: i64) -> ConvShape {
-        ConvShape::new(
-            x,
-            w,
-            (1, 1),
-            Padding::Explicit(pad, pad),
-            (1, 1),
-            1,
-            Some(w[0]),
-        )
-        .unwrap()
-        .with_layout(Layout::Nhwc)
-        .with_dtype(DType::F16)
+        ConvShape::new(x, w, (1, 1), Padding::Explicit(pad, pad), (1, 1), 1, Some(w[0]))
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16)
     }
 
     /// Layout 4 stages a kernel row's weights per step: S taps' B tiles in workgroup memory
@@ -1181,44 +810,14 @@ mod window_tests {
     #[test]
     fn layout_4_stages_a_kernel_row_per_step() {
         for &(bm, bn, sgm, sgn) in &WINDOW_ROW_TILES {
-            let v = Coop {
-                bm,
-                bn,
-                bk: 16,
-                sgm,
-                sgn,
-                split: 1,
-                layout: 4,
-                splits: 1,
-            };
-            assert!(
-                v.well_formed() && v.workgroup_bytes() <= 49152,
-                "{}: {}",
-                v.name(),
-                v.workgroup_bytes()
-            );
-            assert!(
-                !Coop { layout: 3, ..v }.well_formed(),
-                "{}: layout 3 keeps it",
-                v.name()
-            );
-            let k = v
-                .generate(&f16_nhwc([1, 64, 40, 70], [64, 64, 3, 3], 1))
-                .unwrap();
-            assert!(k.source.contains(&format!(
-                "var<workgroup> b_hi: array<vec4<f16>, {}>;",
-                3 * bn * v.ldb() / 4
-            )));
-            assert!(
-                k.source.contains("const TAPS: i32 = 3;")
-                    && k.source.contains("k_next + 2 * CP + bk0")
-            );
-            let k = v
-                .generate(&f16_nhwc([1, 64, 40, 70], [64, 64, 3, 2], 0))
-                .unwrap();
-            assert!(
-                k.source.contains("const TAPS: i32 = 2;") && !k.source.contains("k_next + 2 * CP")
-            );
+            let v = Coop { bm, bn, bk: 16, sgm, sgn, split: 1, layout: 4, splits: 1 };
+            assert!(v.well_formed() && v.workgroup_bytes() <= 49152, "{}: {}", v.name(), v.workgroup_bytes());
+            assert!(!Coop { layout: 3, ..v }.well_formed(), "{}: layout 3 keeps it", v.name());
+            let k = v.generate(&f16_nhwc([1, 64, 40, 70], [64, 64, 3, 3], 1)).unwrap();
+            assert!(k.source.contains(&format!("var<workgroup> b_hi: array<vec4<f16>, {}>;", 3 * bn * v.ldb() / 4)));
+            assert!(k.source.contains("const TAPS: i32 = 3;") && k.source.contains("k_next + 2 * CP + bk0"));
+            let k = v.generate(&f16_nhwc([1, 64, 40, 70], [64, 64, 3, 2], 0)).unwrap();
+            assert!(k.source.contains("const TAPS: i32 = 2;") && !k.source.contains("k_next + 2 * CP"));
         }
     }
 
@@ -1226,46 +825,19 @@ mod window_tests {
     /// width that pads least; shapes outside layout 3's reach are refused with a reason.
     #[test]
     fn window_tiles_follow_the_image() {
-        let v = Coop {
-            bm: 256,
-            bn: 64,
-            bk: 16,
-            sgm: 4,
-            sgn: 2,
-            split: 1,
-            layout: 3,
-            splits: 1,
-        };
+        let v = Coop { bm: 256, bn: 64, bk: 16, sgm: 4, sgn: 2, split: 1, layout: 3, splits: 1 };
         let edsr = f16_nhwc([1, 64, 720, 1280], [64, 64, 3, 3], 1);
         let w = Window::of(&v, &edsr).unwrap();
-        assert_eq!(
-            (w.th, w.tw, w.pr, w.pc, w.tiles_h, w.tiles_w),
-            (4, 64, 6, 66, 180, 20)
-        );
+        assert_eq!((w.th, w.tw, w.pr, w.pc, w.tiles_h, w.tiles_w), (4, 64, 6, 66, 180, 20));
         assert_eq!(grid(&v, &edsr), (3600, 1, 3600));
         let r56 = f16_nhwc([32, 64, 56, 56], [64, 64, 3, 3], 1);
         let w = Window::of(&v, &r56).unwrap();
-        assert_eq!(
-            (
-                w.th,
-                w.tw,
-                w.tiles_h * w.th as u64 * w.tiles_w * w.tw as u64
-            ),
-            (4, 64, 56 * 64)
-        );
+        assert_eq!((w.th, w.tw, w.tiles_h * w.th as u64 * w.tiles_w * w.tw as u64), (4, 64, 56 * 64));
         assert!(v.suits(&r56) && v.suits(&edsr));
-        let strided = ConvShape::new(
-            [1, 64, 32, 32],
-            [64, 64, 3, 3],
-            (2, 2),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_layout(Layout::Nhwc)
-        .with_dtype(DType::F16);
+        let strided = ConvShape::new([1, 64, 32, 32], [64, 64, 3, 3], (2, 2), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
         assert!(!v.suits(&strided));
         assert!(v.generate(&strided).is_err());
         let five = f16_nhwc([1, 64, 32, 32], [64, 64, 5, 5], 2);
@@ -1281,10 +853,8 @@ mod window_tests {
         let shapes = [
             f16_nhwc([2, 64, 19, 23], [40, 64, 3, 3], 1),
             f16_nhwc([1, 32, 16, 64], [64, 32, 1, 1], 0),
-            f16_nhwc([2, 64, 9, 70], [72, 64, 3, 2], 0).with_epilogue(
-                crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu)
-                    .unwrap(),
-            ),
+            f16_nhwc([2, 64, 9, 70], [72, 64, 3, 2], 0)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
         ];
         let mut seen = 0;
         for shape in &shapes {
@@ -1306,96 +876,44 @@ mod window_tests {
     fn dead_taps_of_a_lowered_decoder_skip_their_products() {
         use crate::kernels::Variant;
         let decoder = |r: usize, layout: Layout| {
-            ConvShape::new_transposed(
-                [8, 512, 16, 16],
-                [512, 256, r, r],
-                (2, 2),
-                (1, 1),
-                (1, 1),
-                (1, 1),
-                1,
-                None,
-            )
-            .unwrap()
-            .with_layout(layout)
-            .with_dtype(if layout == Layout::Nhwc {
-                DType::F16
-            } else {
-                DType::F32
-            })
+            ConvShape::new_transposed([8, 512, 16, 16], [512, 256, r, r], (2, 2), (1, 1), (1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(layout)
+                .with_dtype(if layout == Layout::Nhwc { DType::F16 } else { DType::F32 })
         };
         let (mut skipping, mut windows) = (0, 0);
         // A 1x1 kernel at stride 2: phases 1 to 3 reach no tap at all, and their workgroups
         // gather nothing (the first gathers wait for a live step).
-        let one = ConvShape::new_transposed(
-            [8, 512, 16, 16],
-            [512, 256, 1, 1],
-            (2, 2),
-            (0, 0),
-            (1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_layout(Layout::Nhwc)
-        .with_dtype(DType::F16);
-        assert_eq!(
-            crate::kernels::phases::live_taps(&one.lowered().unwrap()),
-            Some(vec![1, 0, 0, 0])
-        );
+        let one = ConvShape::new_transposed([8, 512, 16, 16], [512, 256, 1, 1], (2, 2), (0, 0), (1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
+        assert_eq!(crate::kernels::phases::live_taps(&one.lowered().unwrap()), Some(vec![1, 0, 0, 0]));
         for c in Coop::space() {
             let v = Variant::Coop(c);
             if let Ok(k) = v.generate(&one) {
-                crate::codegen::validate(&k.source)
-                    .unwrap_or_else(|e| panic!("{v} on {}: {e}", one.label()));
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", one.label()));
                 let guarded = k.source.contains("    if (k_next < k_end) {\n");
                 assert_eq!(guarded, c.layout == 1 || c.layout == 2, "{v}");
             }
-            for (r, dead, layout) in [
-                (3, true, Layout::Nhwc),
-                (4, false, Layout::Nhwc),
-                (3, true, Layout::Nchw),
-            ] {
+            for (r, dead, layout) in [(3, true, Layout::Nhwc), (4, false, Layout::Nhwc), (3, true, Layout::Nchw)] {
                 let shape = decoder(r, layout);
                 let Ok(k) = v.generate(&shape) else { continue };
-                crate::codegen::validate(&k.source)
-                    .unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
                 let skips = k.source.contains("fn next_live(");
                 assert_eq!(skips, dead && c.layout > 0, "{v} on {}", shape.label());
-                assert_eq!(
-                    taps::live_share(
-                        &c,
-                        &shape.lowered().unwrap(),
-                        c.runs_windowed(&shape.lowered().unwrap())
-                    ),
-                    if !skips {
-                        1.0
-                    } else if c.layout == 4 {
-                        0.75
-                    } else {
-                        9.0 / 16.0
-                    },
-                    "{v}"
-                );
+                assert_eq!(taps::live_share(&c, &shape.lowered().unwrap(), c.runs_windowed(&shape.lowered().unwrap())), if !skips { 1.0 } else if c.layout == 4 { 0.75 } else { 9.0 / 16.0 }, "{v}");
                 if skips {
                     // Taps (layouts 1 to 3): phase 0 reaches all four, phase 3 tap 3 only; kernel
                     // rows (layout 4): phases 2 and 3 reach row 1 only.
-                    let masks = if c.layout == 4 {
-                        "select(select(select(3u, 3u, phase == 1), 2u, phase == 2), 2u, phase == 3)"
-                    } else {
-                        "select(select(select(15u, 10u, phase == 1), 12u, phase == 2), 8u, phase == 3)"
-                    };
+                    let masks = if c.layout == 4 { "select(select(select(3u, 3u, phase == 1), 2u, phase == 2), 2u, phase == 3)" } else { "select(select(select(15u, 10u, phase == 1), 12u, phase == 2), 8u, phase == 3)" };
                     assert!(k.source.contains(&format!("let live = {masks};")), "{v}");
                     skipping += 1;
                     windows += c.windowed() as usize;
                 }
             }
         }
-        assert!(
-            skipping > 40 && windows > 10,
-            "{skipping} skipping, {windows} window tiles"
-        );
+        assert!(skipping > 40 && windows > 10, "{skipping} skipping, {windows} window tiles");
     }
 
     /// Every tile stores moved outputs, window tiles too, split-K ones in their finishing
@@ -1405,94 +923,44 @@ mod window_tests {
     #[test]
     fn tiles_store_moved_outputs() {
         use crate::kernels::Variant;
-        let shuffled = f16_nhwc([1, 64, 24, 40], [256, 64, 3, 3], 1)
+        let shuffled = f16_nhwc([1, 64, 24, 40], [256, 64, 3, 3], 1).with_pixel_shuffle(2).unwrap();
+        let nchw = ConvShape::new([1, 32, 32, 64], [288, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
+            .with_pixel_shuffle(3)
+            .unwrap();
+        let nchw2 = ConvShape::new([1, 32, 32, 64], [128, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+            .unwrap()
             .with_pixel_shuffle(2)
             .unwrap();
-        let nchw = ConvShape::new(
-            [1, 32, 32, 64],
-            [288, 32, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_pixel_shuffle(3)
-        .unwrap();
-        let nchw2 = ConvShape::new(
-            [1, 32, 32, 64],
-            [128, 32, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_pixel_shuffle(2)
-        .unwrap();
-        let nchw4 = ConvShape {
-            pixel_shuffle: None,
-            ..nchw2
-        }
-        .with_pixel_shuffle(4)
-        .unwrap();
+        let nchw4 = ConvShape { pixel_shuffle: None, ..nchw2 }.with_pixel_shuffle(4).unwrap();
         for (s, sw) in [(&nchw2, 2), (&nchw4, 4)] {
             assert_eq!(store::phase_quads(&s.shuffle_lowered().unwrap()), Some(sw));
         }
-        assert_eq!(
-            store::phase_quads(&nchw.shuffle_lowered().unwrap()),
-            None,
-            "a shuffle by 3 stores one element per lane"
-        );
-        let decoder = ConvShape::new_transposed(
-            [2, 64, 20, 24],
-            [64, 32, 4, 4],
-            (2, 2),
-            (1, 1),
-            (0, 0),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_layout(Layout::Nhwc)
-        .with_dtype(DType::F16);
+        assert_eq!(store::phase_quads(&nchw.shuffle_lowered().unwrap()), None, "a shuffle by 3 stores one element per lane");
+        let decoder = ConvShape::new_transposed([2, 64, 20, 24], [64, 32, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
         for shape in [&shuffled, &nchw, &nchw2, &nchw4, &decoder] {
             let (mut seen, mut windows, mut offered, mut split) = (0, 0, 0, 0);
             for c in Coop::space() {
                 let v = Variant::Coop(c);
                 let Ok(k) = v.generate(shape) else { continue };
-                crate::codegen::validate(&k.source)
-                    .unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
+                crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{v} on {}: {e}", shape.label()));
                 if c.splits > 1 {
-                    assert!(
-                        k.finish.is_some() && k.source.contains("let yi = ystore(4 * i"),
-                        "{v}"
-                    );
+                    assert!(k.finish.is_some() && k.source.contains("let yi = ystore(4 * i"), "{v}");
                     split += 1;
                     continue;
                 }
-                assert!(
-                    k.source.contains("yscatter(") || k.source.contains("ystore("),
-                    "{v}"
-                );
+                assert!(k.source.contains("yscatter(") || k.source.contains("ystore("), "{v}");
                 if shape.pixel_shuffle.is_some_and(|r| r != 3) && shape.layout == Layout::Nchw {
-                    assert!(
-                        k.source.contains("y[yi / 4] = vec4<DT>("),
-                        "{v}: phase quads"
-                    );
+                    assert!(k.source.contains("y[yi / 4] = vec4<DT>("), "{v}: phase quads");
                 }
                 seen += 1;
                 windows += c.windowed() as usize;
                 offered += (c.windowed() && v.suits(shape)) as usize;
             }
-            assert!(
-                seen > 50 && windows > 5 && offered > 0 && split > 5,
-                "{}: {seen} generated, {windows} windows, {offered} offered, {split} split",
-                shape.label()
-            );
+            assert!(seen > 50 && windows > 5 && offered > 0 && split > 5, "{}: {seen} generated, {windows} windows, {offered} offered, {split} split", shape.label());
         }
     }
 }
@@ -1507,33 +975,17 @@ mod packed_tests {
     /// and the tuner offers them.
     #[test]
     fn float32_data_runs_layouts_2_and_3_on_packed_copies() {
-        let nchw = ConvShape::new(
-            [2, 32, 13, 37],
-            [24, 32, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            Some(24),
-        )
-        .unwrap();
+        let nchw = ConvShape::new([2, 32, 13, 37], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24)).unwrap();
         let nhwc = nchw.with_layout(Layout::Nhwc);
         let (mut seen, mut offered) = (0, 0);
         for shape in [&nchw, &nhwc] {
-            for v in Coop::space()
-                .into_iter()
-                .filter(|v| v.layout >= 2 && v.splits == 1)
-            {
+            for v in Coop::space().into_iter().filter(|v| v.layout >= 2 && v.splits == 1) {
                 let k = match v.generate(shape) {
                     Ok(k) => k,
                     Err(e) => panic!("{}: {e}", v.name()),
                 };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
-                assert!(
-                    k.scaled && k.prescale && k.prologue.is_some(),
-                    "{}",
-                    v.name()
-                );
+                assert!(k.scaled && k.prescale && k.prologue.is_some(), "{}", v.name());
                 // Layout 2 gathers a packed copy of x; window tiles read float32 x in place.
                 let x_copy = if v.layout == 2 { 2 * shape.x_len() } else { 0 };
                 assert_eq!(k.workspace, [x_copy, 2 * 24 * 32 * 9], "{}", v.name());
@@ -1544,34 +996,13 @@ mod packed_tests {
         assert!(seen > 40, "{seen}");
         assert!(offered > 10, "{offered} of {seen} offered");
         // Channels that are not whole runs of 8, and split-K, are refused.
-        let c12 = ConvShape::new(
-            [2, 12, 9, 9],
-            [8, 12, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
-        let l2 = Coop {
-            bm: 128,
-            bn: 64,
-            bk: 16,
-            sgm: 2,
-            sgn: 2,
-            split: 1,
-            layout: 2,
-            splits: 1,
-        };
+        let c12 = ConvShape::new([2, 12, 9, 9], [8, 12, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        let l2 = Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 2, splits: 1 };
         assert!(l2.generate(&c12).is_err());
         // Split-K keeps its f32 partials after the packed copy of x, as u32 bits.
         let k = Coop { splits: 2, ..l2 }.generate(&nchw).unwrap();
         crate::codegen::validate(&k.source).unwrap();
-        assert!(
-            k.source.contains("return bitcast<vec4<u32>>(v);")
-                && (k.source.contains("= part4(vec4<f32>(") || k.source.contains("= part1("))
-        );
+        assert!(k.source.contains("return bitcast<vec4<u32>>(v);") && (k.source.contains("= part4(vec4<f32>(") || k.source.contains("= part1(")));
         assert!(k.finish.is_some());
         let partials = 2 * nchw.y_len().div_ceil(4) * 16;
         assert_eq!(k.workspace, [2 * nchw.x_len() + partials, 2 * 24 * 32 * 9]);
@@ -1582,71 +1013,27 @@ mod packed_tests {
     /// gathering layouts 2 keep refusing it, and the tuner offers the window tiles.
     #[test]
     fn window_tiles_read_float16_nchw_in_place() {
-        let shape = ConvShape::new(
-            [2, 32, 16, 32],
-            [24, 32, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            Some(24),
-        )
-        .unwrap()
-        .with_dtype(DType::F16);
+        let shape = ConvShape::new([2, 32, 16, 32], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24))
+            .unwrap()
+            .with_dtype(DType::F16);
         let (mut seen, mut offered) = (0, 0);
-        for v in Coop::space()
-            .into_iter()
-            .filter(|v| v.layout >= 2 && v.splits == 1)
-        {
+        for v in Coop::space().into_iter().filter(|v| v.layout >= 2 && v.splits == 1) {
             let Ok(k) = v.generate(&shape) else {
                 assert_eq!(v.layout, 2, "{}", v.name());
                 continue;
             };
             assert!(v.windowed(), "{}", v.name());
             crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
-            assert!(
-                k.source.contains("x_at(e + 7 * H * W)") && !k.scaled,
-                "{}",
-                v.name()
-            );
+            assert!(k.source.contains("x_at(e + 7 * H * W)") && !k.scaled, "{}", v.name());
             assert_eq!(k.workspace[0], 0, "{}: no copy of x", v.name());
-            assert_eq!(
-                k.prologue,
-                Some(k.w_blocks),
-                "{}: the prologue writes w alone",
-                v.name()
-            );
+            assert_eq!(k.prologue, Some(k.w_blocks), "{}: the prologue writes w alone", v.name());
             offered += v.suits(&shape) as usize;
             seen += 1;
         }
-        assert!(
-            seen > 10 && offered > 0,
-            "{seen} generated, {offered} offered"
-        );
+        assert!(seen > 10 && offered > 0, "{seen} generated, {offered} offered");
         // Channels that are not whole runs of 8 take no window tile.
-        let c12 = ConvShape::new(
-            [2, 12, 9, 9],
-            [8, 12, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_dtype(DType::F16);
-        assert!(Coop {
-            bm: 128,
-            bn: 64,
-            bk: 16,
-            sgm: 2,
-            sgn: 2,
-            split: 1,
-            layout: 3,
-            splits: 1
-        }
-        .generate(&c12)
-        .is_err());
+        let c12 = ConvShape::new([2, 12, 9, 9], [8, 12, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap().with_dtype(DType::F16);
+        assert!(Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 3, splits: 1 }.generate(&c12).is_err());
     }
 
     /// Only a prologue that finds the maxima itself (layout 1 on float32 data) folds them into
@@ -1656,40 +1043,17 @@ mod packed_tests {
     /// copies' time on an H200.
     #[test]
     fn only_prologues_that_find_the_maxima_fold_them() {
-        let nchw = ConvShape::new(
-            [2, 32, 13, 37],
-            [24, 32, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            Some(24),
-        )
-        .unwrap();
+        let nchw = ConvShape::new([2, 32, 13, 37], [24, 32, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(24)).unwrap();
         let f16 = nchw.with_layout(Layout::Nhwc).with_dtype(DType::F16);
         let fold = "atomicMax(&scales[";
         let mut checked = 0;
         for shape in [&nchw, &nchw.with_layout(Layout::Nhwc), &f16] {
-            for v in Coop::space()
-                .into_iter()
-                .filter(|v| v.layout >= 1 && v.splits == 1)
-            {
+            for v in Coop::space().into_iter().filter(|v| v.layout >= 1 && v.splits == 1) {
                 let Ok(k) = v.generate(shape) else { continue };
                 let finds = v.layout == 1 && shape.dtype == DType::F32;
-                assert_eq!(
-                    k.source.contains(fold),
-                    finds,
-                    "{} on {}",
-                    v.name(),
-                    shape.label()
-                );
+                assert_eq!(k.source.contains(fold), finds, "{} on {}", v.name(), shape.label());
                 if finds {
-                    assert!(
-                        k.source
-                            .contains("if (lidx == 0u && atomicLoad(&scales[2]) == 0u) {"),
-                        "{}",
-                        v.name()
-                    );
+                    assert!(k.source.contains("if (lidx == 0u && atomicLoad(&scales[2]) == 0u) {"), "{}", v.name());
                 }
                 checked += 1;
             }
@@ -1702,74 +1066,30 @@ mod packed_tests {
     /// wider kernels keep the packed copy.
     #[test]
     fn one_by_one_kernels_gather_w_in_place() {
-        let f16 = ConvShape::new(
-            [2, 32, 9, 12],
-            [24, 32, 1, 1],
-            (1, 1),
-            Padding::Valid,
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_layout(Layout::Nhwc)
-        .with_dtype(DType::F16);
-        let f32 = ConvShape::new(
-            [2, 32, 9, 12],
-            [24, 32, 1, 1],
-            (1, 1),
-            Padding::Valid,
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let f16 = ConvShape::new([2, 32, 9, 12], [24, 32, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
+        let f32 = ConvShape::new([2, 32, 9, 12], [24, 32, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, None).unwrap();
         let mut seen = 0;
         for (shape, prologue) in [(&f16, false), (&f32, true)] {
             for v in Coop::space().into_iter().filter(|v| v.layout >= 2) {
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
-                assert!(
-                    k.source.contains("w_chunk(bbase0 + kr, sw)")
-                        || k.source.contains("w_chunk(select(0, bbase0 + kr, ok), sw)"),
-                    "{}",
-                    v.name()
-                );
+                assert!(k.source.contains("w_chunk(bbase0 + kr, sw)") || k.source.contains("w_chunk(select(0, bbase0 + kr, ok), sw)"), "{}", v.name());
                 assert_eq!(k.workspace[1], 0, "{}", v.name());
                 // Layout 2 still gets float32 x's packed copy from the prologue; window tiles
                 // read it in place.
-                assert_eq!(
-                    k.prologue.is_some(),
-                    prologue && v.layout == 2,
-                    "{}",
-                    v.name()
-                );
+                assert_eq!(k.prologue.is_some(), prologue && v.layout == 2, "{}", v.name());
                 seen += 1;
             }
         }
         assert!(seen > 30, "{seen}");
-        let three = ConvShape::new(
-            [2, 32, 9, 12],
-            [24, 32, 3, 3],
-            (1, 1),
-            Padding::Valid,
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap()
-        .with_layout(Layout::Nhwc)
-        .with_dtype(DType::F16);
-        let l2 = Coop {
-            bm: 128,
-            bn: 64,
-            bk: 16,
-            sgm: 2,
-            sgn: 2,
-            split: 1,
-            layout: 2,
-            splits: 1,
-        };
+        let three = ConvShape::new([2, 32, 9, 12], [24, 32, 3, 3], (1, 1), Padding::Valid, (1, 1), 1, None)
+            .unwrap()
+            .with_layout(Layout::Nhwc)
+            .with_dtype(DType::F16);
+        let l2 = Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 2, splits: 1 };
         let k = l2.generate(&three).unwrap();
         assert!(!k.source.contains("w_chunk(") && k.prologue.is_some() && k.workspace[1] > 0);
     }
@@ -1779,27 +1099,9 @@ mod packed_tests {
     /// two pixels over the next row's first two.
     #[test]
     fn window_tiles_store_nchw_quads_only_on_whole_rows() {
-        let l3 = Coop {
-            bm: 128,
-            bn: 64,
-            bk: 16,
-            sgm: 2,
-            sgn: 2,
-            split: 1,
-            layout: 3,
-            splits: 1,
-        };
+        let l3 = Coop { bm: 128, bn: 64, bk: 16, sgm: 2, sgn: 2, split: 1, layout: 3, splits: 1 };
         for (w, quads) in [(10, false), (12, true)] {
-            let shape = ConvShape::new(
-                [2, 16, 12, w],
-                [24, 16, 1, 1],
-                (1, 1),
-                Padding::Valid,
-                (1, 1),
-                1,
-                Some(24),
-            )
-            .unwrap();
+            let shape = ConvShape::new([2, 16, 12, w], [24, 16, 1, 1], (1, 1), Padding::Valid, (1, 1), 1, Some(24)).unwrap();
             let k = l3.generate(&shape).unwrap();
             assert_eq!(k.source.contains("y[yi / 4] = vec4"), quads, "width {w}");
         }

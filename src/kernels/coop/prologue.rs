@@ -6,16 +6,7 @@ use crate::params::{ConvShape, Layout};
 /// The prologue's template values (it is in every coop module; only layout 1 runs it), its
 /// workgroup count and how many of those (the last ones) write w's copy.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn prologue_vars(
-    shape: &ConvShape,
-    padded: &Padded,
-    vec_w: bool,
-    in_place: bool,
-    scaled: bool,
-    wv: u32,
-    packed: bool,
-    w_in_place: bool,
-) -> (Vec<(&'static str, String)>, u64, u64) {
+pub(super) fn prologue_vars(shape: &ConvShape, padded: &Padded, vec_w: bool, in_place: bool, scaled: bool, wv: u32, packed: bool, w_in_place: bool) -> (Vec<(&'static str, String)>, u64, u64) {
     let hw = shape.h as u64 * shape.w as u64;
     let (p_tiles, c_tiles) = (hw.div_ceil(32), padded.chp.div_ceil(32));
     let x_vec4s = shape.x_len() / 4;
@@ -36,30 +27,15 @@ pub(super) fn prologue_vars(
         (Layout::Nhwc, false) => (padded_vec4s.div_ceil(256), PROLOGUE_X_PAD),
         (Layout::Nchw, _) => (shape.n as u64 * p_tiles * c_tiles, PROLOGUE_X_COPY),
     };
-    let w_blocks = if w_in_place {
-        0
-    } else {
-        (padded.w_len(shape) / wv as u64).div_ceil(256)
-    };
-    let w_at = if vec_w {
-        "    return f32(w[i / 4][i % 4]);"
-    } else {
-        "    return f32(w[i]);"
-    };
+    let w_blocks = if w_in_place { 0 } else { (padded.w_len(shape) / wv as u64).div_ceil(256) };
+    let w_at = if vec_w { "    return f32(w[i / 4][i % 4]);" } else { "    return f32(w[i]);" };
     let vars = vec![
         ("P_TILES", p_tiles.to_string()),
         ("C_TILES", c_tiles.to_string()),
         ("X_BLOCKS", x_blocks.to_string()),
         ("W_BLOCKS", w_blocks.to_string()),
         ("WV", wv.to_string()),
-        (
-            "WT_WRITE",
-            if wv == 8 {
-                wt_write_packed(packed)
-            } else {
-                WT_WRITE.to_string()
-            },
-        ),
+        ("WT_WRITE", if wv == 8 { wt_write_packed(packed) } else { WT_WRITE.to_string() }),
         ("W_AT", w_at.to_string()),
         ("W_CHUNK", if w_in_place { W_CHUNK } else { "" }.to_string()),
         ("X_VEC4S", x_vec4s.to_string()),
@@ -68,15 +44,7 @@ pub(super) fn prologue_vars(
         // elsewhere they are known before it runs (the max pass, or the upload's) or unused
         // (float16 data), and every workgroup's two atomics on the same two words were most
         // of the packing copies' time on an H200 (54-72% on NCHW x).
-        (
-            "PROLOGUE_FOLD",
-            if scaled && !packed {
-                PROLOGUE_FOLD
-            } else {
-                "    // The maxima are known before this pass (or unused): nothing to fold."
-            }
-            .to_string(),
-        ),
+        ("PROLOGUE_FOLD", if scaled && !packed { PROLOGUE_FOLD } else { "    // The maxima are known before this pass (or unused): nothing to fold." }.to_string()),
         ("XP_VEC4S", padded_vec4s.to_string()),
     ];
     (vars, x_blocks + w_blocks, w_blocks)
@@ -100,14 +68,7 @@ pub(super) const WT_WRITE: &str = "            wt[i] = vec4<CT>(v);";
 /// scaled (the max below, of the first four, goes unused); float32 data (`scaled`) is scaled
 /// as the max pass before the prologue says (the max below then changes nothing).
 fn wt_write_packed(scaled: bool) -> String {
-    let (sw, times) = if scaled {
-        (
-            "            let sw = ldexp(1.0, scale_exp(atomicLoad(&scales[1])));\n",
-            " * sw",
-        )
-    } else {
-        ("", "")
-    };
+    let (sw, times) = if scaled { ("            let sw = ldexp(1.0, scale_exp(atomicLoad(&scales[1])));\n", " * sw") } else { ("", "") };
     format!(
         "            let u = vec4<f32>(w_or_zero(src + 4 * R * S, c + 4), w_or_zero(src + 5 * R * S, c + 5),
                               w_or_zero(src + 6 * R * S, c + 6), w_or_zero(src + 7 * R * S, c + 7));
@@ -216,8 +177,7 @@ pub(super) const PROLOGUE_X_NONE: &str = "        // float16 x read in place: no
 
 /// The same for x that the window tiles read in place: float32 (its max pass ran before)
 /// and float16 NCHW.
-pub(super) const PROLOGUE_X_WINDOW: &str =
-    "        // x read in place by the window tiles (float32 scaled as they load it).";
+pub(super) const PROLOGUE_X_WINDOW: &str = "        // x read in place by the window tiles (float32 scaled as they load it).";
 
 /// The prologue's x part for NHWC x, which the kernel reads in place: its max only.
 pub(super) const PROLOGUE_X_MAX: &str = r#"        var mx = 0u;

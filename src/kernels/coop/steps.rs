@@ -18,11 +18,7 @@ pub(super) fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) 
             // leave lo zero on the GPU). Inf and NaN go into hi whole (a mask could turn a
             // NaN into Inf) with a zero lo (Inf - Inf would make a NaN of an Inf result).
             writeln!(s, "            let bits = bitcast<vec4<u32>>(v);").unwrap();
-            writeln!(
-                s,
-                "            let fin = (bits & vec4<u32>(0x7F800000u)) != vec4<u32>(0x7F800000u);"
-            )
-            .unwrap();
+            writeln!(s, "            let fin = (bits & vec4<u32>(0x7F800000u)) != vec4<u32>(0x7F800000u);").unwrap();
             writeln!(s, "            let h32 = select(v, bitcast<vec4<f32>>(bits & vec4<u32>(0xFFFFE000u)), fin);").unwrap();
             writeln!(s, "            {tile}_hi[{at}] = vec4<f16>(h32);").unwrap();
             writeln!(s, "            {tile}_lo[{at}] = vec4<f16>(select(vec4<f32>(0.0), (v - h32) * LO, fin));").unwrap();
@@ -33,12 +29,7 @@ pub(super) fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) 
     };
     for i in 0..a_slots {
         if v.layout >= 2 {
-            stage_packed(
-                &mut stage,
-                "a",
-                &format!("pa{i}"),
-                &format!("(u32(arow{i}) * LDA) / 4u + 2u * u32(acol)"),
-            );
+            stage_packed(&mut stage, "a", &format!("pa{i}"), &format!("(u32(arow{i}) * LDA) / 4u + 2u * u32(acol)"));
             continue;
         }
         let at = if v.channels_last() {
@@ -53,47 +44,24 @@ pub(super) fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) 
             stage.push_str(&stage_b_packed(v, i, b_partial, 0));
             continue;
         }
-        stage_one(
-            &mut stage,
-            "b",
-            &b_register(0, i),
-            "sw",
-            format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"),
-        );
+        stage_one(&mut stage, "b", &b_register(0, i), "sw", format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u"));
     }
     stage
 }
 
 /// B slot `i`'s register for the step's kernel tap `tap` (layout 4 gathers several taps).
 pub(super) fn b_register(tap: u32, i: u32) -> String {
-    if tap == 0 {
-        format!("pb{i}")
-    } else {
-        format!("pt{tap}b{i}")
-    }
+    if tap == 0 { format!("pb{i}") } else { format!("pt{tap}b{i}") }
 }
 
 /// The staging of packed B slot `i` of tap `tap`, whose weights sit `tap` x BN rows on in
 /// the staged tile; a partial slot (see `b_guard`) is stored only by the invocations that
 /// gathered it.
 pub(super) fn stage_b_packed(v: &Coop, i: u32, b_partial: bool, tap: u32) -> String {
-    let row = if tap == 0 {
-        format!("u32(bn{i})")
-    } else {
-        format!("({}u + u32(bn{i}))", tap * v.bn)
-    };
-    let guard = if b_partial {
-        "if (lid < BN * BK / 8) "
-    } else {
-        ""
-    };
+    let row = if tap == 0 { format!("u32(bn{i})") } else { format!("({}u + u32(bn{i}))", tap * v.bn) };
+    let guard = if b_partial { "if (lid < BN * BK / 8) " } else { "" };
     let mut s = format!("        {guard}{{\n");
-    stage_packed(
-        &mut s,
-        "b",
-        &b_register(tap, i),
-        &format!("({row} * LDB + u32(bk{i})) / 4u"),
-    );
+    stage_packed(&mut s, "b", &b_register(tap, i), &format!("({row} * LDB + u32(bk{i})) / 4u"));
     s.push_str("        }\n");
     s
 }
@@ -131,22 +99,11 @@ pub(super) fn inner_product(v: &Coop, b_row: Option<u32>) -> String {
             for i in 0..tm {
                 // Layout 1 holds A row-major (a pixel's terms together), layout 0 column-major.
                 let load = if v.windowed() {
-                    format!(
-                        "coopLoadT<MatA>(&a_{p}[(u32(pf{i} + tap) * LDA + {}u) / 4u], LDA / 4u)",
-                        kk * 16
-                    )
+                    format!("coopLoadT<MatA>(&a_{p}[(u32(pf{i} + tap) * LDA + {}u) / 4u], LDA / 4u)", kk * 16)
                 } else if v.channels_last() {
-                    format!(
-                        "coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)",
-                        i * 16,
-                        kk * 16
-                    )
+                    format!("coopLoadT<MatA>(&a_{p}[((wm + {}u) * LDA + {}u) / 4u], LDA / 4u)", i * 16, kk * 16)
                 } else {
-                    format!(
-                        "coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)",
-                        kk * 16,
-                        i * 16
-                    )
+                    format!("coopLoad<MatA>(&a_{p}[({} * LDA + wm + {}u) / 4u], LDA / 4u)", kk * 16, i * 16)
                 };
                 writeln!(s, "            let a{p}{i} = {load};").unwrap();
             }
@@ -162,22 +119,10 @@ pub(super) fn inner_product(v: &Coop, b_row: Option<u32>) -> String {
         }
         for i in 0..tm {
             for j in 0..tn {
-                writeln!(
-                    s,
-                    "            acc{i}_{j} = coopMultiplyAdd(ahi{i}, bhi{j}, acc{i}_{j});"
-                )
-                .unwrap();
+                writeln!(s, "            acc{i}_{j} = coopMultiplyAdd(ahi{i}, bhi{j}, acc{i}_{j});").unwrap();
                 if split {
-                    writeln!(
-                        s,
-                        "            cor{i}_{j} = coopMultiplyAdd(ahi{i}, blo{j}, cor{i}_{j});"
-                    )
-                    .unwrap();
-                    writeln!(
-                        s,
-                        "            cor{i}_{j} = coopMultiplyAdd(alo{i}, bhi{j}, cor{i}_{j});"
-                    )
-                    .unwrap();
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(ahi{i}, blo{j}, cor{i}_{j});").unwrap();
+                    writeln!(s, "            cor{i}_{j} = coopMultiplyAdd(alo{i}, bhi{j}, cor{i}_{j});").unwrap();
                 }
             }
         }
@@ -189,14 +134,7 @@ pub(super) fn inner_product(v: &Coop, b_row: Option<u32>) -> String {
 /// The k-step loop: barrier, stage, barrier, gather ahead, multiply. Lean variants skip the
 /// gathers past the last step (a uniform branch) instead of testing each. `skips`: the
 /// advance skips dead taps (`taps`), and each step is the one the last gathered.
-pub(super) fn steps(
-    stage: &str,
-    advance: &str,
-    fetch: &str,
-    inner: &str,
-    lean: bool,
-    skips: bool,
-) -> String {
+pub(super) fn steps(stage: &str, advance: &str, fetch: &str, inner: &str, lean: bool, skips: bool) -> String {
     let mut s = String::from(if skips {
         "    for (var k0: i32 = k_next; k0 < k_end; k0 = k_next) {\n"
     } else {
@@ -208,9 +146,7 @@ pub(super) fn steps(
     s.push_str("        workgroupBarrier();\n");
     s.push_str(advance);
     if lean {
-        s.push_str(&format!(
-            "        if (k_next < k_end) {{\n{fetch}        }}\n"
-        ));
+        s.push_str(&format!("        if (k_next < k_end) {{\n{fetch}        }}\n"));
     } else {
         s.push_str(fetch);
     }

@@ -32,11 +32,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
     let split = v.split == 3;
     let (tm, tn) = (v.tm(), v.tn());
     let pixel_fastest = shape.layout == Layout::Nchw;
-    let store_fn = if pixel_fastest {
-        "coopStore"
-    } else {
-        "coopStoreT"
-    };
+    let store_fn = if pixel_fastest { "coopStore" } else { "coopStoreT" };
     let split_at = v.sgm * v.sgn * 256;
     let sum = |at: &str| scratch_sum(v, at);
     let scatter = shape.scatter.is_some() && moved;
@@ -53,27 +49,15 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
     // is decoded before each row of tiles, with its part of y's index (a division per stored
     // element measured 7-20% of float16 layers on an H200): once per round in NHWC, where
     // rounds advance the pixel, once for all rounds in NCHW, where they advance the channel.
-    let pixel_rounds: Vec<u32> = if pixel_fastest {
-        vec![0]
-    } else {
-        (0..rounds).collect()
-    };
+    let pixel_rounds: Vec<u32> = if pixel_fastest { vec![0] } else { (0..rounds).collect() };
     // y's pixel m of the tile's pixel `q` (an i32 expression), for the scatters: a window
     // tile's pixels are a block of one image (m = M past its edge), the others' a run from m0.
-    let pixel_of = |q: String| {
-        if window {
-            window_pixel(&q)
-        } else {
-            format!("m0 + {q}")
-        }
-    };
+    let pixel_of = |q: String| if window { window_pixel(&q) } else { format!("m0 + {q}") };
     // NCHW scatters keep a channel's phases side by side: a round's lanes take the tile's
     // elements phase column fastest, then pixel, so that neighbouring lanes store
     // neighbouring output columns (`sw` of them per pixel).
     let sw = match shape.scatter {
-        Some(sc) if scatter && pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => {
-            sc.phases.1
-        }
+        Some(sc) if scatter && pixel_fastest && !sc.phase_major && 16 % sc.phases.1 == 0 => sc.phases.1,
         _ => 1,
     };
     let m_offsets: Vec<u32> = (0..rounds).map(|r| (r * 32 / sw) % 16).collect();
@@ -89,19 +73,10 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 writeln!(s, "    let yh{i}_{r} = oh0 + yq{i}_{r} / TW;\n    let yw{i}_{r} = ow0 + yq{i}_{r} % TW;").unwrap();
                 writeln!(s, "    let ym{i}_{r} = select(M, (img * OH + yh{i}_{r}) * OW + yw{i}_{r}, yh{i}_{r} < OH && yw{i}_{r} < OW);").unwrap();
             } else {
-                writeln!(
-                    s,
-                    "    let ym{i}_{r} = m0 + i32(wm) + {} + i32({e_m});",
-                    i * 16
-                )
-                .unwrap();
+                writeln!(s, "    let ym{i}_{r} = m0 + i32(wm) + {} + i32({e_m});", i * 16).unwrap();
             }
             // NHWC: image n's pixel p starts at (n * OHW + p) * K = m * K.
-            let pixel = if pixel_fastest {
-                format!("(ym{i}_{r} / OHW) * YSN + (ym{i}_{r} % OHW) * YSP")
-            } else {
-                format!("ym{i}_{r} * YSP")
-            };
+            let pixel = if pixel_fastest { format!("(ym{i}_{r} / OHW) * YSN + (ym{i}_{r} % OHW) * YSP") } else { format!("ym{i}_{r} * YSP") };
             writeln!(s, "    let yp{i}_{r} = {pixel};").unwrap();
         }
         // A scatter's mapping splits into a pixel half and a channel half; the pixel half
@@ -118,12 +93,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
         } else if scatter {
             for r in 0..rounds {
                 let e_m = e_m.replace('e', &format!("({}u + lane)", r * 32));
-                writeln!(
-                    store,
-                    "    let ysm{i}_{r} = {};",
-                    pixel_of(format!("i32(wm) + {} + i32({e_m})", i * 16))
-                )
-                .unwrap();
+                writeln!(store, "    let ysm{i}_{r} = {};", pixel_of(format!("i32(wm) + {} + i32({e_m})", i * 16))).unwrap();
                 writeln!(store, "    let ypr{i}_{r} = ypix(ysm{i}_{r});").unwrap();
             }
         }
@@ -132,27 +102,14 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
             writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             writeln!(s, "    {store_fn}(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if split {
-                writeln!(
-                    s,
-                    "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);"
-                )
-                .unwrap();
+                writeln!(s, "    {store_fn}(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
             writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             // The channel half of a scatter's mapping, where every round of this lane shares it
             // (NHWC's rounds advance the pixel and keep the channel).
             if scatter && !pixel_fastest {
-                let lane_n = if vec_y {
-                    "4u * (lane % 4u)"
-                } else {
-                    "lane % 16u"
-                };
-                writeln!(
-                    s,
-                    "    let ycn{i}_{j} = ychan(g * KG + n0 + i32(wn) + {} + i32({lane_n}));",
-                    j * 16
-                )
-                .unwrap();
+                let lane_n = if vec_y { "4u * (lane % 4u)" } else { "lane % 16u" };
+                writeln!(s, "    let ycn{i}_{j} = ychan(g * KG + n0 + i32(wn) + {} + i32({lane_n}));", j * 16).unwrap();
             }
             for r in 0..rounds {
                 writeln!(s, "    {{").unwrap();
@@ -169,12 +126,7 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 } else if !pixel_fastest {
                     writeln!(s, "        let m = ysm{i}_{r};").unwrap();
                 } else {
-                    writeln!(
-                        s,
-                        "        let m = {};",
-                        pixel_of(format!("i32(wm) + {} + i32({e_m})", i * 16))
-                    )
-                    .unwrap();
+                    writeln!(s, "        let m = {};", pixel_of(format!("i32(wm) + {} + i32({e_m})", i * 16))).unwrap();
                 }
                 writeln!(s, "        let n = n0 + i32(wn) + {} + i32({e_n});", j * 16).unwrap();
                 writeln!(s, "        if (m < M && n < KG) {{").unwrap();
@@ -199,22 +151,14 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 }
                 // The smaller factor first: an intermediate overflows only if the result does.
                 let one = |at: &str, k: &str, yi: &str| {
-                    let value = phases::flagged(
-                        shape,
-                        &format!("({}) * min(ux, uw) * max(ux, uw)", sum(at)),
-                    );
+                    let value = phases::flagged(shape, &format!("({}) * min(ux, uw) * max(ux, uw)", sum(at)));
                     format!("DT(epilogue({value}, {k}, {yi}))")
                 };
                 if v.splits > 1 && vec_y {
                     // A partial sum, unscaled: the finishing pass adds the parts and applies
                     // the epilogue.
                     let parts: Vec<String> = (0..4)
-                        .map(|t| {
-                            format!(
-                                "({}) * min(ux, uw) * max(ux, uw)",
-                                sum(&format!("sbase + 4u * e + {t}u"))
-                            )
-                        })
+                        .map(|t| format!("({}) * min(ux, uw) * max(ux, uw)", sum(&format!("sbase + 4u * e + {t}u"))))
                         .collect();
                     writeln!(s, "            xt[PART0 + (sp * YLEN4 + yi) / 4] = part4(vec4<f32>(\n                {}));", parts.join(",\n                ")).unwrap();
                 } else if v.splits > 1 {
@@ -223,20 +167,11 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
                 } else if vec_y {
                     let parts: Vec<String> = (0..4)
                         .map(|t| {
-                            let k = if pixel_fastest || t == 0 {
-                                "k".to_string()
-                            } else {
-                                format!("k + {t}")
-                            };
+                            let k = if pixel_fastest || t == 0 { "k".to_string() } else { format!("k + {t}") };
                             one(&format!("sbase + 4u * e + {t}u"), &k, &format!("yi + {t}"))
                         })
                         .collect();
-                    writeln!(
-                        s,
-                        "            y[yi / 4] = vec4<DT>(\n                {});",
-                        parts.join(",\n                ")
-                    )
-                    .unwrap();
+                    writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
                 } else {
                     writeln!(s, "            y[yi] = {};", one("sbase + e", "k", "yi")).unwrap();
                 }
@@ -262,12 +197,8 @@ pub(super) fn store_step(v: &Coop, shape: &ConvShape, vec_y: bool, window: bool)
 fn redo(v: &Coop, shape: &ConvShape, window: bool, y_vec4: bool) -> String {
     let (tm, tn) = (v.tm(), v.tn());
     phases::redo(shape, "subgroupAny(resum_bad)", || {
-        let q = "i32(wm) + i32(tile / TNU) * 16 + i32(e % 16u)".replace("TNU", &format!("{tn}u"));
-        let m = if window {
-            window_pixel(&q)
-        } else {
-            format!("m0 + {q}")
-        };
+        let q = format!("i32(wm) + i32(tile / {tn}u) * 16 + i32(e % 16u)");
+        let m = if window { window_pixel(&q) } else { format!("m0 + {q}") };
         let y_at = if y_vec4 { "y[yi / 4][yi % 4]" } else { "y[yi]" };
         format!(
             "{SCRATCH_BARRIER}
@@ -295,10 +226,7 @@ fn redo(v: &Coop, shape: &ConvShape, window: bool, y_vec4: bool) -> String {
 /// scratch, 2^11 times smaller, to the products'.
 fn scratch_sum(v: &Coop, at: &str) -> String {
     if v.split == 3 {
-        format!(
-            "scratch[{at}] + scratch[{} + {at}] / LO",
-            v.sgm * v.sgn * 256
-        )
+        format!("scratch[{at}] + scratch[{} + {at}] / LO", v.sgm * v.sgn * 256)
     } else {
         format!("scratch[{at}]")
     }
@@ -331,16 +259,8 @@ fn phase_quad_store(v: &Coop, shape: &ConvShape, sw: u32, window: bool) -> Strin
     for i in 0..v.tm() {
         // The pixel half of the mapping, once per round for the row's tiles.
         for r in 0..2 {
-            let q = format!(
-                "i32(wm) + {} + i32((({}u + lane) % {per_group}u) * {p}u)",
-                i * 16,
-                r * 32
-            );
-            let m = if window {
-                window_pixel(&q)
-            } else {
-                format!("m0 + {q}")
-            };
+            let q = format!("i32(wm) + {} + i32((({}u + lane) % {per_group}u) * {p}u)", i * 16, r * 32);
+            let m = if window { window_pixel(&q) } else { format!("m0 + {q}") };
             writeln!(s, "    let ysm{i}_{r} = {m};").unwrap();
             writeln!(s, "    let ypr{i}_{r} = ypix(ysm{i}_{r});").unwrap();
         }
@@ -348,11 +268,7 @@ fn phase_quad_store(v: &Coop, shape: &ConvShape, sw: u32, window: bool) -> Strin
             writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             writeln!(s, "    coopStore(acc{i}_{j}, &scratch[sbase], 16u);").unwrap();
             if v.split == 3 {
-                writeln!(
-                    s,
-                    "    coopStore(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);"
-                )
-                .unwrap();
+                writeln!(s, "    coopStore(cor{i}_{j}, &scratch[{split_at} + sbase], 16u);").unwrap();
             }
             writeln!(s, "{SCRATCH_BARRIER}").unwrap();
             for r in 0..2 {
@@ -369,19 +285,11 @@ fn phase_quad_store(v: &Coop, shape: &ConvShape, sw: u32, window: bool) -> Strin
                 let parts: Vec<String> = (0..4)
                     .map(|t| {
                         let at = format!("sbase + (c0 + {}u) * 16u + p0 + {}u", t % sw, t / sw);
-                        let value = phases::flagged(
-                            shape,
-                            &format!("({}) * min(ux, uw) * max(ux, uw)", scratch_sum(v, &at)),
-                        );
+                        let value = phases::flagged(shape, &format!("({}) * min(ux, uw) * max(ux, uw)", scratch_sum(v, &at)));
                         format!("DT(epilogue({value}, k + {}, yi + {t}))", t % sw)
                     })
                     .collect();
-                writeln!(
-                    s,
-                    "            y[yi / 4] = vec4<DT>(\n                {});",
-                    parts.join(",\n                ")
-                )
-                .unwrap();
+                writeln!(s, "            y[yi / 4] = vec4<DT>(\n                {});", parts.join(",\n                ")).unwrap();
                 writeln!(s, "        }}\n    }}").unwrap();
             }
         }
@@ -407,28 +315,15 @@ pub(super) fn finish_store(shape: &ConvShape, vec_y: bool, moved: bool) -> Strin
         for t in 0..4 {
             let (at, k) = (format!("4 * i + {t}"), k_of(&format!("(4 * i + {t})")));
             writeln!(f, "    if ({at} < YLEN) {{\n        let yi = ystore({at});").unwrap();
-            writeln!(
-                f,
-                "        if (yi >= 0) {{ y[yi] = DT(epilogue({}, {k}, yi)); }}\n    }}",
-                phases::resummed(shape, &format!("sum[{t}]"), &at, &k)
-            )
-            .unwrap();
+            writeln!(f, "        if (yi >= 0) {{ y[yi] = DT(epilogue({}, {k}, yi)); }}\n    }}", phases::resummed(shape, &format!("sum[{t}]"), &at, &k)).unwrap();
         }
         return f;
     }
     if vec_y {
         let parts: Vec<String> = (0..4)
-            .map(|t| {
-                format!(
-                    "DT(epilogue(sum[{t}], {}, 4 * i + {t}))",
-                    k_of(&format!("(4 * i + {t})"))
-                )
-            })
+            .map(|t| format!("DT(epilogue(sum[{t}], {}, 4 * i + {t}))", k_of(&format!("(4 * i + {t})"))))
             .collect();
-        format!(
-            "    y[i] = vec4<DT>(\n        {});\n",
-            parts.join(",\n        ")
-        )
+        format!("    y[i] = vec4<DT>(\n        {});\n", parts.join(",\n        "))
     } else {
         let mut f = String::new();
         for t in 0..4 {
@@ -448,39 +343,21 @@ mod tests {
     /// shared by the whole workgroup, keeps workgroup barriers.
     #[test]
     fn scratch_tiles_wait_for_their_subgroup_only() {
-        let base = ConvShape::new(
-            [1, 64, 18, 32],
-            [256, 64, 3, 3],
-            (1, 1),
-            Padding::Explicit(1, 1),
-            (1, 1),
-            1,
-            None,
-        )
-        .unwrap();
+        let base = ConvShape::new([1, 64, 18, 32], [256, 64, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
         let shuffled = base.with_pixel_shuffle(2).unwrap();
         let (mut checked, mut scattered) = (0, 0);
         for shape in [base, shuffled, shuffled.with_layout(Layout::Nhwc)] {
             for c in Coop::space().into_iter().step_by(7) {
-                let Ok(k) = Variant::Coop(c).generate(&shape) else {
-                    continue;
-                };
+                let Ok(k) = Variant::Coop(c).generate(&shape) else { continue };
                 let (main, rest) = k.source.split_once("let sbase").expect("a store step");
                 // To the end of the kernel's function (a prologue's may follow).
                 let store = rest.split("\n}\n").next().unwrap_or(rest);
                 assert!(main.contains("workgroupBarrier()"), "{c:?}");
-                assert!(
-                    store.contains("subgroupBarrier()") && !store.contains("workgroupBarrier()"),
-                    "{c:?} on {}",
-                    shape.label()
-                );
+                assert!(store.contains("subgroupBarrier()") && !store.contains("workgroupBarrier()"), "{c:?} on {}", shape.label());
                 checked += 1;
                 scattered += usize::from(store.contains("yscatter("));
             }
         }
-        assert!(
-            checked > 20 && scattered > 10,
-            "{checked} kernels, {scattered} scattered"
-        );
+        assert!(checked > 20 && scattered > 10, "{checked} kernels, {scattered} scattered");
     }
 }

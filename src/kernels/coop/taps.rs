@@ -24,18 +24,9 @@ pub(super) struct Units {
 /// (channel block, kernel row).
 pub(super) fn units(v: &Coop, rows: bool) -> Units {
     match (v.layout, rows) {
-        (1 | 2, _) => Units {
-            per: "CP",
-            span: "R * S",
-        },
-        (_, false) => Units {
-            per: "1",
-            span: "R * S",
-        },
-        (_, true) => Units {
-            per: "1",
-            span: "SPB",
-        },
+        (1 | 2, _) => Units { per: "CP", span: "R * S" },
+        (_, false) => Units { per: "1", span: "R * S" },
+        (_, true) => Units { per: "1", span: "SPB" },
     }
 }
 
@@ -60,16 +51,7 @@ pub(super) fn live_units(v: &Coop, shape: &ConvShape, windowed: bool) -> Option<
     }
     // A row is live where one of its taps is.
     let row = (1u32 << shape.s) - 1;
-    Some(
-        taps.iter()
-            .map(|m| {
-                (0..shape.r)
-                    .filter(|r| m >> (r * shape.s) & row != 0)
-                    .map(|r| 1 << r)
-                    .sum()
-            })
-            .collect(),
-    )
+    Some(taps.iter().map(|m| (0..shape.r).filter(|r| m >> (r * shape.s) & row != 0).map(|r| 1 << r).sum()).collect())
 }
 
 /// The share of the steps a kernel takes: its live units over all, averaged over the phases
@@ -80,11 +62,7 @@ pub(super) fn live_share(v: &Coop, shape: &ConvShape, windowed: bool) -> f64 {
     let Some(masks) = live_units(v, shape, windowed) else {
         return 1.0;
     };
-    let units = if row_steps(v, shape, windowed) {
-        shape.r
-    } else {
-        shape.r * shape.s
-    };
+    let units = if row_steps(v, shape, windowed) { shape.r } else { shape.r * shape.s };
     let live: u32 = masks.iter().map(|m| m.count_ones()).sum();
     live as f64 / (masks.len() as f64 * units as f64)
 }
@@ -114,11 +92,7 @@ pub(super) fn live_decl(masks: &[u32], kgf: u32) -> String {
     }
     let mut s = String::new();
     writeln!(s, "    // This workgroup's phase (its channels are one phase's: phase-major, {kgf} each), the").unwrap();
-    writeln!(
-        s,
-        "    // lowered taps (layout 4: kernel rows) it reaches, and the first of them."
-    )
-    .unwrap();
+    writeln!(s, "    // lowered taps (layout 4: kernel rows) it reaches, and the first of them.").unwrap();
     writeln!(s, "    let phase = n0 / {kgf};\n    let live = {pick};\n    let first_live = i32(firstTrailingBit(live));").unwrap();
     s
 }

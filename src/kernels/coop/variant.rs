@@ -64,12 +64,7 @@ pub(super) const SPLITS: [u32; 3] = [1, 2, 4];
 /// TFLOP/s on 128x256 and 256x128 against 140 on 128x128, and split four ways batch 32 in
 /// 0.061 ms against 0.064 for the 128x128 tile split two ways (`benches/results/HISTORY.md`, "Split-K
 /// on 4x4 grids").
-pub(super) const SPLIT_TILES: [(u32, u32, u32, u32); 4] = [
-    (128, 64, 2, 2),
-    (128, 128, 2, 4),
-    (256, 128, 4, 2),
-    (128, 256, 2, 4),
-];
+pub(super) const SPLIT_TILES: [(u32, u32, u32, u32); 4] = [(128, 64, 2, 2), (128, 128, 2, 4), (256, 128, 4, 2), (128, 256, 2, 4)];
 /// The window tiles split-K is offered for (over channel blocks): the 4-subgroup 4x4 grid,
 /// which runs two workgroups per multiprocessor (32,256,14,14 in float16 at batch 64 in
 /// 1.25x batch 32's time), so a grid of up to one workgroup per multiprocessor leaves half
@@ -80,6 +75,7 @@ pub(super) const SPLIT_WINDOW_TILES: [(u32, u32, u32, u32); 1] = [(128, 128, 2, 
 pub(super) const PAD: u32 = 8;
 /// Subgroup width the kernel's tile partition assumes.
 pub const SUBGROUP: u32 = 32;
+
 
 impl Coop {
     pub(super) fn threads(&self) -> u32 {
@@ -98,11 +94,7 @@ impl Coop {
     /// Kernel taps whose weights one step stages, for a kernel `s` taps wide: a whole row
     /// for layout 4, else one.
     pub(super) fn taps_per_step(&self, s: u32) -> u32 {
-        if self.layout == 4 {
-            s
-        } else {
-            1
-        }
+        if self.layout == 4 { s } else { 1 }
     }
     /// Layouts 1 and 2 walk the reduction channels fastest (a pixel's row of terms).
     pub(super) fn channels_last(&self) -> bool {
@@ -110,11 +102,7 @@ impl Coop {
     }
     /// Terms of x one A gather loads: 8 (16 bytes of float16) for layout 2, else 4.
     pub(super) fn a_chunk(&self) -> u32 {
-        if self.layout >= 2 {
-            8
-        } else {
-            4
-        }
+        if self.layout >= 2 { 8 } else { 4 }
     }
     /// Terms of w's copy one B gather loads: 8 packed float16 for layout 2, else 4.
     pub(super) fn b_chunk(&self) -> u32 {
@@ -122,22 +110,14 @@ impl Coop {
     }
     /// Staged A row length: a k row of the tile (layout 0) or a pixel's row (layouts 1, 2).
     pub(super) fn lda(&self) -> u32 {
-        if self.channels_last() {
-            self.bk + PAD
-        } else {
-            self.bm + PAD
-        }
+        if self.channels_last() { self.bk + PAD } else { self.bm + PAD }
     }
     pub(super) fn ldb(&self) -> u32 {
         self.bk + PAD
     }
     /// Staged copies of each tile: hi, and lo when split.
     pub(super) fn parts(&self) -> u32 {
-        if self.split == 3 {
-            2
-        } else {
-            1
-        }
+        if self.split == 3 { 2 } else { 1 }
     }
 }
 
@@ -155,11 +135,7 @@ pub(super) struct Padded {
 impl Padded {
     pub(super) fn of(shape: &ConvShape) -> Self {
         let cp = (shape.cg() as u64).div_ceil(4) * 4;
-        Padded {
-            cp,
-            chp: cp * shape.groups as u64,
-            krp: cp * shape.r as u64 * shape.s as u64,
-        }
+        Padded { cp, chp: cp * shape.groups as u64, krp: cp * shape.r as u64 * shape.s as u64 }
     }
     pub(super) fn x_len(&self, shape: &ConvShape) -> u64 {
         shape.n as u64 * shape.h as u64 * shape.w as u64 * self.chp
@@ -190,12 +166,9 @@ pub(super) fn stores_quads(shape: &ConvShape) -> bool {
     if let Some(sc) = shape.scatter {
         return shape.layout == Layout::Nhwc && sc.kg % 4 == 0;
     }
-    if shape.layout == Layout::Nchw {
-        shape.oh() * shape.ow() % 4 == 0
-    } else {
-        shape.kg() % 4 == 0
-    }
+    if shape.layout == Layout::Nchw { shape.oh() * shape.ow() % 4 == 0 } else { shape.kg() % 4 == 0 }
 }
+
 
 /// float16 NHWC x whose groups' channels are whole runs of 8: layout 2 reads it in place,
 /// 16 bytes per gather.
@@ -216,11 +189,7 @@ pub(super) fn window_f16_nchw(shape: &ConvShape) -> bool {
 /// groups' channels are whole runs of 8 (float16 NHWC 16 bytes at a time, float32 data and
 /// float16 NCHW one element at a time).
 pub(super) fn reads_octets(v: &Coop, shape: &ConvShape) -> bool {
-    if v.windowed() {
-        shape.cg() % 8 == 0
-    } else {
-        wide_x(shape) || packs_f32(shape)
-    }
+    if v.windowed() { shape.cg() % 8 == 0 } else { wide_x(shape) || packs_f32(shape) }
 }
 
 /// float32 x whose groups' channels are whole runs of 8, in either layout: layouts 2 and 3
@@ -233,11 +202,7 @@ pub(super) fn packs_f32(shape: &ConvShape) -> bool {
 /// packed float16 as loaded, the others convert to f32. (register type, its zero, the
 /// conversion applied to a load.)
 pub(super) fn gather_register(layout: u32) -> (&'static str, &'static str, &'static str) {
-    if layout >= 2 {
-        ("vec4<u32>", "vec4<u32>(0u)", "")
-    } else {
-        ("vec4<f32>", "vec4<f32>(0.0)", "vec4<f32>")
-    }
+    if layout >= 2 { ("vec4<u32>", "vec4<u32>(0u)", "") } else { ("vec4<f32>", "vec4<f32>(0.0)", "vec4<f32>") }
 }
 
 /// NHWC x whose groups' channels are whole vec4s: layout 1's copy of it would be x itself.

@@ -1,8 +1,8 @@
 //! Layout 3: window tiles. Each workgroup computes a TH x TW block of one image's output
 //! pixels and stages the block's input patch once per channel block, for every (r, s).
 
-use super::steps::{inner_product, unpack_at};
 use super::variant::*;
+use super::steps::{inner_product, unpack_at};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
 
@@ -48,14 +48,7 @@ impl Window {
             .map(|&tw| {
                 let th = v.bm / tw;
                 let (tiles_h, tiles_w) = (oh.div_ceil(th as u64), ow.div_ceil(tw as u64));
-                Window {
-                    th,
-                    tw,
-                    pr: th + shape.r - 1,
-                    pc: tw + shape.s - 1,
-                    tiles_h,
-                    tiles_w,
-                }
+                Window { th, tw, pr: th + shape.r - 1, pc: tw + shape.s - 1, tiles_h, tiles_w }
             })
             .min_by_key(|w| (w.tiles_h * w.tiles_w, std::cmp::Reverse(w.tw)))
             // The patch array holds the largest window's patch (`patch_capacity`).
@@ -74,8 +67,7 @@ impl Window {
 
     /// Output pixels computed per pixel stored (tile padding at the image's edges).
     pub(super) fn waste(&self, shape: &ConvShape) -> f64 {
-        (self.tiles_h * self.th as u64 * self.tiles_w * self.tw as u64) as f64
-            / (shape.oh() as u64 * shape.ow() as u64) as f64
+        (self.tiles_h * self.th as u64 * self.tiles_w * self.tw as u64) as f64 / (shape.oh() as u64 * shape.ow() as u64) as f64
     }
 }
 
@@ -84,76 +76,37 @@ impl Window {
 pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
     let mut s = String::new();
     writeln!(s, "    // Window tiles: {} x {} output pixels of one image, a {} x {} patch of x per step's channels.", w.th, w.tw, w.pr, w.pc).unwrap();
-    writeln!(
-        s,
-        "    const TW: i32 = {};\n    const PC: i32 = {};",
-        w.tw, w.pc
-    )
-    .unwrap();
-    writeln!(
-        s,
-        "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};",
-        w.tiles_h, w.tiles_w
-    )
-    .unwrap();
-    writeln!(
-        s,
-        "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch",
-        w.pr * w.pc * v.bk / 8
-    )
-    .unwrap();
+    writeln!(s, "    const TW: i32 = {};\n    const PC: i32 = {};", w.tw, w.pc).unwrap();
+    writeln!(s, "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};", w.tiles_h, w.tiles_w).unwrap();
+    writeln!(s, "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch", w.pr * w.pc * v.bk / 8).unwrap();
     let taps = v.taps_per_step(w.s());
     if taps == 1 {
         s.push_str("    const NSTEPS: i32 = CP / BK * R * S;        // channel blocks x (r, s)\n");
     } else {
-        writeln!(
-            s,
-            "    const TAPS: i32 = {taps};                   // kernel taps per step"
-        )
-        .unwrap();
+        writeln!(s, "    const TAPS: i32 = {taps};                   // kernel taps per step").unwrap();
         s.push_str("    const SPB: i32 = R * S / TAPS;              // steps per channel block\n");
         s.push_str("    const NSTEPS: i32 = CP / BK * SPB;\n");
     }
     if v.splits > 1 {
         // Split-K: each part takes a run of channel blocks, all of each block's steps.
         if taps == 1 {
-            s.push_str(
-                "    const SPB: i32 = R * S;                     // steps per channel block\n",
-            );
+            s.push_str("    const SPB: i32 = R * S;                     // steps per channel block\n");
         }
         s.push_str("    const BPS: i32 = (CP / BK + i32(SPLITS) - 1) / i32(SPLITS);  // channel blocks per part\n");
         s.push_str("    let t_begin = sp * BPS * SPB;\n    let t_end = min(t_begin + BPS * SPB, NSTEPS);\n");
     }
     writeln!(s, "    let img = i32(m_block) / (TILES_H * TILES_W);").unwrap();
-    writeln!(
-        s,
-        "    let oh0 = (i32(m_block) / TILES_W) % TILES_H * {};",
-        w.th
-    )
-    .unwrap();
+    writeln!(s, "    let oh0 = (i32(m_block) / TILES_W) % TILES_H * {};", w.th).unwrap();
     writeln!(s, "    let ow0 = i32(m_block) % TILES_W * TW;").unwrap();
     for i in 0..v.tm() {
-        writeln!(
-            s,
-            "    let pf{i} = ((i32(wm) + {o}) / TW) * PC + (i32(wm) + {o}) % TW;",
-            o = i * 16
-        )
-        .unwrap();
+        writeln!(s, "    let pf{i} = ((i32(wm) + {o}) / TW) * PC + (i32(wm) + {o}) % TW;", o = i * 16).unwrap();
     }
     s
 }
 
 /// The load of patch chunk `q` (an expression) of channel block `c0` into `reg`: zeros
 /// outside the image and past the patch.
-fn patch_load(
-    s: &mut String,
-    ind: &str,
-    reg: &str,
-    q: &str,
-    c0: &str,
-    x: &PatchSource,
-    whole: bool,
-) {
+fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x: &PatchSource, whole: bool) {
     writeln!(s, "{ind}{{").unwrap();
     writeln!(s, "{ind}    let q = {q};").unwrap();
     writeln!(s, "{ind}    let pix = q / (BK / 8);").unwrap();
@@ -161,11 +114,7 @@ fn patch_load(
     writeln!(s, "{ind}    let ih = oh0 - PH + pix / PC;").unwrap();
     writeln!(s, "{ind}    let iw = ow0 - PW + pix % PC;").unwrap();
     let past = if whole { "" } else { " && q < PATCH_CHUNKS" };
-    writeln!(
-        s,
-        "{ind}    let ok = ih >= 0 && ih < H && iw >= 0 && iw < W{past};"
-    )
-    .unwrap();
+    writeln!(s, "{ind}    let ok = ih >= 0 && ih < H && iw >= 0 && iw < W{past};").unwrap();
     match x {
         PatchSource::Packed(x_buf) => {
             writeln!(s, "{ind}    {reg} = select(vec4<u32>(0u), {x_buf}[select(0u, u32(((img * H + ih) * W + iw) * CHP + {c0} + cc) >> 3u, ok)], ok);").unwrap();
@@ -179,24 +128,8 @@ fn patch_load(
             writeln!(s, "{ind}    let c = {c0} + cc;").unwrap();
             writeln!(s, "{ind}    let e = select(0, {at}, ok);").unwrap();
             let term = |j: u32| format!("x_at(e + {j} * {step})");
-            writeln!(
-                s,
-                "{ind}    let lo = vec4<f32>({}, {}, {}, {}) * sx;",
-                term(0),
-                term(1),
-                term(2),
-                term(3)
-            )
-            .unwrap();
-            writeln!(
-                s,
-                "{ind}    let hi = vec4<f32>({}, {}, {}, {}) * sx;",
-                term(4),
-                term(5),
-                term(6),
-                term(7)
-            )
-            .unwrap();
+            writeln!(s, "{ind}    let lo = vec4<f32>({}, {}, {}, {}) * sx;", term(0), term(1), term(2), term(3)).unwrap();
+            writeln!(s, "{ind}    let hi = vec4<f32>({}, {}, {}, {}) * sx;", term(4), term(5), term(6), term(7)).unwrap();
             writeln!(s, "{ind}    {reg} = select(vec4<u32>(0u), vec4<u32>(pack2x16float(lo.xy), pack2x16float(lo.zw), pack2x16float(hi.xy), pack2x16float(hi.zw)), ok);").unwrap();
         }
     }
@@ -213,18 +146,10 @@ pub(super) enum PatchSource<'a> {
 
 /// The store of patch chunk `q` from `reg` into the staged patch.
 fn patch_store(s: &mut String, ind: &str, reg: &str, q: &str, whole: bool) {
-    let guard = if whole {
-        String::new()
-    } else {
-        format!("if ({q} < PATCH_CHUNKS) ")
-    };
+    let guard = if whole { String::new() } else { format!("if ({q} < PATCH_CHUNKS) ") };
     writeln!(s, "{ind}{guard}{{").unwrap();
     writeln!(s, "{ind}    let q = {q};").unwrap();
-    writeln!(
-        s,
-        "{ind}    let at = (u32(q / (BK / 8)) * LDA + u32(8 * (q % (BK / 8)))) / 4u;"
-    )
-    .unwrap();
+    writeln!(s, "{ind}    let at = (u32(q / (BK / 8)) * LDA + u32(8 * (q % (BK / 8)))) / 4u;").unwrap();
     unpack_at(s, &format!("{ind}    "), "a_hi", reg);
     writeln!(s, "{ind}}}").unwrap();
 }
@@ -239,24 +164,10 @@ fn stage_patch(s: &mut String, v: &Coop, w: &Window, x: &PatchSource) {
         writeln!(s, "            var pp{i} = vec4<u32>(0u);").unwrap();
     }
     for i in 0..per {
-        patch_load(
-            s,
-            "            ",
-            &format!("pp{i}"),
-            &format!("i32(lid) + {}", i * t),
-            "c0",
-            x,
-            whole(i),
-        );
+        patch_load(s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i));
     }
     for i in 0..per {
-        patch_store(
-            s,
-            "            ",
-            &format!("pp{i}"),
-            &format!("i32(lid) + {}", i * t),
-            whole(i),
-        );
+        patch_store(s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), whole(i));
     }
 }
 
@@ -269,14 +180,7 @@ fn stage_patch(s: &mut String, v: &Coop, w: &Window, x: &PatchSource) {
 /// three layers and lost up to 19% on others.
 /// `live`: the steps skip the taps (kernel rows) the workgroup's phase never reaches
 /// (`taps`): the patch is staged at a block's first live step.
-pub(super) fn window_steps(
-    v: &Coop,
-    w: &Window,
-    stage_b: &str,
-    fetch_b: &str,
-    x: &PatchSource,
-    live: bool,
-) -> String {
+pub(super) fn window_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, live: bool) -> String {
     let taps = v.taps_per_step(w.s());
     if taps > 1 {
         return window_row_steps(v, w, stage_b, fetch_b, x, taps, live);
@@ -292,15 +196,8 @@ pub(super) fn window_steps(
     s.push_str("        }\n");
     s.push_str(stage_b);
     s.push_str("        workgroupBarrier();\n");
-    s.push_str(
-        "        // The next step's weights: channel block, then (r, s), as w's copy is ordered.\n",
-    );
-    writeln!(
-        s,
-        "        k_next = {};",
-        window_weights(&next_step(v, live, false), false)
-    )
-    .unwrap();
+    s.push_str("        // The next step's weights: channel block, then (r, s), as w's copy is ordered.\n");
+    writeln!(s, "        k_next = {};", window_weights(&next_step(v, live, false), false)).unwrap();
     s.push_str(fetch_b);
     s.push_str("        let tap = (rs / S) * PC + rs % S;\n");
     s.push_str(&inner_product(v, None));
@@ -311,15 +208,7 @@ pub(super) fn window_steps(
 /// Layout 4's steps, `taps` kernel taps (a kernel row) per step: each step stages the
 /// weights of all of them, then multiplies the patch at each tap's offset (a third of layout
 /// 3's barriers on a 3x3 kernel).
-fn window_row_steps(
-    v: &Coop,
-    w: &Window,
-    stage_b: &str,
-    fetch_b: &str,
-    x: &PatchSource,
-    taps: u32,
-    live: bool,
-) -> String {
+fn window_row_steps(v: &Coop, w: &Window, stage_b: &str, fetch_b: &str, x: &PatchSource, taps: u32, live: bool) -> String {
     let first = if live { "first_live" } else { "0" };
     let mut s = step_loop(v, live, true);
     s.push_str("        let st = t % SPB;\n");
@@ -331,12 +220,7 @@ fn window_row_steps(
     s.push_str(stage_b);
     s.push_str("        workgroupBarrier();\n");
     s.push_str("        // The next step's first tap's weights: channel block, then (r, s).\n");
-    writeln!(
-        s,
-        "        k_next = {};",
-        window_weights(&next_step(v, live, true), true)
-    )
-    .unwrap();
+    writeln!(s, "        k_next = {};", window_weights(&next_step(v, live, true), true)).unwrap();
     s.push_str(fetch_b);
     for tp in 0..taps {
         writeln!(s, "        {{").unwrap();
@@ -352,11 +236,7 @@ fn window_row_steps(
 /// The first and the end of this workgroup's steps: every step, or a split part's
 /// (`window_setup`).
 pub(super) fn window_bounds(v: &Coop) -> (&'static str, &'static str) {
-    if v.splits > 1 {
-        ("t_begin", "t_end")
-    } else {
-        ("0", "NSTEPS")
-    }
+    if v.splits > 1 { ("t_begin", "t_end") } else { ("0", "NSTEPS") }
 }
 
 /// Where step `t`'s (first tap's) weights start in w's copy: channel block, then (r, s);
@@ -372,11 +252,7 @@ pub(super) fn window_weights(t: &str, rows: bool) -> String {
 /// The step after `t`: the next, or (`live`) the next live one.
 fn next_step(v: &Coop, live: bool, rows: bool) -> String {
     let (_, to) = window_bounds(v);
-    if live {
-        super::taps::next_live(v, "t + 1", to, rows)
-    } else {
-        "t + 1".to_string()
-    }
+    if live { super::taps::next_live(v, "t + 1", to, rows) } else { "t + 1".to_string() }
 }
 
 /// The head of the step loop: every step, or a split part's; with `live`, the live ones.
@@ -384,10 +260,7 @@ fn step_loop(v: &Coop, live: bool, rows: bool) -> String {
     let (from, to) = window_bounds(v);
     if live {
         let next = super::taps::next_live(v, "t + 1", to, rows);
-        format!(
-            "    for (var t: i32 = {}; t < {to}; t = {next}) {{\n",
-            super::taps::next_live(v, from, to, rows)
-        )
+        format!("    for (var t: i32 = {}; t < {to}; t = {next}) {{\n", super::taps::next_live(v, from, to, rows))
     } else {
         format!("    for (var t: i32 = {from}; t < {to}; t = t + 1) {{\n")
     }
