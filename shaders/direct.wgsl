@@ -18,6 +18,7 @@ alias DT = {{DT}};
 
 {{EPILOGUE}}
 {{RESUM}}
+{{PAD_INDEX}}
 const C: i32 = {{C}};
 const H: i32 = {{H}};
 const W: i32 = {{W}};

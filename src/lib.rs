@@ -134,7 +134,7 @@ pub use encode::{Conv2dBuffers, Workspace};
 pub use engine::{adapters, Engine};
 pub use epilogue::Activation;
 pub use error::{Error, Result};
-pub use params::{Layout, Padding};
+pub use params::{Layout, Padding, PaddingMode};
 pub use plan::{families, tune_mode, variant_knobs, variant_names, Candidate, Plan, Progress, ProgressFn, Report, TuneOptions};
 pub use pool::PoolStats;
 pub use precision::Precision;

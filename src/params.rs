@@ -22,6 +22,53 @@ pub enum Padding {
     Same,
 }
 
+/// What a plain convolution's padding holds (PyTorch's `Conv2d(padding_mode=...)`): zeros,
+/// or x's own values at the index the mode maps a padded row or column to. The kernels that
+/// take a mode read those values in their gather; no padded copy of x is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PaddingMode {
+    /// Zeros, as every family takes them.
+    #[default]
+    Zeros,
+    /// x mirrored about its edge row/column, the edge itself not repeated (padding < size).
+    Reflect,
+    /// The edge row/column repeated.
+    Replicate,
+    /// x wrapped around (padding <= size).
+    Circular,
+}
+
+impl PaddingMode {
+    /// `"zeros"`, `"reflect"`, `"replicate"` or `"circular"`, as PyTorch names them.
+    pub fn parse(name: &str) -> Result<PaddingMode> {
+        match name {
+            "zeros" => Ok(PaddingMode::Zeros),
+            "reflect" => Ok(PaddingMode::Reflect),
+            "replicate" => Ok(PaddingMode::Replicate),
+            "circular" => Ok(PaddingMode::Circular),
+            other => Err(Error::invalid(format!(
+                "padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', got {other:?}"
+            ))),
+        }
+    }
+
+    /// The mode's name, as `parse` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PaddingMode::Zeros => "zeros",
+            PaddingMode::Reflect => "reflect",
+            PaddingMode::Replicate => "replicate",
+            PaddingMode::Circular => "circular",
+        }
+    }
+
+    /// Whether the padding holds zeros (the default).
+    pub fn is_zeros(&self) -> bool {
+        *self == PaddingMode::Zeros
+    }
+}
+
 /// How x and y are laid out in memory: channels second (PyTorch's default) or last. The
 /// weights are (K, C/groups, R, S) either way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -105,6 +152,10 @@ pub struct ConvShape {
     /// and right. Absent from the cache keys of plain convolutions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transposed: Option<(u32, u32)>,
+    /// What the padding holds; absent from the cache keys of zero-padded problems, so caches
+    /// written before padding modes stay valid.
+    #[serde(default, skip_serializing_if = "PaddingMode::is_zeros")]
+    pub padding_mode: PaddingMode,
     /// `Some(r)` (r >= 2) for depth-to-space fused into the store (PyTorch's
     /// `pixel_shuffle(y, r)` of the conv's output): conv output channel c*r*r + i*r + j at
     /// pixel (oh, ow) lands at channel c, pixel (oh*r + i, ow*r + j), after the epilogue.
@@ -281,6 +332,7 @@ impl ConvShape {
             layout: Layout::Nchw,
             dtype: DType::F32,
             transposed: None,
+            padding_mode: PaddingMode::Zeros,
             pixel_shuffle: None,
             scatter: None,
         };
@@ -387,6 +439,7 @@ impl ConvShape {
             layout: Layout::Nchw,
             dtype: DType::F32,
             transposed: Some(op),
+            padding_mode: PaddingMode::Zeros,
             pixel_shuffle: None,
             scatter: None,
         };
@@ -671,6 +724,9 @@ impl ConvShape {
         if self.dilation != (1, 1) {
             s += &format!(" d{}", pair(self.dilation));
         }
+        if !self.padding_mode.is_zeros() {
+            s += &format!(" {}", self.padding_mode.name());
+        }
         if let Some(op) = self.transposed {
             s += " T";
             if op != (0, 0) {
@@ -709,6 +765,41 @@ impl ConvShape {
     /// The same problem with `epilogue` in its store step.
     pub fn with_epilogue(self, epilogue: Epilogue) -> Self {
         ConvShape { epilogue, ..self }
+    }
+
+    /// The same problem with its padding filled as `mode` says, refused as PyTorch refuses
+    /// it: a transposed convolution pads with zeros only, reflection needs each side's
+    /// padding below x's size along it, wrapping at most x's size.
+    pub fn with_padding_mode(self, mode: PaddingMode) -> Result<Self> {
+        if mode.is_zeros() {
+            return Ok(ConvShape { padding_mode: mode, ..self });
+        }
+        if self.is_transposed() {
+            return Err(Error::invalid(format!(
+                "padding_mode '{}': only 'zeros' padding mode is supported for a transposed convolution",
+                mode.name()
+            )));
+        }
+        let sides = [("height", self.h, self.pad.0, self.pad_end.0), ("width", self.w, self.pad.1, self.pad_end.1)];
+        for (what, size, before, after) in sides {
+            let pad = before.max(after);
+            match mode {
+                PaddingMode::Reflect if pad >= size => {
+                    return Err(Error::invalid(format!(
+                        "padding_mode 'reflect': padding size should be less than the corresponding input dimension, \
+                         but got padding {pad} for an input {what} of {size}"
+                    )))
+                }
+                PaddingMode::Circular if pad > size => {
+                    return Err(Error::invalid(format!(
+                        "padding_mode 'circular': padding value causes wrapping around more than once \
+                         (padding {pad} for an input {what} of {size})"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(ConvShape { padding_mode: mode, ..self })
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::dtype::DType;
 use crate::epilogue::{Activation, Epilogue};
 use crate::error::Result;
-use crate::params::{ConvShape, Layout, Padding};
+use crate::params::{ConvShape, Layout, Padding, PaddingMode};
 use crate::precision::Precision;
 
 /// A pair of per-axis values (height, width): strides and dilations. Converts from one
@@ -70,6 +70,7 @@ pub struct Conv2dBuilder {
     activation: Activation,
     output_padding: Option<Hw>,
     pixel_shuffle: i64,
+    padding_mode: PaddingMode,
 }
 
 impl Conv2d {
@@ -94,6 +95,7 @@ impl Conv2d {
             activation: Activation::None,
             output_padding: None,
             pixel_shuffle: 1,
+            padding_mode: PaddingMode::Zeros,
         }
     }
 
@@ -306,6 +308,15 @@ impl Conv2dBuilder {
         self
     }
 
+    /// What the padding holds (default zeros), PyTorch's `Conv2d(padding_mode=...)`: reflect
+    /// needs each side's padding below x's size along it, circular at most that size; a
+    /// transposed convolution pads with zeros only. Fused into the gather of the families
+    /// that take it (the others are not candidates): no padded copy of x.
+    pub fn padding_mode(mut self, mode: PaddingMode) -> Self {
+        self.padding_mode = mode;
+        self
+    }
+
     /// Depth-to-space fused into the store, PyTorch's `pixel_shuffle(y, r)` of the output
     /// (default 1, none): conv output channel c·r² + i·r + j at pixel (oh, ow) is stored at
     /// channel c, pixel (oh·r + i, ow·r + j), after the epilogue (bias per conv channel,
@@ -356,7 +367,8 @@ impl Conv2dBuilder {
         }
         .with_layout(self.layout)
             .with_dtype(self.dtype)
-            .with_pixel_shuffle(self.pixel_shuffle)?;
+            .with_pixel_shuffle(self.pixel_shuffle)?
+            .with_padding_mode(self.padding_mode)?;
         let epilogue = Epilogue::new(self.alpha1, self.alpha2, self.residual, self.activation)?;
         Ok(Conv2d::from_shape(shape.with_epilogue(epilogue), precision))
     }

@@ -7,7 +7,7 @@
 
 use crate::support::{self, Parts, Phases};
 use crate::{
-    Activation, AdapterDesc, Conv2d, Conv2dBuilder, DType, Element as Elem, Engine, Error, Layout, Padding, Plan,
+    Activation, AdapterDesc, Conv2d, Conv2dBuilder, DType, Element as Elem, Engine, Error, Layout, Padding, PaddingMode, Plan,
     Precision, Progress, Report, Residual, Tensor, TuneOptions, Weights,
 };
 use numpy::{
@@ -115,6 +115,7 @@ fn builder_of(
     dtype: DType,
     output_padding: Option<(i64, i64)>,
     pixel_shuffle: i64,
+    padding_mode: Option<&str>,
 ) -> PyResult<Conv2dBuilder> {
     let b = Conv2d::builder(x_shape, w_shape);
     // `None`: a plain convolution; a pair: a transposed one with that output padding.
@@ -130,7 +131,8 @@ fn builder_of(
         .bias_len(bias_len)
         .layout(layout)
         .dtype(dtype)
-        .pixel_shuffle(pixel_shuffle))
+        .pixel_shuffle(pixel_shuffle)
+        .padding_mode(padding_mode.map_or(Ok(PaddingMode::Zeros), PaddingMode::parse).py_err()?))
 }
 
 /// The epilogue as the Python layer normalises it: (alpha1, alpha2, residual, activation,
@@ -161,19 +163,20 @@ fn problem_of(b: Conv2dBuilder, precision: Precision, epilogue: Option<EpilogueA
 }
 
 /// The shape arguments the Python layer passes as one normalised tuple: (x_shape, w_shape,
-/// stride, padding, dilation, groups, bias_len, epilogue or None, layout, dtype, output
-/// padding or None, pixel shuffle), x_shape in the layout's order; an output padding makes
+/// stride, (padding, padding mode), dilation, groups, bias_len, epilogue or None, layout, dtype,
+/// output padding or None, pixel shuffle), x_shape in the layout's order; an output padding makes
 /// the problem a transposed convolution; a pixel shuffle of 1 is none.
 #[derive(FromPyObject)]
-struct Spec([usize; 4], [usize; 4], (i64, i64), PadArg, (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String, Option<(i64, i64)>, i64);
+struct Spec([usize; 4], [usize; 4], (i64, i64), (PadArg, String), (i64, i64), i64, Option<usize>, Option<EpilogueArg>, String, String, Option<(i64, i64)>, i64);
 
 impl Spec {
     /// The problem, in `precision` (the functions that take none pass the default).
     fn problem(self, precision: Precision) -> PyResult<Conv2d> {
-        let Spec(x, w, stride, pad, dilation, groups, bias_len, epilogue, layout, dtype, transposed, shuffle) = self;
+        let Spec(x, w, stride, (pad, mode), dilation, groups, bias_len, epilogue, layout, dtype, transposed, shuffle) = self;
         let layout = Layout::parse(&layout).py_err()?;
         let dtype = DType::parse(&dtype).py_err()?;
-        problem_of(builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype, transposed, shuffle)?, precision, epilogue)
+        let b = builder_of(x, w, stride, pad, dilation, groups, bias_len, layout, dtype, transposed, shuffle, Some(&mode))?;
+        problem_of(b, precision, epilogue)
     }
 }
 
@@ -372,7 +375,7 @@ fn weight_slices<'a, T: HostElem>(
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, layout=None, output_padding=None, pixel_shuffle=1))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, layout=None, output_padding=None, pixel_shuffle=1, padding_mode=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d<'py>(
     py: Python<'py>,
@@ -391,9 +394,10 @@ fn conv2d<'py>(
     layout: Option<&str>,
     output_padding: Option<(i64, i64)>,
     pixel_shuffle: i64,
+    padding_mode: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guarded("conv2d", || {
-        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
+        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle, padding_mode);
         match x.dtype() {
             DType::F32 => conv2d_typed::<f32>(py, &x, &w, bias, z.as_ref(), args),
             DType::F16 => conv2d_typed::<u16>(py, &x, &w, bias, z.as_ref(), args),
@@ -403,7 +407,7 @@ fn conv2d<'py>(
 
 /// conv2d's arguments other than the arrays (the last two: an output padding, for a
 /// transposed convolution, and the pixel shuffle, 1 for none).
-type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>, Option<(i64, i64)>, i64);
+type CallArgs<'a> = ((i64, i64), PadArg, (i64, i64), i64, Option<&'a str>, Option<Py<PyAny>>, Option<&'a str>, Option<EpilogueArg>, Option<&'a str>, Option<(i64, i64)>, i64, Option<&'a str>);
 
 fn conv2d_typed<'py, T: HostElem>(
     py: Python<'py>,
@@ -411,7 +415,7 @@ fn conv2d_typed<'py, T: HostElem>(
     w: &Data4<'py>,
     bias: Option<PyReadonlyArray1<'py, f32>>,
     z: Option<&Data4<'py>>,
-    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle, padding_mode): CallArgs<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut ph = Phases::start();
     let (x, w) = (typed::<T>(x, "x")?, typed::<T>(w, "w")?);
@@ -430,6 +434,7 @@ fn conv2d_typed<'py, T: HostElem>(
         T::DTYPE,
         output_padding,
         pixel_shuffle,
+        padding_mode,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
     if let Some(z) = &z {
@@ -882,7 +887,7 @@ fn upload_tensor<T: HostElem>(py: Python<'_>, eng: &Engine, x: &Data4<'_>, dims:
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None, output_padding=None, pixel_shuffle=1, w_tensor=None))]
+#[pyo3(signature = (x, w, bias, stride, padding, dilation, groups, variant=None, progress=None, precision=None, epilogue=None, z=None, z_tensor=None, layout=None, output_padding=None, pixel_shuffle=1, w_tensor=None, padding_mode=None))]
 #[allow(clippy::too_many_arguments)]
 fn conv2d_tensor(
     py: Python<'_>,
@@ -903,9 +908,10 @@ fn conv2d_tensor(
     output_padding: Option<(i64, i64)>,
     pixel_shuffle: i64,
     w_tensor: Option<PyRef<'_, PyTensor>>,
+    padding_mode: Option<&str>,
 ) -> PyResult<PyTensor> {
     guarded("conv2d_tensor", || {
-        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle);
+        let args = (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle, padding_mode);
         let w = match (&w, w_tensor.as_deref()) {
             (Some(a), None) => WeightsArg::Host(a),
             (None, Some(t)) => WeightsArg::Tensor(t),
@@ -932,7 +938,7 @@ fn conv2d_tensor_typed<T: HostElem>(
     bias: Option<PyReadonlyArray1<'_, f32>>,
     z: Option<&Data4<'_>>,
     z_tensor: Option<PyRef<'_, PyTensor>>,
-    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle): CallArgs<'_>,
+    (stride, padding, dilation, groups, variant, progress, precision, epilogue, layout, output_padding, pixel_shuffle, padding_mode): CallArgs<'_>,
 ) -> PyResult<PyTensor> {
     let mut ph = Phases::start();
     // w's dims and the weights the engine takes: a host array (of T) or the Tensor itself.
@@ -986,6 +992,7 @@ fn conv2d_tensor_typed<T: HostElem>(
         T::DTYPE,
         output_padding,
         pixel_shuffle,
+        padding_mode,
     )?;
     let problem = problem_of(b, precision, epilogue)?;
     let bs = bias.as_ref().map(|b| b.as_slice().map_err(not_contiguous)).transpose()?;

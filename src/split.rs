@@ -74,6 +74,13 @@ pub fn plan(s: &ConvShape, max_binding: u64) -> Result<Vec<Piece>> {
              x needs {x_img} bytes and the output {y_img} per image; bands of rows are not supported"
         )));
     }
+    if !s.padding_mode.is_zeros() {
+        return Err(Error::invalid(format!(
+            "with padding_mode '{}' an image must fit one storage binding ({max_binding} bytes): \
+             x needs {x_img} bytes and the output {y_img} per image; bands of rows are not supported",
+            s.padding_mode.name()
+        )));
+    }
     if s.is_transposed() {
         return Err(Error::invalid(format!(
             "a transposed convolution's image must fit one storage binding ({max_binding} bytes): \

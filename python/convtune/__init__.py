@@ -150,6 +150,14 @@ def _shuffle(value: Any) -> int:
     return r
 
 
+def _padding_mode(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"padding_mode must be a str, got {type(value).__name__}")
+    if value not in ("zeros", "reflect", "replicate", "circular"):
+        raise ValueError(f"padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', got {value!r}")
+    return value
+
+
 def _padding(value: Any) -> Union[str, Tuple[int, int]]:
     if isinstance(value, str):
         if value not in ("same", "valid"):
@@ -222,7 +230,7 @@ def _float32(arr: np.ndarray) -> np.ndarray:
 
 
 _Spec = Tuple[
-    Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Union[str, Tuple[int, int]], Tuple[int, int], int,
+    Tuple[int, ...], Tuple[int, ...], Tuple[int, int], Tuple[Union[str, Tuple[int, int]], str], Tuple[int, int], int,
     Optional[int], Optional["_epilogue.Normalised"], str, str, Optional[Tuple[int, int]], int,
 ]
 
@@ -311,11 +319,13 @@ def _dim(d: Any, name: str, dims: tuple) -> int:
 def _spec(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
           bias_len: Optional[int], epilogue: Optional[_epilogue.Normalised] = None,
           layout: str = "NCHW", dtype: str = "float32",
-          output_padding: Optional[Tuple[int, int]] = None, pixel_shuffle: int = 1) -> _Spec:
-    """The normalised shape tuple; an ``output_padding`` pair makes it a transposed
-    convolution's (``None``: a plain one); ``pixel_shuffle`` (1: none) as ``_shuffle``
-    returns it."""
-    args = (x_shape, w_shape, stride, padding, dilation, groups, bias_len, layout, dtype, output_padding, pixel_shuffle)
+          output_padding: Optional[Tuple[int, int]] = None, pixel_shuffle: int = 1,
+          padding_mode: Any = "zeros") -> _Spec:
+    """The normalised shape tuple, its padding a (padding, padding mode) pair; an
+    ``output_padding`` pair makes it a transposed convolution's (``None``: a plain one);
+    ``pixel_shuffle`` (1: none) as ``_shuffle`` returns it."""
+    args = (x_shape, w_shape, stride, padding, dilation, groups, bias_len, layout, dtype, output_padding,
+            pixel_shuffle, padding_mode)
     shape = _shapes_seen(args) if all(map(_plain, args)) else _normalised_shape(*args)
     return shape[:7] + (epilogue,) + shape[7:]
 
@@ -337,12 +347,13 @@ def _shapes_seen(args: tuple) -> tuple:
 
 def _normalised_shape(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
                       bias_len: Optional[int], layout: str, dtype: str,
-                      output_padding: Optional[Tuple[int, int]], pixel_shuffle: int) -> tuple:
+                      output_padding: Optional[Tuple[int, int]], pixel_shuffle: int,
+                      padding_mode: Any = "zeros") -> tuple:
     return (
         _shape4(x_shape, "x_shape"),
         _shape4(w_shape, "w_shape"),
         _pair(stride, "stride"),
-        _padding(padding),
+        (_padding(padding), _padding_mode(padding_mode)),
         _pair(dilation, "dilation"),
         _int(groups, "groups"),
         bias_len,
@@ -362,6 +373,7 @@ def conv2d(
     groups: int = 1,
     bias: Optional[Any] = None,
     *,
+    padding_mode: str = "zeros",
     z: Optional[Any] = None,
     alpha1: float = 1.0,
     alpha2: float = 1.0,
@@ -389,6 +401,11 @@ def conv2d(
         dilation: int or (dh, dw), each >= 1.
         groups: C and K must both be divisible by it; ``groups == C`` is depthwise.
         bias: optional, shape (K,).
+        padding_mode: what the padding holds, as ``torch.nn.Conv2d(padding_mode=...)``:
+            ``"zeros"`` (the default), ``"reflect"`` (x mirrored about its edge; padding must
+            be below x's size along each axis), ``"replicate"`` (the edge repeated) or
+            ``"circular"`` (x wrapped around; padding at most x's size). Read in the kernel's
+            gather: no padded copy of x. The modes other than zeros run on the direct family.
         z: optional residual of the output's shape (N, K, OH, OW), a float array or a
             ``convtune.Tensor``; added after scaling by ``alpha2``. Must be finite.
         alpha1: scales the convolution's sum (before bias and z).
@@ -436,7 +453,7 @@ def conv2d(
             variant is used then).
     """
     return _conv(x, w, stride, padding, dilation, groups, bias, z, alpha1, alpha2, activation,
-                 negative_slope, clamp, layout, variant, precision, None, _shuffle(pixel_shuffle))
+                 negative_slope, clamp, layout, variant, precision, None, _shuffle(pixel_shuffle), padding_mode)
 
 
 def conv_transpose2d(
@@ -511,7 +528,7 @@ def conv_transpose2d(
 def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any, bias: Any,
           z: Any, alpha1: Any, alpha2: Any, activation: Any, negative_slope: Any, clamp: Any,
           layout: Any, variant: Any, precision: Any,
-          output_padding: Optional[Tuple[int, int]], pixel_shuffle: int = 1) -> Any:
+          output_padding: Optional[Tuple[int, int]], pixel_shuffle: int = 1, padding_mode: Any = "zeros") -> Any:
     """``conv2d``, or ``conv_transpose2d`` with an ``output_padding`` pair."""
     w_dims = "(K, C/groups, R, S)" if output_padding is None else "(C, K/groups, R, S)"
     t0 = time.perf_counter()
@@ -550,13 +567,13 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     zv, zt = _residual(z, on_device, unbatched)
     dt = _data_dtype(xv, wv, zt if zt is not None else zv)
     spec = _spec(x._dims if on_device else xv.shape, wv.shape, stride, padding, dilation, groups,
-                 None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding, pixel_shuffle)
+                 None if bv is None else int(bv.shape[0]), epi, lay, dt, output_padding, pixel_shuffle, padding_mode)
     copies = ([] if wt is not None else [("w", wv)]) + [("bias", bv), ("z", zv)] + ([] if on_device else [("x", xv)])
     prec = _precision(precision)
     t1 = time.perf_counter()
     _memory.check_conv2d(spec, on_device, copies)
     t2 = time.perf_counter()
-    _, _, s, p, d, g, _, _, _, _, op, ps = spec
+    _, _, s, (p, mode), d, g, _, _, _, _, op, ps = spec
     xa: Any = x if on_device else _host_data(xv, dt)
     wa: Any = None if wt is not None else _host_data(wv, dt)
     ba = None if bv is None else _float32(bv)
@@ -566,9 +583,9 @@ def _conv(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
     y: Any
     try:
         if on_device:
-            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op, ps, wt)
+            y = _convtune.conv2d_tensor(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, zt, lay, op, ps, wt, mode)
         else:
-            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay, op, ps)
+            y = _convtune.conv2d(xa, wa, ba, s, p, d, g, variant, progress, prec, epi, za, lay, op, ps, mode)
     finally:
         progress.close()
     _timings.record(t0, t1, t2, t3, time.perf_counter())
@@ -674,7 +691,7 @@ def _bias_len(bias: Any, w_shape: Tuple[int, ...]) -> Optional[int]:
 
 
 _PROBLEM_KEYWORDS = ("z", "alpha1", "alpha2", "activation", "negative_slope", "clamp", "layout", "dtype",
-                     "transposed", "output_padding", "pixel_shuffle")
+                     "transposed", "output_padding", "pixel_shuffle", "padding_mode")
 
 
 def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywords=None):
@@ -705,7 +722,8 @@ def _call_spec(x_shape, w_shape, stride, padding, dilation, groups, bias, keywor
     op = _pair(0 if op is None else op, "output_padding") if transposed else None
     # A pixel-shuffled problem is its own (pixel_shuffle=r, 1 or None: none).
     ps = _shuffle(e.pop("pixel_shuffle", None))
-    spec = _spec(_batch_of_one(x_shape), w_shape, stride, padding, dilation, groups, None)
+    mode = e.pop("padding_mode", "zeros")
+    spec = _spec(_batch_of_one(x_shape), w_shape, stride, padding, dilation, groups, None, padding_mode=mode)
     epi = None
     if e:
         epi = _epilogue.normalise(_epilogue.residual_flag(e.pop("z", None)), **e)

@@ -59,11 +59,11 @@ _Padding = Union[str, Tuple[int, int]]
 _Shape4 = Sequence[int]
 #: (alpha1, alpha2, residual, activation, negative_slope, clamp_min, clamp_max).
 _Epilogue = Tuple[float, float, bool, Optional[str], float, float, float]
-#: (x_shape, w_shape, stride, padding, dilation, groups, bias_len, epilogue, layout, dtype,
-#: output_padding, pixel_shuffle), already normalised; x_shape in the layout's order; dtype
+#: (x_shape, w_shape, stride, (padding, padding_mode), dilation, groups, bias_len, epilogue,
+#: layout, dtype, output_padding, pixel_shuffle), already normalised; x_shape in the layout's order; dtype
 #: "float32" or "float16"; an output_padding pair makes it a transposed convolution, None a
 #: plain one; pixel_shuffle r >= 1 (1: none).
-_Spec = Tuple[_Shape4, _Shape4, _Pair, _Padding, _Pair, int, Optional[int], Optional[_Epilogue], str, str, Optional[_Pair], int]
+_Spec = Tuple[_Shape4, _Shape4, _Pair, Tuple[_Padding, str], _Pair, int, Optional[int], Optional[_Epilogue], str, str, Optional[_Pair], int]
 #: float32 data, or float16 data viewed as uint16 (its bits).
 _Data = Union[npt.NDArray[np.float32], npt.NDArray[np.uint16]]
 #: ``progress(done, total, candidate_name, shape_label)``; raising cancels tuning.
@@ -93,6 +93,7 @@ def conv2d(
     layout: Optional[str] = None,
     output_padding: Optional[_Pair] = None,
     pixel_shuffle: int = 1,
+    padding_mode: Optional[str] = None,
 ) -> Union[npt.NDArray[np.float32], npt.NDArray[np.float16]]: ...
 def devices() -> List[Dict[str, Any]]: ...
 def adapter_info() -> Dict[str, Any]: ...
@@ -175,6 +176,7 @@ def conv2d_tensor(
     output_padding: Optional[_Pair] = None,
     pixel_shuffle: int = 1,
     w_tensor: Optional[Tensor] = None,
+    padding_mode: Optional[str] = None,
 ) -> Tensor: ...
 def memory_stats(reset_peak: bool = False) -> Dict[str, int]: ...
 def synchronize() -> None: ...

@@ -32,8 +32,11 @@ def conv2d_reference(
     dilation: Any = 1,
     groups: int = 1,
     bias: Optional[Any] = None,
+    padding_mode: str = "zeros",
 ) -> np.ndarray:
-    """conv2d in float64 with zero padding, cross-correlation, NCHW; returns float64."""
+    """conv2d in float64, cross-correlation, NCHW; returns float64. ``padding_mode`` as
+    ``torch.nn.Conv2d``'s: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``
+    (numpy's ``np.pad`` modes ``constant``, ``reflect``, ``edge`` and ``wrap``)."""
     x = np.asarray(x, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
     sh, sw = _pair(stride)
@@ -42,7 +45,8 @@ def conv2d_reference(
     k, cg, r, s = w.shape
     eff = (dh * (r - 1) + 1, dw * (s - 1) + 1)
     top, bottom, left, right = _pads(padding, eff)
-    xp = np.ascontiguousarray(np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right))))
+    np_mode: Any = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[padding_mode]
+    xp = np.ascontiguousarray(np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), mode=np_mode))
     hp, wp = xp.shape[2], xp.shape[3]
     oh = (hp - eff[0]) // sh + 1
     ow = (wp - eff[1]) // sw + 1

@@ -5,7 +5,7 @@ use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
 use super::{phases, Family, KernelVariant};
 use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::Result;
-use crate::params::{ConvShape, Layout};
+use crate::params::{ConvShape, Layout, PaddingMode};
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,6 +94,9 @@ impl KernelVariant for Direct {
         0
     }
 
+    fn padding_modes(&self) -> bool {
+        true
+    }
     fn workgroup_dims(&self) -> (u32, u32) {
         (self.wg_x, self.wg_y)
     }
@@ -180,6 +183,43 @@ fn channels(d: &Direct, shape: &ConvShape) -> &'static str {
     }
 }
 
+/// Where the gather reads a padded row or column: zero padding masks it (the read gives
+/// zero), the other modes map it into x (`pad_row`/`pad_col`) and read it there.
+struct PadIndex(PaddingMode);
+
+impl PadIndex {
+    fn row(&self, i: &str) -> String {
+        if self.0.is_zeros() { i.to_string() } else { format!("pad_row({i})") }
+    }
+    fn col(&self, i: &str) -> String {
+        if self.0.is_zeros() { i.to_string() } else { format!("pad_col({i})") }
+    }
+    /// Whether row `i` (as `row` gives it) is read.
+    fn row_ok(&self, i: &str) -> String {
+        if self.0.is_zeros() { format!("{i} >= 0 && {i} < H") } else { "true".into() }
+    }
+    fn col_ok(&self, i: &str) -> String {
+        if self.0.is_zeros() { format!("{i} >= 0 && {i} < W") } else { "true".into() }
+    }
+    /// `pad_row` and `pad_col` (none for zeros): reflection needs padding below the size,
+    /// wrapping at most the size (`ConvShape::with_padding_mode`).
+    fn wgsl(&self) -> String {
+        let body = |n: &str| match self.0 {
+            PaddingMode::Zeros => None,
+            PaddingMode::Reflect => Some(format!("let a = abs(i);\n    return select(a, 2 * ({n} - 1) - a, a >= {n});")),
+            PaddingMode::Replicate => Some(format!("return clamp(i, 0, {n} - 1);")),
+            PaddingMode::Circular => Some(format!("return select(select(i, i - {n}, i >= {n}), i + {n}, i < 0);")),
+        };
+        match (body("H"), body("W")) {
+            (Some(h), Some(w)) => format!(
+                "// Padding mode '{}': the x row and column a padded one reads.\nfn pad_row(i: i32) -> i32 {{\n    {h}\n}}\nfn pad_col(i: i32) -> i32 {{\n    {w}\n}}\n",
+                self.0.name()
+            ),
+            _ => String::new(),
+        }
+    }
+}
+
 fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     let (tk, tw) = (d.tk, d.tw);
     let owt = (shape.ow() as u64).div_ceil(tw as u64);
@@ -187,6 +227,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     let sp_blocks = (shape.oh() as u64 * owt).div_ceil(d.wg_x as u64);
     let k_blocks = (shape.groups as u64 * kt).div_ceil(d.wg_y as u64);
 
+    let pad = PadIndex(shape.padding_mode);
     let mut setup = String::new();
     writeln!(setup, "    let xg = i32(n) * XSN + g * CG * XSC;").unwrap();
     for i in 0..tk {
@@ -201,13 +242,13 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
     // channel and are computed once, outside the channel loop.
     if d.unroll >= 1 {
         for r in 0..shape.r {
-            writeln!(setup, "    let ih{r} = ih_top + {r} * DH;").unwrap();
-            writeln!(setup, "    let rok{r} = ih{r} >= 0 && ih{r} < H;").unwrap();
+            writeln!(setup, "    let ih{r} = {};", pad.row(&format!("ih_top + {r} * DH"))).unwrap();
+            writeln!(setup, "    let rok{r} = {};", pad.row_ok(&format!("ih{r}"))).unwrap();
         }
         for j in 0..tw {
             for s in 0..shape.s {
-                writeln!(setup, "    let iw{j}_{s} = (ow0 + {j}) * SW - PW + {s} * DW;").unwrap();
-                writeln!(setup, "    let cok{j}_{s} = iw{j}_{s} >= 0 && iw{j}_{s} < W;").unwrap();
+                writeln!(setup, "    let iw{j}_{s} = {};", pad.col(&format!("(ow0 + {j}) * SW - PW + {s} * DW"))).unwrap();
+                writeln!(setup, "    let cok{j}_{s} = {};", pad.col_ok(&format!("iw{j}_{s}"))).unwrap();
                 for r in 0..shape.r {
                     writeln!(setup, "    let m{r}_{j}_{s} = rok{r} && cok{j}_{s};").unwrap();
                     writeln!(
@@ -259,15 +300,15 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
             "    for (var c: i32 = 0; c < CG; c = c + 1) {\n\
              \x20       let xc = xg + c * XSC;\n\
              \x20       let wc = c * R * S;\n\
-             \x20       for (var r: i32 = 0; r < R; r = r + 1) {\n\
-             \x20           let ih = ih_top + r * DH;\n\
-             \x20           let rok = ih >= 0 && ih < H;\n\
-             \x20           for (var s: i32 = 0; s < S; s = s + 1) {\n",
+             \x20       for (var r: i32 = 0; r < R; r = r + 1) {\n",
         );
+        writeln!(main, "            let ih = {};", pad.row("ih_top + r * DH")).unwrap();
+        writeln!(main, "            let rok = {};", pad.row_ok("ih")).unwrap();
+        main.push_str("            for (var s: i32 = 0; s < S; s = s + 1) {\n");
         for j in 0..tw {
             let ind = "                ";
-            writeln!(main, "{ind}let iw{j} = (ow0 + {j}) * SW - PW + s * DW;").unwrap();
-            writeln!(main, "{ind}let ok{j} = rok && iw{j} >= 0 && iw{j} < W;").unwrap();
+            writeln!(main, "{ind}let iw{j} = {};", pad.col(&format!("(ow0 + {j}) * SW - PW + s * DW"))).unwrap();
+            writeln!(main, "{ind}let ok{j} = rok && {};", pad.col_ok(&format!("iw{j}"))).unwrap();
             writeln!(main, "{ind}let xv{j} = select(pad0, f32(x[select(0, xc + ih * XSH + iw{j} * XSW, ok{j})]), ok{j});")
                 .unwrap();
         }
@@ -332,6 +373,7 @@ fn generate(d: &Direct, shape: &ConvShape) -> Result<Kernel> {
         ("MAIN_LOOP", main),
         ("STORE", store),
         ("CHANNELS", channels(d, shape).to_string()),
+        ("PAD_INDEX", pad.wgsl()),
         ("RESUM", phases::resum_wgsl(shape, &phases::element("x", false), &phases::element("w", false))),
     ]);
     Ok(Kernel::plain(render(Direct::TEMPLATE, &vars)?, sp_blocks * k_blocks * shape.n as u64))

@@ -80,6 +80,11 @@ pub trait KernelVariant {
     fn needs_tensor_cores(&self) -> bool {
         false
     }
+    /// Whether the variant fills padding as any `PaddingMode` says (else zeros only): the
+    /// others are not candidates for the other modes.
+    fn padding_modes(&self) -> bool {
+        false
+    }
     /// Whether the variant computes transposed convolutions (and only those): a family
     /// serves one kind, and `Variant` keeps every other kind away from it.
     fn transposed(&self) -> bool {
@@ -242,6 +247,9 @@ impl Variant {
     /// lowered form for the plain families, a pixel shuffle's scatter form where it has one
     /// (`kernels::phases`), the shape itself for the variant's own kind, else none.
     fn target(&self, shape: &ConvShape) -> Option<ConvShape> {
+        if !shape.padding_mode.is_zeros() && !self.ops().padding_modes() {
+            return None;
+        }
         match (self.ops().transposed(), shape.is_transposed()) {
             (false, false) => Some(shape.shuffle_lowered().unwrap_or(*shape)),
             (true, true) => Some(*shape),
@@ -272,7 +280,9 @@ impl Variant {
             return Err(Error::invalid(format!("variant {self} is not in the generator's space")));
         }
         let Some(target) = self.target(shape) else {
-            let why = if shape.is_transposed() {
+            let why = if !shape.padding_mode.is_zeros() {
+                "padding modes other than 'zeros' run on the direct family only"
+            } else if shape.is_transposed() {
                 "a transposed convolution with dilation, or padding past its kernel's reach, runs on tconv only"
             } else {
                 "a plain convolution runs on every family but tconv"
@@ -322,8 +332,9 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     let red = shape.cg() * shape.r * shape.s;
     // GEMM tiles pay off once both the pixel and the channel side fill a tile and the
     // reduction is deep enough to amortise staging through workgroup memory. 8-deep steps:
-    // on the H100 they ran 1.2-1.5x faster than 16-deep ones with this tile.
-    if shape.kg() >= 32 && m >= 4096 && red >= 32 {
+    // on the H100 they ran 1.2-1.5x faster than 16-deep ones with this tile. (Padding modes
+    // other than zeros run on the direct family only.)
+    if shape.kg() >= 32 && m >= 4096 && red >= 32 && shape.padding_mode.is_zeros() {
         let g = Variant::Gemm(gemm::Gemm { bm: 64, bn: 64, bk: 8, tm: 4, tn: 4, splits: 1 });
         if g.fits(caps) {
             return g;

@@ -1,0 +1,98 @@
+"""padding_mode ("zeros", "reflect", "replicate", "circular"), as torch.nn.Conv2d takes it,
+against a float64 reference that pads with np.pad's matching mode: random shapes, strides,
+dilations, groups, asymmetric and "same" padding, both layouts, float16 and the epilogue, on
+every family that takes the modes; bad combinations refused as PyTorch refuses them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune.reference import apply_epilogue, conv2d_reference
+from reference import check_close, nhwc, swept
+from tuning_support import tuning_env  # noqa: F401  (a fixture)
+
+F16 = convtune.adapter_info()["features"]["shader_f16"]
+MODES = ("reflect", "replicate", "circular")
+# The families that take the modes other than zeros.
+TAKERS = swept([v for v in convtune.variant_space() if v.startswith("direct_")], 6)
+
+
+def draw(index):
+    rng = np.random.default_rng(20_261_129 + index)
+    while True:
+        r, s = (int(v) for v in rng.integers(1, 6, 2))
+        st = tuple(int(v) for v in rng.integers(1, 3, 2))
+        d = tuple(int(v) for v in rng.choice([1, 1, 2], 2))
+        h, w = (int(v) for v in rng.integers(3, 12, 2))
+        p = tuple(int(rng.integers(0, min(4, n))) for n in (h, w))  # below the size: reflect's rule
+        if (h + 2 * p[0] - d[0] * (r - 1) - 1) >= 0 and (w + 2 * p[1] - d[1] * (s - 1) - 1) >= 0:
+            break
+    g = int(rng.choice([1, 1, 2, 3]))
+    return dict(
+        rng=rng, n=int(rng.integers(1, 3)), c=g * int(rng.integers(1, 4)), k=g * int(rng.integers(1, 5)),
+        g=g, r=r, s=s, h=h, w=w, kw=dict(stride=st, padding=p, dilation=d, groups=g),
+        mode=MODES[index % 3], layout="NHWC" if index % 2 else "NCHW", half=F16 and index % 5 == 4,
+        epilogue=index % 4 == 1, variant=TAKERS[index % len(TAKERS)] if index % 3 else None,
+    )
+
+
+@pytest.mark.parametrize("index", range(24))
+def test_padding_modes_match_the_reference(index):
+    c = draw(index)
+    rng = c["rng"]
+    dt = np.float16 if c["half"] else np.float32
+    x = rng.standard_normal((c["n"], c["c"], c["h"], c["w"])).astype(dt)
+    w = rng.standard_normal((c["k"], c["c"] // c["g"], c["r"], c["s"])).astype(dt)
+    want = conv2d_reference(x, w, padding_mode=c["mode"], **c["kw"])
+    extra = {}
+    if c["epilogue"]:
+        b = rng.standard_normal(c["k"]).astype(np.float32)
+        z = rng.standard_normal(want.shape).astype(dt)
+        want = apply_epilogue(want, b, z=z, alpha2=0.5, activation="silu")
+        extra = dict(bias=b, z=nhwc(z) if c["layout"] == "NHWC" else z, alpha2=0.5, activation="silu")
+    xin = nhwc(x) if c["layout"] == "NHWC" else x
+    got = convtune.conv2d(xin, w, padding_mode=c["mode"], layout=c["layout"], variant=c["variant"], **c["kw"], **extra)
+    got = np.asarray(got).transpose(0, 3, 1, 2) if c["layout"] == "NHWC" else got
+    assert got.shape == want.shape and got.dtype == dt, (got.shape, got.dtype, c)
+    err = np.abs(np.asarray(got, np.float64) - want).max() / np.abs(want).max()
+    assert err <= (4 * 2.0**-11 if c["half"] else 1e-5), (err, c)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_same_padding_unbatched_and_the_tuner(mode, tuning_env):  # noqa: F811
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 9, 7)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 4, 3)).astype(np.float32)
+    got = convtune.conv2d(x, w, padding="same", padding_mode=mode)
+    check_close(got, conv2d_reference(x[None], w, padding="same", padding_mode=mode)[0])
+    report = convtune.tune((3, 9, 7), w.shape, padding="same", padding_mode=mode, budget=0.2, force=True)
+    assert report.winner.startswith("direct_"), report.winner
+    assert mode in report.shape
+    assert convtune.default_variant((3, 9, 7), w.shape, padding=1, padding_mode=mode).startswith("direct_")
+
+
+def test_bad_combinations_are_refused_as_pytorch_refuses_them():
+    x = np.ones((1, 2, 3, 5), np.float32)
+    w = np.ones((2, 2, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="padding size should be less than the corresponding input dimension"):
+        convtune.conv2d(x, w, padding=3, padding_mode="reflect")
+    with pytest.raises(ValueError, match="wrapping around more than once"):
+        convtune.conv2d(x, w, padding=4, padding_mode="circular")
+    convtune.conv2d(x, w, padding=(3, 5), padding_mode="circular")  # at most the size: fine
+    convtune.conv2d(x, w, padding=7, padding_mode="replicate")
+    with pytest.raises(ValueError, match="padding_mode must be"):
+        convtune.conv2d(x, w, padding=1, padding_mode="mirror")
+    with pytest.raises(TypeError, match="padding_mode must be a str"):
+        convtune.conv2d(x, w, padding=1, padding_mode=None)
+    with pytest.raises(ValueError, match="run on the direct family only"):
+        convtune.conv2d(x, w, padding=1, padding_mode="reflect", variant="gemm_b32x32x8_t4x4")
+
+
+def test_zeros_is_the_default_and_its_own_problem():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    np.testing.assert_array_equal(convtune.conv2d(x, w, padding=1), convtune.conv2d(x, w, padding=1, padding_mode="zeros"))
+    assert not np.allclose(convtune.conv2d(x, w, padding=1), convtune.conv2d(x, w, padding=1, padding_mode="replicate"))
