@@ -119,7 +119,7 @@ def test_compiling_the_next_batch_while_timing_gives_a_sound_report(tuning_env, 
     monkeypatch.setenv("CONVTUNE_TUNE_BUDGET", "0.5")
     _convtune._inject_faulty_candidate(True)
     calls = []
-    d = _convtune.tune(((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, None, None, "NCHW", "float32", None, 1),
+    d = _convtune.tune(((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), ((1, 1), "zeros"), (1, 1), 1, None, None, "NCHW", "float32", None, 1),
                        progress=lambda *a: calls.append(a))
     cands = d["candidates"]
     assert not d["winner"].startswith("faulty")
@@ -228,7 +228,7 @@ def test_print_tuning_prints_one_line_per_tuned_shape(tuning_env, monkeypatch, c
 
 def test_progress_callback_sees_every_candidate(tuning_env):
     calls = []
-    d = _convtune.tune(((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, None, None, "NCHW", "float32", None, 1),
+    d = _convtune.tune(((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), ((1, 1), "zeros"), (1, 1), 1, None, None, "NCHW", "float32", None, 1),
                        progress=lambda *a: calls.append(a))
     total = len(d["candidates"])
     measured = [c for c in d["candidates"] if c["status"] != "skipped (budget)"]
@@ -253,7 +253,7 @@ def test_an_exception_in_the_progress_callback_cancels_tuning(tuning_env):
             raise Stop("enough")
 
     with pytest.raises(Stop):
-        _convtune.tune(((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, None, None, "NCHW", "float32", None, 1), progress=cb)
+        _convtune.tune(((1, 4, 10, 10), (8, 4, 3, 3), (1, 1), ((1, 1), "zeros"), (1, 1), 1, None, None, "NCHW", "float32", None, 1), progress=cb)
     assert not cache_file().exists()
 
 

@@ -34,9 +34,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 Pair = Tuple[int, int]
 
 SPEC_SYNTAX = ("NxCxHxW kK RxS [sS|sSH,SW] [pP|pPH,PW|psame|pvalid] [dD|dDH,DW] [T [opP|opPH,PW]] "
-               "[gG] [psR] [+b] [nhwc] [f16]")
+               "[gG] [psR] [+b] [nhwc] [f16] [reflect|replicate|circular]")
 JSON_KEYS = ("x", "w", "stride", "padding", "dilation", "groups", "bias", "layout", "dtype",
-             "transposed", "output_padding", "pixel_shuffle")
+             "transposed", "output_padding", "pixel_shuffle", "padding_mode")
 
 
 class ShapeError(ValueError):
@@ -62,6 +62,8 @@ class Shape:
     # Depth-to-space by this factor fused into the store (``conv2d(..., pixel_shuffle=r)``); 1:
     # none. w, out_channels() and flops() stay the conv's (K before the shuffle).
     pixel_shuffle: int = 1
+    # What the padding holds (``conv2d(..., padding_mode=...)``).
+    padding_mode: str = "zeros"
 
     @property
     def transposed(self) -> bool:
@@ -87,6 +89,8 @@ class Shape:
             out.update(transposed=True, output_padding=self.output_padding)
         if self.pixel_shuffle != 1:
             out["pixel_shuffle"] = self.pixel_shuffle
+        if self.padding_mode != "zeros":
+            out["padding_mode"] = self.padding_mode
         return out
 
     def out_hw(self) -> Pair:
@@ -164,6 +168,7 @@ _SPEC_TOKENS = {
     "transposed": re.compile(r"T"),
     "output_padding": re.compile(r"op(\d+)(?:,(\d+))?"),
     "pixel_shuffle": re.compile(r"ps(\d+)"),
+    "padding_mode": re.compile(r"(reflect|replicate|circular)"),
 }
 
 
@@ -242,7 +247,14 @@ def parse_spec(text: str) -> Shape:
         layout="NHWC" if "layout" in found else "NCHW",
         dtype="float16" if "dtype" in found else "float32",
         pixel_shuffle=shuffle,
+        padding_mode=found["padding_mode"].group(1) if "padding_mode" in found else "zeros",
     )
+
+
+def _padding_mode(v: Any) -> str:
+    if v not in ("zeros", "reflect", "replicate", "circular"):
+        raise ShapeError(f"padding_mode must be \"zeros\", \"reflect\", \"replicate\" or \"circular\", got {json.dumps(v)}")
+    return v
 
 
 def _int(v: Any, what: str) -> int:
@@ -317,6 +329,7 @@ def from_json(item: Any) -> Shape:
         dtype=dtype,
         output_padding=output_padding,
         pixel_shuffle=shuffle,
+        padding_mode=_padding_mode(item.get("padding_mode", "zeros")),
     )
 
 
