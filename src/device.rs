@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::params::ConvShape;
 use crate::kernels::{Caps, Variant};
 use crate::resident::key_of;
-use std::collections::HashMap;
+use crate::kernel_cache::{KernelCache, KernelCacheStats};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -135,8 +135,9 @@ pub struct Engine {
     /// The u32s 0, 1, ..., `MAX_CHUNKS` - 1: a chunked kernel's runs copy their index from
     /// here (`runner::encode`).
     pub chunk_indices: wgpu::Buffer,
-    /// Compiled kernels by variant, shape and the workspace bound they were generated for.
-    pipelines: Mutex<HashMap<(Variant, ConvShape, u64), Arc<Compiled>>>,
+    /// Compiled kernels by variant, shape and the workspace bound they were generated for,
+    /// the least recently used dropped past a bound (`kernel_cache`).
+    pipelines: KernelCache<(Variant, ConvShape, u64), Compiled>,
     lost: Arc<AtomicBool>,
     pub pool: Arc<crate::pool::Pool>,
     /// The output-check kernels, compiled on first use.
@@ -599,7 +600,7 @@ impl Engine {
             no_input,
             no_scratch,
             chunk_indices,
-            pipelines: Mutex::new(HashMap::new()),
+            pipelines: KernelCache::from_env(),
             lost,
             pool,
             checker: Mutex::new(None),
@@ -663,16 +664,18 @@ impl Engine {
     pub fn pipeline(&self, variant: &Variant, shape: &ConvShape) -> Result<Arc<Compiled>> {
         let max_workspace = self.max_workspace();
         let key = (*variant, *shape, max_workspace);
-        if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return Ok(p.clone());
+        if let Some(p) = self.pipelines.get(&key) {
+            return Ok(p);
         }
-        // Compiling outside the map's lock lets other threads use cached pipelines meanwhile.
+        // Compiling outside the cache's lock lets other threads use cached pipelines meanwhile.
         let pipeline = Arc::new(self.compile_within(variant, shape, max_workspace)?);
-        self.pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, pipeline.clone());
+        self.pipelines.insert(key, pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// How many compiled kernels the engine keeps, its bound, and how many it dropped.
+    pub fn kernel_cache_stats(&self) -> KernelCacheStats {
+        self.pipelines.stats()
     }
 
     /// Compiles (variant, shape) without caching the result: the tuner compiles dozens of

@@ -113,6 +113,12 @@ impl Engine {
         self.inner.pool.stats()
     }
 
+    /// The compiled kernels the engine keeps (at most `CONVTUNE_KERNEL_CACHE`, default 256,
+    /// least recently used dropped first) and how many it dropped.
+    pub fn kernel_cache_stats(&self) -> crate::KernelCacheStats {
+        self.inner.kernel_cache_stats()
+    }
+
     /// Starts a new peak measurement of [`PoolStats::peak_device`].
     pub fn reset_peak_memory(&self) {
         self.inner.pool.reset_peak();

@@ -105,6 +105,7 @@ mod families;
 mod host;
 // Some helpers of the kernel families serve their tests and tools only.
 #[allow(dead_code)]
+mod kernel_cache;
 mod kernels;
 mod memory;
 mod params;
@@ -134,6 +135,7 @@ pub use encode::{Conv2dBuffers, Workspace};
 pub use engine::{adapters, Engine};
 pub use epilogue::Activation;
 pub use error::{Error, Result};
+pub use kernel_cache::KernelCacheStats;
 pub use params::{Layout, Padding, PaddingMode};
 pub use plan::{families, tune_mode, variant_knobs, variant_names, Candidate, Plan, Progress, ProgressFn, Report, TuneOptions};
 pub use pool::PoolStats;

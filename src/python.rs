@@ -1053,6 +1053,10 @@ fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>>
         d.set_item("idle_bytes", s.idle)?;
         d.set_item("allocations", s.allocations)?;
         d.set_item("peak_device_bytes", s.peak_device)?;
+        let k = eng.kernel_cache_stats();
+        d.set_item("kernels_cached", k.entries)?;
+        d.set_item("kernel_cache_limit", k.limit)?;
+        d.set_item("kernel_evictions", k.evictions)?;
         Ok(d)
     })
 }

@@ -1,0 +1,122 @@
+//! The engine's compiled kernels, bounded: a kernel bakes its whole shape in, so a process
+//! that meets many input sizes compiles one per size, and each kept about 1 MB (the driver's
+//! code, the shader module, the pipeline) for good. The least recently used kernel is
+//! dropped once the cache holds `CONVTUNE_KERNEL_CACHE` of them (default 256); a call still
+//! running one keeps its own reference, and a later call on that shape compiles it again.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Kernels kept when `CONVTUNE_KERNEL_CACHE` is unset.
+pub const DEFAULT_KERNELS: usize = 256;
+
+/// Sizes and evictions of a [`KernelCache`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCacheStats {
+    /// Kernels held now.
+    pub entries: usize,
+    /// The most it holds.
+    pub limit: usize,
+    /// Kernels dropped to make room, since the engine started.
+    pub evictions: u64,
+}
+
+/// A map from key to compiled kernel that keeps the `limit` most recently used.
+pub struct KernelCache<K, V> {
+    limit: usize,
+    map: Mutex<HashMap<K, (Arc<V>, u64)>>,
+    clock: AtomicU64,
+    evictions: AtomicU64,
+}
+
+impl<K: Eq + Hash + Clone, V> KernelCache<K, V> {
+    /// A cache of `limit` kernels (at least one).
+    pub fn new(limit: usize) -> Self {
+        KernelCache { limit: limit.max(1), map: Mutex::new(HashMap::new()), clock: AtomicU64::new(0), evictions: AtomicU64::new(0) }
+    }
+
+    /// The limit `CONVTUNE_KERNEL_CACHE` sets (a positive integer), else the default.
+    pub fn from_env() -> Self {
+        let limit = std::env::var("CONVTUNE_KERNEL_CACHE").ok().and_then(|v| v.trim().parse().ok()).filter(|&n: &usize| n > 0);
+        Self::new(limit.unwrap_or(DEFAULT_KERNELS))
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The kernel under `key`, marked as just used.
+    pub fn get(&self, key: &K) -> Option<Arc<V>> {
+        let now = self.tick();
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get_mut(key).map(|(v, used)| {
+            *used = now;
+            v.clone()
+        })
+    }
+
+    /// Keeps `value` under `key`, dropping the least recently used kernels beyond the limit.
+    pub fn insert(&self, key: K, value: Arc<V>) {
+        let now = self.tick();
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(key, (value, now));
+        while map.len() > self.limit {
+            let oldest = map.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone());
+            let Some(oldest) = oldest else { break };
+            map.remove(&oldest);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn stats(&self) -> KernelCacheStats {
+        let entries = self.map.lock().unwrap_or_else(|e| e.into_inner()).len();
+        KernelCacheStats { entries, limit: self.limit, evictions: self.evictions.load(Ordering::Relaxed) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_most_recently_used_within_its_limit() {
+        let c = KernelCache::new(2);
+        c.insert(1, Arc::new("a"));
+        c.insert(2, Arc::new("b"));
+        assert_eq!(c.get(&1).as_deref(), Some(&"a")); // 1 is now newer than 2
+        c.insert(3, Arc::new("c"));
+        assert!(c.get(&2).is_none() && c.get(&1).is_some() && c.get(&3).is_some());
+        assert_eq!(c.stats(), KernelCacheStats { entries: 2, limit: 2, evictions: 1 });
+        // A kernel in use outlives its eviction.
+        let held = c.get(&1).unwrap();
+        c.insert(4, Arc::new("d"));
+        c.insert(5, Arc::new("e"));
+        assert_eq!(*held, "a");
+        assert_eq!(c.stats().evictions, 3);
+    }
+
+    #[test]
+    fn many_threads_share_it() {
+        let c = Arc::new(KernelCache::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200 {
+                        let k = (t * 7 + i) % 13;
+                        if c.get(&k).is_none() {
+                            c.insert(k, Arc::new(k));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = c.stats();
+        assert!(s.entries <= 8 && s.evictions > 0, "{s:?}");
+    }
+}
