@@ -212,6 +212,12 @@ const STILL_LOADED: Duration = Duration::from_secs(1);
 /// Least and most busy time before each candidate's samples (see `DeviceTensors::settle`).
 const CANDIDATE_WARM_UP: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(300));
 
+/// The most of the budget one candidate's samples may take: runs that long (a CPU adapter's,
+/// 70-220 ms on lavapipe) are timed fewer times, down to `PRUNE_AFTER`, instead of pushing
+/// the first call far past its budget (16 s on a 1 s budget). A GPU's runs of a few ms or
+/// less keep every sample.
+const SAMPLING_SHARE: f64 = 0.125;
+
 /// Knobs of a tuning run.
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
@@ -488,6 +494,10 @@ struct Bench<'a> {
     reference_gpu: PooledBuffer,
     /// The precision mode's error bound.
     tolerance: f64,
+    /// The run's budget (each candidate's samples get `SAMPLING_SHARE` of it at most).
+    budget: Duration,
+    /// A CPU adapter: no clocks to bring up before timing.
+    cpu: bool,
     /// Time spent validating and timing candidates so far.
     validating: Duration,
     timing: Duration,
@@ -505,8 +515,12 @@ impl Bench<'_> {
         Ok(self.tensors.time(self.engine, kernel, reps)?.into_iter().map(|s| s * 1e3).collect())
     }
 
-    /// Brings the GPU back to load clocks after the compile that preceded this candidate.
+    /// Brings the GPU back to load clocks after the compile that preceded this candidate (a
+    /// CPU adapter has none: its validation run was the warm-up).
     fn warm(&self, kernel: &Compiled) -> Result<()> {
+        if self.cpu {
+            return Ok(());
+        }
         self.tensors.settle(self.engine, kernel, CANDIDATE_WARM_UP.0, CANDIDATE_WARM_UP.1)
     }
 
@@ -577,8 +591,12 @@ impl Bench<'_> {
                 return Ok((Status::Pruned, samples));
             }
         }
-        if opts.samples > first {
-            samples.extend(self.time_ms(kernel, opts.samples - first)?);
+        // The rest of the samples, as many as `SAMPLING_SHARE` of the budget allows.
+        let run_ms = median(&samples).unwrap_or(0.0).max(1e-6);
+        let share_ms = self.budget.as_secs_f64() * 1e3 * SAMPLING_SHARE;
+        let more = opts.samples.saturating_sub(first).min(((share_ms / run_ms) as u32).saturating_sub(first));
+        if more > 0 {
+            samples.extend(self.time_ms(kernel, more)?);
         }
         Ok((Status::Ok, samples))
     }
@@ -620,13 +638,20 @@ fn keep_finalist(finalists: &mut Vec<Finalist>, f: Finalist) {
 
 /// Times the finalists again in turns (so that clock changes and noise fall on all of
 /// them alike) within `RUNOFF_SHARE` of the budget; their median GPU ms, by index.
+/// Where even one run of each finalist would take more than that share (a CPU adapter's long
+/// runs), there is no runoff: the first times decide.
 fn runoff(bench: &mut Bench, finalists: &[Finalist], budget: Duration) -> Result<Vec<(usize, f64)>> {
-    let slowest = finalists.iter().map(|f| f.ms).fold(0.0, f64::max);
-    let runs = (finalists.len() as u32 * RUNOFF_TURNS) as f64 * slowest.max(1e-3);
-    let reps = ((budget.as_secs_f64() * 1e3 * RUNOFF_SHARE / runs) as u32).clamp(2, RUNOFF_REPS);
+    let slowest = finalists.iter().map(|f| f.ms).fold(0.0, f64::max).max(1e-3);
+    // Runs of the slowest finalist the share allows, per finalist.
+    let allowed = (budget.as_secs_f64() * 1e3 * RUNOFF_SHARE / slowest) as u32 / finalists.len().max(1) as u32;
+    if allowed == 0 {
+        return Ok(Vec::new());
+    }
+    let turns = allowed.min(RUNOFF_TURNS);
+    let reps = (allowed / turns).clamp(1, RUNOFF_REPS);
     let t0 = Instant::now();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); finalists.len()];
-    for _ in 0..RUNOFF_TURNS {
+    for _ in 0..turns {
         for (f, s) in finalists.iter().zip(&mut samples) {
             s.extend(bench.time_ms(&f.kernel, reps)?);
         }
@@ -761,6 +786,8 @@ pub fn tune(
             reference,
             reference_gpu,
             tolerance: precision.validation_bound(shape.dtype),
+            budget: opts.budget,
+            cpu: !on_gpu,
             validating: Duration::ZERO,
             timing: Duration::ZERO,
         };
