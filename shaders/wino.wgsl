@@ -81,6 +81,7 @@ fn nonfinite(v: f32) -> bool {
 // neighbouring outputs, so where an output comes out Inf or NaN, the invocation's outputs
 // are recomputed this way: the result is then the direct method's, +-Inf and NaN alike.
 {{DIRECT_SUM}}
+{{PAD_INDEX}}
 
 // A workgroup's first tile, first output channel and group.
 fn block_origin(block: u32) -> vec3<i32> {

@@ -70,6 +70,7 @@ const O_JOBS: i32 = {{O_JOBS}};        // GROUPS * KG * CT
 // One output as the direct method sums it, padding products included (zero times an
 // infinite weight is NaN there too; `pad0` is a zero the compiler cannot see).
 {{DIRECT_SUM}}
+{{PAD_INDEX}}
 
 @compute @workgroup_size(256, 1, 1)
 fn finish(

@@ -15,8 +15,9 @@ from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 F16 = convtune.adapter_info()["features"]["shader_f16"]
 MODES = ("reflect", "replicate", "circular")
-# The families that take the modes other than zeros.
+# The families that take the modes other than zeros (wino: 3x3 at stride 1 only).
 TAKERS = swept([v for v in convtune.variant_space() if v.startswith("direct_")], 6)
+WINO = swept([v for v in convtune.variant_space() if v.startswith(("wino_", "wgemm_"))], 6)
 
 
 def draw(index):
@@ -86,7 +87,7 @@ def test_bad_combinations_are_refused_as_pytorch_refuses_them():
         convtune.conv2d(x, w, padding=1, padding_mode="mirror")
     with pytest.raises(TypeError, match="padding_mode must be a str"):
         convtune.conv2d(x, w, padding=1, padding_mode=None)
-    with pytest.raises(ValueError, match="run on the direct family only"):
+    with pytest.raises(ValueError, match="run on the direct, wino and wgemm families only"):
         convtune.conv2d(x, w, padding=1, padding_mode="reflect", variant="gemm_b32x32x8_t4x4")
 
 
@@ -96,3 +97,31 @@ def test_zeros_is_the_default_and_its_own_problem():
     w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
     np.testing.assert_array_equal(convtune.conv2d(x, w, padding=1), convtune.conv2d(x, w, padding=1, padding_mode="zeros"))
     assert not np.allclose(convtune.conv2d(x, w, padding=1), convtune.conv2d(x, w, padding=1, padding_mode="replicate"))
+
+
+@pytest.mark.parametrize("variant", WINO)
+def test_winograd_tiles_read_the_padding_modes(variant):
+    i = WINO.index(variant)
+    rng = np.random.default_rng(100 + i)
+    layout = "NHWC" if i % 2 else "NCHW"
+    half = F16 and i % 3 == 2
+    dt = np.float16 if half else np.float32
+    for j, mode in enumerate(MODES):
+        # Odd sizes: the last tiles reach past the output (their reads stay inside x).
+        x = rng.standard_normal((2, 5, 7 + j, 9 - j)).astype(dt)
+        w = rng.standard_normal((6, 5, 3, 3)).astype(dt)
+        want = conv2d_reference(x, w, padding=1, padding_mode=mode)
+        got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, padding=1, padding_mode=mode, layout=layout,
+                              variant=variant)
+        got = np.asarray(got, np.float64).transpose(0, 3, 1, 2) if layout == "NHWC" else np.asarray(got, np.float64)
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err <= (8 * 2.0**-11 if half else 1e-5), (variant, mode, err)
+    # A non-finite x takes the direct re-sum, which reads the padding the same way.
+    x = rng.standard_normal((1, 5, 6, 6)).astype(np.float32)
+    x[0, 1, 0, 0] = np.inf
+    x[0, 2, 5, 3] = np.nan
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    want = conv2d_reference(x, w, padding=1, padding_mode="reflect")
+    got = convtune.conv2d(x, w, padding=1, padding_mode="reflect", variant=variant)
+    for kind in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(kind(got), kind(want), err_msg=f"{variant} {kind.__name__}")

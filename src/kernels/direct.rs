@@ -2,10 +2,11 @@
 //! straight from x and w, no workgroup memory. For tiny C, depthwise and small outputs.
 
 use super::cost::{ceil_to, parallel_efficiency, GLOBAL_LOAD};
+use super::padding::PadIndex;
 use super::{phases, Family, KernelVariant};
 use crate::codegen::{render, shape_vars, store_stmt, Kernel};
 use crate::error::Result;
-use crate::params::{ConvShape, Layout, PaddingMode};
+use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -180,43 +181,6 @@ fn channels(d: &Direct, shape: &ConvShape) -> &'static str {
          \x20   let kk0 = i32(blk * WG_Y * TK + (t - blk * WG_Y));"
     } else {
         "    const KSTEP: i32 = 1;\n    let kk0 = i32(kt_all % KT * TK);"
-    }
-}
-
-/// Where the gather reads a padded row or column: zero padding masks it (the read gives
-/// zero), the other modes map it into x (`pad_row`/`pad_col`) and read it there.
-struct PadIndex(PaddingMode);
-
-impl PadIndex {
-    fn row(&self, i: &str) -> String {
-        if self.0.is_zeros() { i.to_string() } else { format!("pad_row({i})") }
-    }
-    fn col(&self, i: &str) -> String {
-        if self.0.is_zeros() { i.to_string() } else { format!("pad_col({i})") }
-    }
-    /// Whether row `i` (as `row` gives it) is read.
-    fn row_ok(&self, i: &str) -> String {
-        if self.0.is_zeros() { format!("{i} >= 0 && {i} < H") } else { "true".into() }
-    }
-    fn col_ok(&self, i: &str) -> String {
-        if self.0.is_zeros() { format!("{i} >= 0 && {i} < W") } else { "true".into() }
-    }
-    /// `pad_row` and `pad_col` (none for zeros): reflection needs padding below the size,
-    /// wrapping at most the size (`ConvShape::with_padding_mode`).
-    fn wgsl(&self) -> String {
-        let body = |n: &str| match self.0 {
-            PaddingMode::Zeros => None,
-            PaddingMode::Reflect => Some(format!("let a = abs(i);\n    return select(a, 2 * ({n} - 1) - a, a >= {n});")),
-            PaddingMode::Replicate => Some(format!("return clamp(i, 0, {n} - 1);")),
-            PaddingMode::Circular => Some(format!("return select(select(i, i - {n}, i >= {n}), i + {n}, i < 0);")),
-        };
-        match (body("H"), body("W")) {
-            (Some(h), Some(w)) => format!(
-                "// Padding mode '{}': the x row and column a padded one reads.\nfn pad_row(i: i32) -> i32 {{\n    {h}\n}}\nfn pad_col(i: i32) -> i32 {{\n    {w}\n}}\n",
-                self.0.name()
-            ),
-            _ => String::new(),
-        }
     }
 }
 

@@ -8,6 +8,7 @@ pub mod cost;
 pub mod direct;
 pub mod gemm;
 pub mod implicit;
+pub mod padding;
 pub mod phases;
 pub mod stem;
 pub mod tconv;
@@ -281,7 +282,7 @@ impl Variant {
         }
         let Some(target) = self.target(shape) else {
             let why = if !shape.padding_mode.is_zeros() {
-                "padding modes other than 'zeros' run on the direct family only"
+                "padding modes other than 'zeros' run on the direct, wino and wgemm families only"
             } else if shape.is_transposed() {
                 "a transposed convolution with dilation, or padding past its kernel's reach, runs on tconv only"
             } else {

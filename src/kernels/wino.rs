@@ -6,6 +6,7 @@
 //! channel: 16 multiply-adds for 2x2 and 36 for 4x4, where the direct method does 36 and 144.
 
 use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
+use super::padding::{self, PadIndex};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
@@ -158,6 +159,9 @@ impl KernelVariant for Wino {
         self.threads()
     }
 
+    fn padding_modes(&self) -> bool {
+        true
+    }
     fn workgroup_bytes(&self) -> u32 {
         self.xis() * self.bc * (self.bt + self.bn) * 4
     }
@@ -291,7 +295,10 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let v_slots = (v.bt * v.bc).div_ceil(threads);
     let u_slots = xis * v.bc * v.bn / threads;
 
-    // Gather slots: consecutive invocations take consecutive tiles of one channel.
+    // Gather slots: consecutive invocations take consecutive tiles of one channel. A padding
+    // mode other than zeros reads the patch's padded rows and columns from x as it maps them.
+    let pad = PadIndex(shape.padding_mode);
+    let modes = !shape.padding_mode.is_zeros();
     let mut v_setup = String::new();
     for i in 0..v_slots {
         let s = &mut v_setup;
@@ -301,12 +308,24 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let vin{i} = v{i}ok && vc{i} < BC;").unwrap();
         writeln!(s, "    let vih{i} = v{i}oh - PH;").unwrap();
         writeln!(s, "    let viw{i} = v{i}ow - PW;").unwrap();
-        writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
-        for a in 0..p {
-            writeln!(s, "    let vrok{i}_{a} = vin{i} && vih{i} + {a} >= 0 && vih{i} + {a} < H;").unwrap();
-        }
-        for b in 0..p {
-            writeln!(s, "    let vcok{i}_{b} = viw{i} + {b} >= 0 && viw{i} + {b} < W;").unwrap();
+        if modes {
+            writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC;").unwrap();
+            for a in 0..p {
+                writeln!(s, "    let vrow{i}_{a} = {} * XSH;", pad.row(&format!("vih{i} + {a}"))).unwrap();
+                writeln!(s, "    let vrok{i}_{a} = vin{i};").unwrap();
+            }
+            for b in 0..p {
+                writeln!(s, "    let vcol{i}_{b} = {} * XSW;", pad.col(&format!("viw{i} + {b}"))).unwrap();
+                writeln!(s, "    let vcok{i}_{b} = true;").unwrap();
+            }
+        } else {
+            writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
+            for a in 0..p {
+                writeln!(s, "    let vrok{i}_{a} = vin{i} && vih{i} + {a} >= 0 && vih{i} + {a} < H;").unwrap();
+            }
+            for b in 0..p {
+                writeln!(s, "    let vcok{i}_{b} = viw{i} + {b} >= 0 && viw{i} + {b} < W;").unwrap();
+            }
         }
     }
     // U slots: consecutive invocations take consecutive channels k (contiguous in `ut`).
@@ -350,11 +369,8 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
             for b in 0..p {
                 writeln!(s, "            {{").unwrap();
                 writeln!(s, "                let ok = cok && vrok{i}_{a} && vcok{i}_{b};").unwrap();
-                writeln!(
-                    s,
-                    "                d{i}_{a}{b} = select(0.0, f32(x[select(0, xb + {a} * XSH + {b} * XSW, ok)]), ok);"
-                )
-                .unwrap();
+                let at = if modes { format!("xb + vrow{i}_{a} + vcol{i}_{b}") } else { format!("xb + {a} * XSH + {b} * XSW") };
+                writeln!(s, "                d{i}_{a}{b} = select(0.0, f32(x[select(0, {at}, ok)]), ok);").unwrap();
                 writeln!(s, "            }}").unwrap();
             }
         }
@@ -503,7 +519,8 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let words_per_block = threads.div_ceil(32) as u64;
     let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
-    vars.push(("DIRECT_SUM", super::DIRECT_SUM.trim_end().to_string()));
+    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode)));
+    vars.push(("PAD_INDEX", pad.wgsl()));
     vars.extend([
         ("TILES_W", tiles_w.to_string()),
         ("TILES_HW", tiles_hw.to_string()),

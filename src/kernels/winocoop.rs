@@ -201,7 +201,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // each plane's pair stored as one u32.
     let (sx, sw) = if scaled { (Some("sx"), Some("sw")) } else { (None, None) };
     let mut filter = filter_transform(&tr, "0", sw) + &filter_transform(&tr, "1", sw);
-    let mut input = input_transform(&tr, "0", sx) + &input_transform(&tr, "1", sx);
+    let mut input = input_transform(&tr, "0", sx, shape.padding_mode) + &input_transform(&tr, "1", sx, shape.padding_mode);
     let scales = if scaled { "    let sx = ldexp(1.0, scale_exp(run[0]));\n    let sw = ldexp(1.0, scale_exp(run[1]));" } else { "" };
     // The split pair's lo parts: each part's u32s after its hi parts'.
     let (u_lo, v_lo) = (groups * p2 * np * cp / 2, groups * p2 * cp * tp / 2);

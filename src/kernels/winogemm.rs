@@ -58,10 +58,11 @@
 use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD};
 use super::gemm::{whole_vec4_slots, write_accumulators, write_inner};
 use super::wino::lincomb;
+use super::padding::{self, PadIndex};
 use super::{Family, KernelVariant};
 use crate::codegen::{render, scatter_store_stmt, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE};
 use crate::error::{Error, Result};
-use crate::params::{ConvShape, Layout};
+use crate::params::{ConvShape, Layout, PaddingMode};
 use crate::precision::Precision;
 use std::fmt::Write as _;
 
@@ -309,6 +310,9 @@ impl Family for WinoGemm {
 impl KernelVariant for WinoGemm {
     fn family(&self) -> &'static str {
         Self::NAME
+    }
+    fn padding_modes(&self) -> bool {
+        true
     }
 
     fn name(&self) -> String {
@@ -609,7 +613,8 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     };
     let gemm = t.gemm_workgroups(shape, tp);
     let mut vars = shape_vars(shape, name);
-    vars.push(("DIRECT_SUM", super::DIRECT_SUM.trim_end().to_string()));
+    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode)));
+    vars.push(("PAD_INDEX", PadIndex(shape.padding_mode).wgsl()));
     vars.extend([
         ("MT", t.m.to_string()),
         ("P", p.to_string()),
@@ -662,21 +667,33 @@ pub(super) fn filter_transform(tr: &Transforms, lane: &str, scale: Option<&str>)
 
 /// The input transform of one patch: `v{lane}_{xi}` = (B^T d B)[xi], d the p x p patch at
 /// rows `ih{lane}`.. and columns `iw{lane}`.. of x from `xb{lane}` on (zero outside the
-/// image or where `tok{lane}` is false), times `scale` where given.
-pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>) -> String {
+/// image, or read as `mode` maps the padding, and zero where `tok{lane}` is false), times
+/// `scale` where given.
+pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>, mode: PaddingMode) -> String {
     let times = scale.map_or(String::new(), |s| format!(" * {s}"));
     let p = tr.bt.len();
+    let pad = PadIndex(mode);
     let mut s = String::new();
     for a in 0..p {
-        writeln!(s, "    let r{lane}{a} = tok{lane} && ih{lane} + {a} >= 0 && ih{lane} + {a} < H;").unwrap();
+        let row = format!("ih{lane} + {a}");
+        writeln!(s, "    let r{lane}{a} = tok{lane} && {};", pad.row_ok(&row)).unwrap();
+        if !mode.is_zeros() {
+            // xb includes the patch's first row and column; the mode's rows replace them.
+            writeln!(s, "    let rr{lane}{a} = ({} - ih{lane}) * XSH;", pad.row(&row)).unwrap();
+        }
     }
     for b in 0..p {
-        writeln!(s, "    let c{lane}{b} = iw{lane} + {b} >= 0 && iw{lane} + {b} < W;").unwrap();
+        let col = format!("iw{lane} + {b}");
+        writeln!(s, "    let c{lane}{b} = {};", pad.col_ok(&col)).unwrap();
+        if !mode.is_zeros() {
+            writeln!(s, "    let cc{lane}{b} = ({} - iw{lane}) * XSW;", pad.col(&col)).unwrap();
+        }
     }
     for a in 0..p {
         for b in 0..p {
             let ok = format!("r{lane}{a} && c{lane}{b}");
-            writeln!(s, "    let d{lane}{a}{b} = select(0.0, f32(x[select(0, xb{lane} + {a} * XSH + {b} * XSW, {ok})]){times}, {ok});").unwrap();
+            let at = if mode.is_zeros() { format!("xb{lane} + {a} * XSH + {b} * XSW") } else { format!("xb{lane} + rr{lane}{a} + cc{lane}{b}") };
+            writeln!(s, "    let d{lane}{a}{b} = select(0.0, f32(x[select(0, {at}, {ok})]){times}, {ok});").unwrap();
         }
     }
     let e = |a: usize, b: usize| format!("e{lane}{a}_{b}");
@@ -751,7 +768,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
 
     // The transforms, each plane's value stored at its own place in U's or V's workspace.
     let mut filter = filter_transform(&tr, "", None);
-    let mut input = input_transform(&tr, "", None);
+    let mut input = input_transform(&tr, "", None, shape.padding_mode);
     for xi in 0..p2 {
         writeln!(filter, "        {u_buf}[dst + {}] = u_{xi};", xi * cp * np).unwrap();
         writeln!(input, "    ws[dst + {}] = v_{xi};", xi * cp * tp).unwrap();
