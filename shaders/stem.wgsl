@@ -23,6 +23,7 @@ alias DT = {{DT}};
 
 {{EPILOGUE}}
 {{RESUM}}
+{{PAD_INDEX}}
 const H: i32 = {{H}};
 const W: i32 = {{W}};
 const K: i32 = {{K}};

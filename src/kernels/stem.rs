@@ -11,6 +11,7 @@
 //! multiply-add, so the store matters as much as the products.
 
 use super::cost::{ceil_to, parallel_efficiency, SHARED_LOAD};
+use super::padding::PadIndex;
 use super::{phases, Family, KernelVariant};
 use crate::codegen::{epilogue_quad, render, LANES, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
@@ -118,7 +119,9 @@ impl Stem {
     /// padding, and a subgroup's load carries four columns per lane where a scalar load
     /// carries one at the same cost in cache wavefronts (lanes `tw` columns apart).
     fn loads_vec4(&self, shape: &ConvShape) -> bool {
-        shape.layout == Layout::Nchw && shape.w % 4 == 0 && (self.tw * shape.stride.1) % 4 == 0
+        // A padding mode other than zeros reads the edges' columns from elsewhere in the row:
+        // one column at a time.
+        shape.layout == Layout::Nchw && shape.w % 4 == 0 && (self.tw * shape.stride.1) % 4 == 0 && shape.padding_mode.is_zeros()
     }
 
     /// With `loads_vec4`: how far an invocation's first column lies past its vec4's start,
@@ -143,6 +146,9 @@ impl Stem {
 impl KernelVariant for Stem {
     fn family(&self) -> &'static str {
         Self::NAME
+    }
+    fn padding_modes(&self) -> bool {
+        true
     }
 
     fn name(&self) -> String {
@@ -225,9 +231,11 @@ fn setup(v: &Stem, shape: &ConvShape) -> String {
             writeln!(s, "    let co{i} = select(0, (first + {}) / 4, cok{i});", 4 * i).unwrap();
         }
     } else {
+        let pad = PadIndex(shape.padding_mode);
         for q in 0..v.span(shape) {
-            writeln!(s, "    let cok{q} = iw_left + {q} >= 0 && iw_left + {q} < W;").unwrap();
-            writeln!(s, "    let co{q} = select(0, (iw_left + {q}) * XSW, cok{q});").unwrap();
+            let col = pad.col(&format!("iw_left + {q}"));
+            writeln!(s, "    let cok{q} = {};", pad.col_ok(&format!("iw_left + {q}"))).unwrap();
+            writeln!(s, "    let co{q} = select(0, ({col}) * XSW, cok{q});").unwrap();
         }
     }
     for m in 0..v.tk / 4 {
@@ -241,8 +249,9 @@ fn setup(v: &Stem, shape: &ConvShape) -> String {
 /// The inputs of kernel row `r` of input channel `c`, loaded once for every tap of the row,
 /// as `xv{t}_{q}` (column q of the row's span); `t` tells apart rows loaded together.
 fn row_loads(v: &Stem, shape: &ConvShape, c: &str, r: &str, t: u32, out: &mut String, ind: &str) {
-    writeln!(out, "{ind}let ih{t} = ih_top + {r} * DH;").unwrap();
-    writeln!(out, "{ind}let rok{t} = ih{t} >= 0 && ih{t} < H;").unwrap();
+    let pad = PadIndex(shape.padding_mode);
+    writeln!(out, "{ind}let ih{t} = {};", pad.row(&format!("ih_top + {r} * DH"))).unwrap();
+    writeln!(out, "{ind}let rok{t} = {};", pad.row_ok(&format!("ih{t}"))).unwrap();
     writeln!(out, "{ind}let xr{t} = xn + {c} * XSC + select(0, ih{t} * XSH, rok{t});").unwrap();
     if v.loads_vec4(shape) {
         let (lead, quads) = v.vec4_span(shape);
@@ -421,6 +430,7 @@ fn generate(v: &Stem, shape: &ConvShape) -> Result<Kernel> {
         ("K_BLOCKS", k_blocks.to_string()),
         ("PIXELS", pixels.to_string()),
         ("STAGED", staged.to_string()),
+        ("PAD_INDEX", PadIndex(shape.padding_mode).wgsl()),
         ("RESUM", phases::resum_wgsl(shape, &phases::element("x", v.loads_vec4(shape)), &phases::element("w", false))),
         ("X_ELEM", if v.loads_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
         ("Y_ELEM", if v.stores_vec4(shape) { "vec4<DT>".to_string() } else { "DT".to_string() }),
