@@ -32,6 +32,7 @@ alias DT = {{DT}};
 
 {{EPILOGUE}}
 {{RESUM}}
+{{PAD_INDEX}}
 const XSN: i32 = {{XSN}};       // x's strides: image, channel, row, column (NCHW or NHWC)
 const XSC: i32 = {{XSC}};
 const XSH: i32 = {{XSH}};

@@ -15,8 +15,10 @@ from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 F16 = convtune.adapter_info()["features"]["shader_f16"]
 MODES = ("reflect", "replicate", "circular")
+# The families that take the modes other than zeros.
+FMA = ("direct", "stem", "gemm", "wino", "wgemm")
 # The families that take the modes other than zeros (wino: 3x3 at stride 1 only).
-TAKERS = swept([v for v in convtune.variant_space() if v.startswith(("direct_", "stem_"))], 6)
+TAKERS = swept([v for v in convtune.variant_space() if v.startswith(("direct_", "stem_", "gemm_"))], 6)
 WINO = swept([v for v in convtune.variant_space() if v.startswith(("wino_", "wgemm_"))], 6)
 
 
@@ -58,7 +60,7 @@ def test_padding_modes_match_the_reference(index):
     try:
         got = convtune.conv2d(xin, w, variant=c["variant"], **call)
     except ValueError as e:
-        if "cannot run on this shape" not in str(e):
+        if "cannot run on this shape" not in str(e) and "the adapter allows" not in str(e):
             raise
         got = convtune.conv2d(xin, w, **call)  # a stem variant refusing groups, say
     got = np.asarray(got).transpose(0, 3, 1, 2) if c["layout"] == "NHWC" else got
@@ -75,9 +77,9 @@ def test_same_padding_unbatched_and_the_tuner(mode, tuning_env):  # noqa: F811
     got = convtune.conv2d(x, w, padding="same", padding_mode=mode)
     check_close(got, conv2d_reference(x[None], w, padding="same", padding_mode=mode)[0])
     report = convtune.tune((3, 9, 7), w.shape, padding="same", padding_mode=mode, budget=0.2, force=True)
-    assert report.winner.startswith("direct_"), report.winner
+    assert report.winner.split("_")[0] in FMA, report.winner
     assert mode in report.shape
-    assert convtune.default_variant((3, 9, 7), w.shape, padding=1, padding_mode=mode).startswith("direct_")
+    assert convtune.default_variant((3, 9, 7), w.shape, padding=1, padding_mode=mode).split("_")[0] in FMA
 
 
 def test_bad_combinations_are_refused_as_pytorch_refuses_them():
@@ -93,8 +95,8 @@ def test_bad_combinations_are_refused_as_pytorch_refuses_them():
         convtune.conv2d(x, w, padding=1, padding_mode="mirror")
     with pytest.raises(TypeError, match="padding_mode must be a str"):
         convtune.conv2d(x, w, padding=1, padding_mode=None)
-    with pytest.raises(ValueError, match="run on the direct, stem, wino and wgemm families only"):
-        convtune.conv2d(x, w, padding=1, padding_mode="reflect", variant="gemm_b32x32x8_t4x4")
+    with pytest.raises(ValueError, match=r"run on the FMA families only"):
+        convtune.conv2d(x, w, padding=1, padding_mode="reflect", variant="tconv_wg64x1_k1w1")
 
 
 def test_zeros_is_the_default_and_its_own_problem():
@@ -133,8 +135,8 @@ def test_winograd_tiles_read_the_padding_modes(variant):
         np.testing.assert_array_equal(kind(got), kind(want), err_msg=f"{variant} {kind.__name__}")
 
 
-@pytest.mark.parametrize("variant", [v for v in TAKERS if v.startswith("stem_")])
-def test_stem_tiles_read_the_padding_modes(variant):
+@pytest.mark.parametrize("variant", [v for v in TAKERS if v.startswith(("stem_", "gemm_"))])
+def test_stem_and_gemm_tiles_read_the_padding_modes(variant):
     i = TAKERS.index(variant)
     rng = np.random.default_rng(200 + i)
     for j, mode in enumerate(MODES):
@@ -146,7 +148,13 @@ def test_stem_tiles_read_the_padding_modes(variant):
         w = rng.standard_normal((8, 3, r, r)).astype(dt)
         kw = dict(stride=1 + j % 2, padding=r // 2)
         want = conv2d_reference(x, w, padding_mode=mode, **kw)
-        got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, padding_mode=mode, layout=layout, variant=variant, **kw)
+        try:
+            got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, padding_mode=mode, layout=layout,
+                                  variant=variant, **kw)
+        except ValueError as e:
+            if "the adapter allows" in str(e):
+                pytest.skip(str(e))
+            raise
         got = np.asarray(got, np.float64).transpose(0, 3, 1, 2) if layout == "NHWC" else np.asarray(got, np.float64)
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err <= (4 * 2.0**-11 if half else 1e-5), (variant, mode, layout, err)

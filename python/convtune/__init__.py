@@ -405,8 +405,8 @@ def conv2d(
             ``"zeros"`` (the default), ``"reflect"`` (x mirrored about its edge; padding must
             be below x's size along each axis), ``"replicate"`` (the edge repeated) or
             ``"circular"`` (x wrapped around; padding at most x's size). Read in the kernel's
-            gather: no padded copy of x. The modes other than zeros run on the direct and
-            stem families and, for 3x3 at stride 1, the Winograd families (wino, wgemm).
+            gather: no padded copy of x. The modes other than zeros run on the FMA families
+            (direct, stem, gemm, wino, wgemm), not the tensor-core ones.
         z: optional residual of the output's shape (N, K, OH, OW), a float array or a
             ``convtune.Tensor``; added after scaling by ``alpha2``. Must be finite.
         alpha1: scales the convolution's sum (before bias and z).

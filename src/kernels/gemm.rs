@@ -5,6 +5,7 @@ use super::cost::{
     multiprocessor_fill, parallel_efficiency, register_occupancy, BUSY_INVOCATIONS, GATHER_LOAD, SHARED_LOAD,
 };
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
+use super::padding::PadIndex;
 use super::{phases, Family, KernelVariant};
 use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
@@ -53,6 +54,10 @@ impl Gemm {
     /// How this variant reads x in rows of the kernel window on `shape`, if it does: its steps
     /// hold whole rows (`bk` a multiple of S) and every invocation copies the same number.
     fn rows(&self, shape: &ConvShape) -> Option<Rows> {
+        // A padding mode other than zeros reads the edges' columns from elsewhere in the row.
+        if !shape.padding_mode.is_zeros() {
+            return None;
+        }
         let rows = Rows::of(shape)?;
         let slots = (self.bm / 4) * (self.bk / shape.s);
         (self.bk % shape.s == 0 && slots % self.invocations() == 0).then_some(rows)
@@ -68,7 +73,7 @@ impl Gemm {
     /// loads only with `whole_vec4_slots`).
     fn vec4_sides(&self, shape: &ConvShape) -> (bool, bool, bool) {
         (
-            loads_x_vec4(shape) && whole_vec4_slots(self.bm * self.bk, self.invocations()),
+            loads_x_vec4(shape) && shape.padding_mode.is_zeros() && whole_vec4_slots(self.bm * self.bk, self.invocations()),
             loads_w_vec4(shape) && whole_vec4_slots(self.bn * self.bk, self.invocations()),
             self.stores_vec4(shape),
         )
@@ -115,6 +120,9 @@ impl Family for Gemm {
 impl KernelVariant for Gemm {
     fn family(&self) -> &'static str {
         Self::NAME
+    }
+    fn padding_modes(&self) -> bool {
+        true
     }
 
     fn name(&self) -> String {
@@ -393,8 +401,21 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             writeln!(s, "    {{").unwrap();
             writeln!(s, "        let ih = aih{i} + kh{i} * DH;").unwrap();
             writeln!(s, "        let iw = aiw{i} + kw{i} * DW;").unwrap();
-            writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
-            writeln!(s, "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;").unwrap();
+            if shape.padding_mode.is_zeros() {
+                writeln!(s, "        let ok = aok{i} && kc{i} < CG{};", implicit::window_check(shape)).unwrap();
+                writeln!(s, "        let idx = abase{i} + kc{i} * XSC + kh{i} * DH * XSH + kw{i} * DW * XSW;").unwrap();
+            } else {
+                // abase includes the window's first row and column; the mode's replace them.
+                let pad = PadIndex(shape.padding_mode);
+                writeln!(s, "        let ok = aok{i} && kc{i} < CG;").unwrap();
+                writeln!(
+                    s,
+                    "        let idx = abase{i} - aih{i} * XSH - aiw{i} * XSW + kc{i} * XSC + {} * XSH + {} * XSW;",
+                    pad.row("ih"),
+                    pad.col("iw")
+                )
+                .unwrap();
+            }
             writeln!(s, "        pa{i} = select(pad0, f32(x[select(0, idx, ok)]), ok);").unwrap();
             writeln!(s, "    }}").unwrap();
             writeln!(
@@ -519,6 +540,7 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
     vars.extend([
         ("X_ELEM", elem(vec_x || rows.is_some())),
         ("W_ELEM", elem(vec_w)),
+        ("PAD_INDEX", PadIndex(shape.padding_mode).wgsl()),
         ("RESUM", phases::resum_wgsl(shape, &phases::element("x", vec_x || rows.is_some()), &phases::element("w", vec_w))),
         ("FINISHED", phases::resummed(shape, "sum", "i", "(i / YSK) % K")),
         ("Y_ELEM", elem(vec_y)),

@@ -282,7 +282,7 @@ impl Variant {
         }
         let Some(target) = self.target(shape) else {
             let why = if !shape.padding_mode.is_zeros() {
-                "padding modes other than 'zeros' run on the direct, stem, wino and wgemm families only"
+                "padding modes other than 'zeros' run on the FMA families only (direct, stem, gemm, wino, wgemm)"
             } else if shape.is_transposed() {
                 "a transposed convolution with dilation, or padding past its kernel's reach, runs on tconv only"
             } else {
@@ -333,9 +333,8 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     let red = shape.cg() * shape.r * shape.s;
     // GEMM tiles pay off once both the pixel and the channel side fill a tile and the
     // reduction is deep enough to amortise staging through workgroup memory. 8-deep steps:
-    // on the H100 they ran 1.2-1.5x faster than 16-deep ones with this tile. (Padding modes
-    // other than zeros run on the direct family only.)
-    if shape.kg() >= 32 && m >= 4096 && red >= 32 && shape.padding_mode.is_zeros() {
+    // on the H100 they ran 1.2-1.5x faster than 16-deep ones with this tile.
+    if shape.kg() >= 32 && m >= 4096 && red >= 32 {
         let g = Variant::Gemm(gemm::Gemm { bm: 64, bn: 64, bk: 8, tm: 4, tn: 4, splits: 1 });
         if g.fits(caps) {
             return g;
