@@ -4,14 +4,16 @@ with ``.numpy()``, each thread with its own inputs; every result checked against
 thread's float64 reference once at the end. Threads share the device, its queue and the
 waits: with the GIL released during GPU work, N threads should not run fewer calls than one.
 
-Usage: python benches/thread_throughput.py [--seconds 2] [--threads 1 2 4 8 16]
+Usage: python benches/thread_throughput.py [--seconds 2] [--threads 1 2 4 8 16] [--phases]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -29,8 +31,9 @@ def tensor_call(x, w):
     return convtune.conv2d(convtune.to_device(x), w, padding=1).numpy()
 
 
-def rate(call, threads: int, seconds: float) -> float:
-    """Calls per second of ``call`` run in a loop by ``threads`` threads for ``seconds``."""
+def rate(call, threads: int, seconds: float, phases: Optional[dict] = None) -> float:
+    """Calls per second of ``call`` run in a loop by ``threads`` threads for ``seconds``;
+    with ``phases``, each call's phase times (``last_call_timings``) appended by name."""
     counts = [0] * threads
     wrong = []
     start = threading.Barrier(threads + 1)
@@ -47,6 +50,10 @@ def rate(call, threads: int, seconds: float) -> float:
         while time.perf_counter() < stop:
             y = call(x, w)
             counts[t] += 1
+            if phases is not None:
+                timings = convtune.last_call_timings() or {}
+                for k, v in timings.get("phases", {}).items():
+                    phases.setdefault(k, []).append(v)
         if np.abs(y - want).max() > 1e-4 * np.abs(want).max():
             wrong.append(t)
 
@@ -66,15 +73,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--phases", action="store_true",
+                   help="also print each call phase's median ms (where many threads' calls wait)")
     a = p.parse_args()
     info = convtune.adapter_info()
     print(f"# {info['name']}, {X} -> {W[0]}, 3x3; calls per second (x one thread's)")
     for name, call in (("numpy", numpy_call), ("tensor", tensor_call)):
         one = None
         for n in a.threads:
-            r = rate(call, n, a.seconds)
+            phases: Optional[dict] = {} if a.phases else None
+            r = rate(call, n, a.seconds, phases)
             one = one or r
             print(f"{name:6s} {n:3d} threads: {r:9.0f} calls/s ({r / one:.2f}x)", flush=True)
+            if phases:
+                print("       median ms: " + ", ".join(f"{k} {statistics.median(v) * 1e3:.3f}" for k, v in phases.items()))
 
 
 if __name__ == "__main__":
