@@ -30,6 +30,6 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade \
-  "maturin>=1.7,<2" numpy pytest pytest-xdist hypothesis pytest-benchmark mypy
+  "maturin>=1.7,<2" numpy pytest pytest-xdist hypothesis pytest-benchmark mypy "onnx>=1.14"
 echo "setup: building convtune (release)"
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release -q

@@ -46,7 +46,7 @@ import functools
 import operator
 import os
 import time
-from typing import Any, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, List, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -66,6 +66,7 @@ from ._tuning import Explanation, Progress, TuneReport
 __version__: str = _convtune.__version__
 
 __all__ = [
+    "tune_onnx",
     "conv2d",
     "conv_transpose2d",
     "Tensor",
@@ -915,6 +916,75 @@ def tune(
         {"bias": bias, **epilogue},
         budget=budget, force=force, precision=precision,
     )
+
+
+def tune_onnx(
+    path: Union[str, "os.PathLike[str]"],
+    batch: Optional[int] = None,
+    precision: Union[None, str, Sequence[str]] = None,
+    *,
+    float16: bool = False,
+    layout: str = "NCHW",
+    budget: Optional[float] = None,
+    force: bool = False,
+    export: Union[None, str, "os.PathLike[str]"] = None,
+    progress: bool = True,
+) -> list:
+    """Tunes every distinct convolution of an ONNX model ahead of its first run.
+
+    Each ``Conv`` and ``ConvTranspose`` node becomes the problem the matching ``conv2d`` /
+    ``conv_transpose2d`` call makes (x's shape from the graph's shape inference, strides,
+    pads, dilations, group, ``auto_pad``, ``output_padding``, bias, and the epilogue a fused
+    call takes from a following ``Add`` and ``Relu``/``LeakyRelu``/``Clip``); each distinct
+    problem is tuned once per precision mode (``precision``: a mode or a list of them; default
+    ``CONVTUNE_PRECISION`` or ``"highest"``), or in float16 with ``float16=True``, in
+    ``layout``. ``batch`` sets a symbolic batch dimension (required where the model has one).
+    ``export``: a path to write the tuning cache to, for ``cache_import`` on the machine that
+    deploys the model (the same GPU and driver). Needs the ``onnx`` package
+    (``pip install 'convtune[onnx]'``).
+
+    Returns one dict per problem and mode: ``nodes`` (node names), ``shape`` (its spec),
+    ``mode``, ``winner``, ``tuned_ms``, ``default_ms`` and ``tuning_s``. Raises ValueError
+    (``convtune._onnx.OnnxError``) for a file it cannot read, naming the node.
+    """
+    from . import _onnx
+    from ._tuning import ListProgress
+
+    nodes = _onnx.conv_nodes(os.fspath(path), batch)
+    if float16:
+        modes: List[Optional[str]] = [None]
+    elif precision is None or isinstance(precision, str):
+        modes = [precision]
+    else:
+        modes = list(precision)
+    lay = _layout(layout)
+    jobs = []
+    for node in nodes:
+        n, c, h, w = node.x
+        x_shape = (n, h, w, c) if lay == "NHWC" else (n, c, h, w)
+        kwargs = dict(node.kwargs)
+        args = (x_shape, node.w, kwargs.pop("stride"), kwargs.pop("padding"), kwargs.pop("dilation"), kwargs.pop("groups"))
+        kwargs.update(layout=lay, dtype="float16" if float16 else "float32")
+        jobs += [(node, mode, args, kwargs) for mode in modes]
+    display = ListProgress(len(jobs)) if progress else None
+    rows = []
+    try:
+        for i, (node, mode, args, kwargs) in enumerate(jobs):
+            if display is not None:
+                display.start(i, ",".join(node.names))
+            report = _tune_with(display if display is not None else (lambda *a: None), args, kwargs,
+                                budget=budget, force=force, precision=mode)
+            if display is not None:
+                display.finish()
+            rows.append(dict(nodes=node.names, shape=report.shape, mode="float16" if float16 else (mode or "default"),
+                             winner=report.winner, tuned_ms=report.tuned_ms, default_ms=report.default_ms,
+                             tuning_s=report.tuning_s))
+    finally:
+        if display is not None:
+            display.close()
+    if export is not None:
+        cache_export(export)
+    return rows
 
 
 def _tune_with(progress: Any, args: tuple, kwargs: dict, *, budget: Optional[float] = None,

@@ -222,7 +222,33 @@ def tune_all(items: List[Item], budget: Optional[float], force: bool,
     return reports
 
 
+def cmd_tune_onnx(args: argparse.Namespace) -> int:
+    """Tunes a model's convolutions from its ONNX file and prints one row per problem and mode."""
+    modes = None if args.precision is None else args.precision.split(",")
+    for m in modes or []:
+        if m not in ("highest", "high"):
+            raise _shapes.ShapeError(f"--precision: {m!r} is not 'highest' or 'high'")
+    _print_adapter()
+    t0 = time.perf_counter()
+    rows = convtune.tune_onnx(args.onnx, args.batch, modes, float16=args.float16, layout=args.layout,
+                              budget=args.budget, force=args.force, export=args.export)
+    took = time.perf_counter() - t0
+    ms = lambda v: "-" if v is None else f"{v:.3f}"
+    table = [[",".join(r["nodes"]), r["shape"], r["mode"], r["winner"], ms(r["tuned_ms"]), ms(r["default_ms"]),
+              "-" if not r["tuned_ms"] or not r["default_ms"] else f"{r['tuned_ms'] / r['default_ms']:.2f}",
+              f"{r['tuning_s']:.1f}"] for r in rows]
+    print(_table(["nodes", "problem", "mode", "winner", "tuned ms", "default ms", "tuned / default", "tuning s"], table))
+    problems = len({r["shape"] for r in rows})
+    print(f"{args.onnx}: {problems} distinct problems, {len(rows)} tunings in {took:.1f} s; cache: {convtune.cache_path()}"
+          + (f"; exported to {args.export}" if args.export else ""))
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
+    if args.onnx is not None:
+        return cmd_tune_onnx(args)
+    if args.precision is not None and args.precision not in ("highest", "high"):
+        raise _shapes.ShapeError(f"--precision: {args.precision!r} is not 'highest' or 'high' (a list is for --onnx)")
     if args.file is not None:
         items, header = _file_items(args.file, args.precision), "shape"
     else:
@@ -347,10 +373,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     source = tune.add_mutually_exclusive_group()
     source.add_argument("--suite", choices=sorted(SUITES), default=None, help="a built-in suite (default: default)")
     source.add_argument("--file", metavar="PATH", help="shapes to tune: JSON or one shape spec per line")
+    source.add_argument("--onnx", metavar="MODEL", help="tune every Conv and ConvTranspose of an ONNX model "
+                        "(needs the onnx package: pip install 'convtune[onnx]')")
+    tune.add_argument("--batch", type=int, default=None, help="--onnx: the batch size for a symbolic batch dimension")
+    tune.add_argument("--float16", action="store_true", help="--onnx: tune the model's problems in float16")
+    tune.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW", help="--onnx: the layout the calls will use")
+    tune.add_argument("--export", metavar="PATH", default=None, help="--onnx: write the tuning cache here (for cache_import)")
     tune.add_argument("--budget", type=float, default=None, help="tuning seconds per shape (default: CONVTUNE_TUNE_BUDGET or 1)")
     tune.add_argument("--force", action="store_true", help="tune again even when the cache has a shape")
     tune.add_argument("--reps", type=int, default=30, help="timed runs per variant for the table")
-    tune.add_argument("--precision", choices=precisions, default=None, help="precision mode (default: CONVTUNE_PRECISION or highest)")
+    tune.add_argument("--precision", default=None, metavar="MODE",
+                      help="precision mode: highest or high (--onnx: a comma-separated list); default CONVTUNE_PRECISION or highest")
     tune.add_argument("--families", metavar="LIST", help="set CONVTUNE_FAMILIES for this run, e.g. direct,gemm")
     bench = sub.add_parser(
         "bench", help="time the default and the tuned variant over a shape suite, or sweep one parameter",
@@ -385,7 +418,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             # Checked before anything is tuned or printed: a bad name is reported alone.
             convtune._convtune.families()
         return {"info": cmd_info, "run": cmd_run, "tune": cmd_tune, "bench": cmd_bench}[args.cmd](args)
-    except ValueError as e:
+    except (ValueError, ImportError) as e:
         print(f"convtune: error: {e}", file=sys.stderr)
         return 2
     except convtune.ConvtuneError as e:
