@@ -39,8 +39,7 @@ impl<K: Eq + Hash + Clone, V> KernelCache<K, V> {
 
     /// The limit `CONVTUNE_KERNEL_CACHE` sets (a positive integer), else the default.
     pub fn from_env() -> Self {
-        let limit = std::env::var("CONVTUNE_KERNEL_CACHE").ok().and_then(|v| v.trim().parse().ok()).filter(|&n: &usize| n > 0);
-        Self::new(limit.unwrap_or(DEFAULT_KERNELS))
+        Self::new(crate::settings::env_usize("CONVTUNE_KERNEL_CACHE").unwrap_or(DEFAULT_KERNELS))
     }
 
     fn tick(&self) -> u64 {

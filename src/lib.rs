@@ -116,6 +116,7 @@ mod problem;
 pub mod reference;
 mod resident;
 mod runner;
+mod settings;
 mod sizes;
 mod split;
 mod tensor;

@@ -13,6 +13,7 @@ use crate::dtype::{finite_abs_max, Elem};
 use crate::device::Engine;
 use crate::error::{no_panic, Error, Result};
 use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
+use crate::settings::env_usize;
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use crate::wait::{wait_all, Landing};
@@ -44,10 +45,6 @@ const FOLD_BLOCK: usize = 4096;
 /// bits), for kernels that scale float32 inputs by it: the copy threads read every element
 /// anyway, where the GPU's max pass would read the tensor again.
 pub type MaxFold<'a> = Option<&'a AtomicU32>;
-
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok()?.trim().parse().ok().filter(|&v| v > 0)
-}
 
 /// Host threads for chunked copies (`CONVTUNE_COPY_THREADS`, read once): half the cores, at
 /// most 8. Memory bandwidth stops growing well before that on most transfers, and on a CPU
