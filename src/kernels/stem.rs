@@ -233,9 +233,9 @@ fn setup(v: &Stem, shape: &ConvShape) -> String {
     } else {
         let pad = PadIndex(shape.padding_mode);
         for q in 0..v.span(shape) {
-            let col = pad.col(&format!("iw_left + {q}"));
-            writeln!(s, "    let cok{q} = {};", pad.col_ok(&format!("iw_left + {q}"))).unwrap();
-            writeln!(s, "    let co{q} = select(0, ({col}) * XSW, cok{q});").unwrap();
+            let col = format!("iw_left + {q}");
+            writeln!(s, "    let cok{q} = {};", pad.col_ok(&col)).unwrap();
+            writeln!(s, "    let co{q} = select(0, ({}) * XSW, cok{q});", pad.col(&col)).unwrap();
         }
     }
     for m in 0..v.tk / 4 {

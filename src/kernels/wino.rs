@@ -308,23 +308,20 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         writeln!(s, "    let vin{i} = v{i}ok && vc{i} < BC;").unwrap();
         writeln!(s, "    let vih{i} = v{i}oh - PH;").unwrap();
         writeln!(s, "    let viw{i} = v{i}ow - PW;").unwrap();
-        if modes {
-            writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC;").unwrap();
-            for a in 0..p {
-                writeln!(s, "    let vrow{i}_{a} = {} * XSH;", pad.row(&format!("vih{i} + {a}"))).unwrap();
-                writeln!(s, "    let vrok{i}_{a} = vin{i};").unwrap();
+        writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
+        for a in 0..p {
+            let row = format!("vih{i} + {a}");
+            writeln!(s, "    let vrok{i}_{a} = vin{i} && {};", pad.row_ok(&row)).unwrap();
+            if modes {
+                // vbase includes the patch's first row and column; the mode's rows replace them.
+                writeln!(s, "    let vrow{i}_{a} = ({} - vih{i}) * XSH;", pad.row(&row)).unwrap();
             }
-            for b in 0..p {
-                writeln!(s, "    let vcol{i}_{b} = {} * XSW;", pad.col(&format!("viw{i} + {b}"))).unwrap();
-                writeln!(s, "    let vcok{i}_{b} = true;").unwrap();
-            }
-        } else {
-            writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
-            for a in 0..p {
-                writeln!(s, "    let vrok{i}_{a} = vin{i} && vih{i} + {a} >= 0 && vih{i} + {a} < H;").unwrap();
-            }
-            for b in 0..p {
-                writeln!(s, "    let vcok{i}_{b} = viw{i} + {b} >= 0 && viw{i} + {b} < W;").unwrap();
+        }
+        for b in 0..p {
+            let col = format!("viw{i} + {b}");
+            writeln!(s, "    let vcok{i}_{b} = {};", pad.col_ok(&col)).unwrap();
+            if modes {
+                writeln!(s, "    let vcol{i}_{b} = ({} - viw{i}) * XSW;", pad.col(&col)).unwrap();
             }
         }
     }
