@@ -47,14 +47,12 @@ def peak_bytes(x, w, pad, mode):
 
 
 def torch_ms(x, w, pad, mode):
-    try:
-        import torch
-        import torch.nn.functional as F
-        from vs_cudnn import cuda_ms
-    except ImportError:
+    from vs_cudnn import cuda_ms, cuda_torch
+
+    torch = cuda_torch()
+    if torch is None:
         return None
-    if not torch.cuda.is_available():
-        return None
+    F = torch.nn.functional
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     xt, wt = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()

@@ -43,11 +43,10 @@ def kernel_seconds(shape, ws, precision: str, reps: int) -> float:
 
 
 def torch_chain(x: np.ndarray, ws: List[np.ndarray], reps: int) -> Optional[float]:
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
+    from vs_cudnn import cuda_torch
+
+    torch = cuda_torch()
+    if torch is None:
         return None
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False

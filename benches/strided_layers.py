@@ -37,14 +37,11 @@ STRIDED = [
 
 def cudnn_fp32_ms(case: Case, reps: int = 50):
     """cuDNN fp32's (TF32 off) GPU ms for `case`, or None without PyTorch and CUDA."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    from vs_cudnn import cuda_ms
+    from vs_cudnn import cuda_ms, cuda_torch
 
+    torch = cuda_torch()
+    if torch is None:
+        return None
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True

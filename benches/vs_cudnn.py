@@ -41,6 +41,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_checks import chained_edsr  # noqa: E402
 
 
+def cuda_torch():
+    """PyTorch where it is installed and has a CUDA device, else None (the scripts then time
+    convtune alone)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
 def cuda_ms(fn, reps: int = 50) -> float:
     """Median GPU time of `fn`'s kernels between CUDA events, with every run queued before the
     GPU reaches it: a sleep kernel first holds the GPU while the host queues them all, so the
