@@ -67,6 +67,7 @@ fn unpart4(v: {{XT_ELEM}}) -> vec4<f32> { return {{UNPART4}}(v); }
 
 {{EPILOGUE}}
 {{RESUM}}
+{{PAD_INDEX}}
 alias MatA = coop_mat16x16<f16, A>;
 alias MatB = coop_mat16x16<f16, B>;
 alias MatC = coop_mat16x16<f32, C>;

@@ -384,6 +384,28 @@ mod tests {
             // Lowered to plain convolutions by stride phases (every family): kernels short of
             // a stride multiple, grouped, with a bias.
             ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 3], (2, 3), (1, 0), (1, 2), (1, 1), 2, Some(4)).unwrap(),
+            // Padding modes read in x, not zeros: strided, dilated and grouped; NHWC float16
+            // with a residual; 3x3 at stride 1 (the Winograd families) and window tiles.
+            ConvShape::new([2, 6, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 2, Some(4))
+                .unwrap()
+                .with_padding_mode(crate::params::PaddingMode::Reflect)
+                .unwrap(),
+            ConvShape::new([2, 8, 9, 7], [6, 4, 3, 2], (2, 1), Padding::Explicit(1, 1), (1, 2), 2, Some(6))
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_padding_mode(crate::params::PaddingMode::Circular)
+                .unwrap(),
+            ConvShape::new([2, 16, 9, 11], [16, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None)
+                .unwrap()
+                .with_layout(crate::params::Layout::Nhwc)
+                .with_dtype(crate::dtype::DType::F16)
+                .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap())
+                .with_padding_mode(crate::params::PaddingMode::Replicate)
+                .unwrap(),
+            ConvShape::new([2, 6, 9, 7], [10, 6, 3, 3], (1, 1), Padding::Explicit(2, 1), (1, 1), 1, Some(10))
+                .unwrap()
+                .with_padding_mode(crate::params::PaddingMode::Reflect)
+                .unwrap(),
         ];
         for shape in &shapes {
             for v in swept_variants() {
@@ -398,6 +420,12 @@ mod tests {
                     }
                     Err(e) => panic!("{v} on {}: {e}", shape.label()),
                 };
+                // A variant that takes a padding mode defines the mode's rows and columns and
+                // reads through them.
+                if !shape.padding_mode.is_zeros() {
+                    let uses = |f: &str| k.source.matches(f).count() > 1;
+                    assert!(uses("pad_row(") && uses("pad_col("), "{v} on {}: the mode is not read", shape.label());
+                }
                 for source in std::iter::once(&k.source).chain(k.wprep.as_ref().map(|p| &p.source)) {
                     if let Err(e) = validate(source) {
                         panic!("{v} on {}: {e}", shape.label());

@@ -10,13 +10,14 @@ import pytest
 
 import convtune
 from convtune.reference import apply_epilogue, conv2d_reference
-from reference import check_close, nhwc, swept
+from reference import check_close, check_mode_bound, nhwc, run_or_skip_tensor_core, split_k_case, swept
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 F16 = convtune.adapter_info()["features"]["shader_f16"]
+TC = convtune.adapter_info()["features"]["tensor_cores"]
 MODES = ("reflect", "replicate", "circular")
-# The families that take the modes other than zeros.
-FMA = ("direct", "stem", "gemm", "wino", "wgemm")
+# The families that take the modes other than zeros: all that run plain convolutions.
+PLAIN = ("direct", "stem", "gemm", "wino", "wgemm", "coop", "wcoop")
 # The families that take the modes other than zeros (wino: 3x3 at stride 1 only).
 TAKERS = swept([v for v in convtune.variant_space() if v.startswith(("direct_", "stem_", "gemm_"))], 6)
 WINO = swept([v for v in convtune.variant_space() if v.startswith(("wino_", "wgemm_"))], 6)
@@ -77,9 +78,9 @@ def test_same_padding_unbatched_and_the_tuner(mode, tuning_env):  # noqa: F811
     got = convtune.conv2d(x, w, padding="same", padding_mode=mode)
     check_close(got, conv2d_reference(x[None], w, padding="same", padding_mode=mode)[0])
     report = convtune.tune((3, 9, 7), w.shape, padding="same", padding_mode=mode, budget=0.2, force=True)
-    assert report.winner.split("_")[0] in FMA, report.winner
+    assert report.winner.split("_")[0] in PLAIN, report.winner
     assert mode in report.shape
-    assert convtune.default_variant((3, 9, 7), w.shape, padding=1, padding_mode=mode).split("_")[0] in FMA
+    assert convtune.default_variant((3, 9, 7), w.shape, padding=1, padding_mode=mode).split("_")[0] in PLAIN
 
 
 def test_bad_combinations_are_refused_as_pytorch_refuses_them():
@@ -95,7 +96,7 @@ def test_bad_combinations_are_refused_as_pytorch_refuses_them():
         convtune.conv2d(x, w, padding=1, padding_mode="mirror")
     with pytest.raises(TypeError, match="padding_mode must be a str"):
         convtune.conv2d(x, w, padding=1, padding_mode=None)
-    with pytest.raises(ValueError, match=r"run on the FMA families only"):
+    with pytest.raises(ValueError, match=r"are for plain convolutions"):
         convtune.conv2d(x, w, padding=1, padding_mode="reflect", variant="tconv_wg64x1_k1w1")
 
 
@@ -158,3 +159,29 @@ def test_stem_and_gemm_tiles_read_the_padding_modes(variant):
         got = np.asarray(got, np.float64).transpose(0, 3, 1, 2) if layout == "NHWC" else np.asarray(got, np.float64)
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err <= (4 * 2.0**-11 if half else 1e-5), (variant, mode, layout, err)
+
+
+# Tensor-core tiles (GPU only): every layout of the coop family (layouts 3 and 4 are window
+# tiles, float16 NHWC at stride 1), split-K, both splits, and the Winograd tiles.
+COOP_MODES = swept([v for v in convtune.variant_space() if v.startswith(("coop_", "wcoop_"))], 10)
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", COOP_MODES)
+def test_tensor_core_tiles_read_the_padding_modes(variant):
+    i = COOP_MODES.index(variant)
+    rng = np.random.default_rng(300 + i)
+    half, layout, precision = split_k_case({"layout": 0, **convtune.variant_knobs(variant)}, i)
+    channels_last = layout == "NHWC"
+    dt = np.float16 if half else np.float32
+    for j, mode in enumerate(MODES):
+        # Odd sizes (the last tiles reach past the output), a long reduction for split-K.
+        x = rng.standard_normal((2, 64, 11 + j, 13 - j)).astype(dt)
+        w = (rng.standard_normal((48, 64, 3, 3)) / 24).astype(dt)
+        b = rng.standard_normal(48).astype(np.float32)
+        want = conv2d_reference(x, w, bias=b, padding=(1, 2 - j % 2), padding_mode=mode)
+        to = nhwc if channels_last else (lambda a: a)
+        got = run_or_skip_tensor_core(variant, lambda: convtune.conv2d(
+            to(x), w, bias=b, padding=(1, 2 - j % 2), padding_mode=mode, layout=layout, variant=variant,
+            precision=None if half else precision))
+        check_mode_bound(got, to(want), half, precision, f"{variant} {mode} {layout}")

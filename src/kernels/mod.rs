@@ -282,7 +282,7 @@ impl Variant {
         }
         let Some(target) = self.target(shape) else {
             let why = if !shape.padding_mode.is_zeros() {
-                "padding modes other than 'zeros' run on the FMA families only (direct, stem, gemm, wino, wgemm)"
+                "padding modes other than 'zeros' are for plain convolutions, which every family but tconv runs"
             } else if shape.is_transposed() {
                 "a transposed convolution with dilation, or padding past its kernel's reach, runs on tconv only"
             } else {

@@ -107,6 +107,9 @@ impl KernelVariant for WinoCoop {
     fn family(&self) -> &'static str {
         Self::NAME
     }
+    fn padding_modes(&self) -> bool {
+        true
+    }
 
     fn name(&self) -> String {
         format!("wcoop_m{}_b{}x{}x{}_s{}x{}_p{}", self.m, self.bm, self.bn, self.bk, self.sgm, self.sgn, self.split)

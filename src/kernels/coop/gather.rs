@@ -4,6 +4,7 @@
 use super::variant::*;
 use crate::codegen::LANES;
 use crate::kernels::implicit::{self, View};
+use crate::kernels::padding::PadIndex;
 use crate::params::ConvShape;
 use std::fmt::Write as _;
 
@@ -42,8 +43,22 @@ pub(super) fn a_setup_channels_last(v: &Coop, a_slots: u32) -> String {
     s
 }
 
+/// A padding mode's gather: the zero-padding index (at row `ih`, column `iw`, both possibly
+/// outside x) moved to the row and column the mode reads, in elements of x given one
+/// column's (`column`: "" for one element), and the window test it makes needless (every
+/// read is inside x); for zero padding, or nothing padded, no move and the window test.
+fn mode_gather(shape: &ConvShape, column: &str) -> (String, &'static str) {
+    let check = implicit::window_check(shape);
+    if shape.padding_mode.is_zeros() || check.is_empty() {
+        return (String::new(), check);
+    }
+    let p = PadIndex(shape.padding_mode);
+    (format!(" + (({} - ih) * W + {} - iw){column}", p.row("ih"), p.col("iw")), "")
+}
+
 /// Layout 0's gathers: each slot's four pixels at its reduction index, one element each.
 pub(super) fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, quads: bool) {
+    let (shift, check) = mode_gather(shape, "");
     for i in 0..a_slots {
         if quads {
             // A 1x1 window at stride 1: the slot's term is channel kc of the four pixels.
@@ -62,8 +77,8 @@ pub(super) fn fetch_in_place(s: &mut String, a_slots: u32, shape: &ConvShape, qu
             writeln!(s, "        {{").unwrap();
             writeln!(s, "            let ih = aih{p} + khd;").unwrap();
             writeln!(s, "            let iw = aiw{p} + kwd;").unwrap();
-            writeln!(s, "            let ok = aok{p} && kok{};", implicit::window_check(shape)).unwrap();
-            writeln!(s, "            pa{i}.{lane} = select(0.0, f32(x[select(0, abase{p} + koff, ok)]), ok);").unwrap();
+            writeln!(s, "            let ok = aok{p} && kok{check};").unwrap();
+            writeln!(s, "            pa{i}.{lane} = select(0.0, f32(x[select(0, abase{p} + koff{shift}, ok)]), ok);").unwrap();
             writeln!(s, "        }}").unwrap();
         }
         writeln!(s, "    }}").unwrap();
@@ -125,6 +140,7 @@ pub(super) fn gather(s: &mut String, reg: &str, layout: u32, buf: &str, at: &str
 pub(super) fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape: &ConvShape, x_buf: &str) {
     let chunk = v.a_chunk();
     let lean = Lean::of(v, shape);
+    let (shift, check) = mode_gather(shape, " * CHP");
     let (_, zero, load) = gather_register(v.layout);
     writeln!(s, "    {{").unwrap();
     writeln!(s, "        let kr = k_next + {chunk} * acol;").unwrap();
@@ -144,8 +160,8 @@ pub(super) fn fetch_channels_last(s: &mut String, v: &Coop, a_slots: u32, shape:
             writeln!(s, "        }}").unwrap();
             continue;
         }
-        writeln!(s, "            let ok = aok{i} && kok{};", implicit::window_check(shape)).unwrap();
-        writeln!(s, "            pa{i} = select({zero}, {load}({x_buf}[select(0, (abase{i} + koff) / {chunk}, ok)]), ok);").unwrap();
+        writeln!(s, "            let ok = aok{i} && kok{check};").unwrap();
+        writeln!(s, "            pa{i} = select({zero}, {load}({x_buf}[select(0, (abase{i} + koff{shift}) / {chunk}, ok)]), ok);").unwrap();
         writeln!(s, "        }}").unwrap();
     }
     writeln!(s, "    }}").unwrap();

@@ -238,6 +238,9 @@ impl KernelVariant for Coop {
     fn computes(&self, _shape: &ConvShape) -> bool {
         true
     }
+    fn padding_modes(&self) -> bool {
+        true
+    }
 
     fn suits(&self, shape: &ConvShape) -> bool {
         if !self.computes(shape) {
@@ -615,6 +618,7 @@ fn generate(v: &Coop, shape: &ConvShape) -> Result<Kernel> {
         ("WT_ELEM", if v.layout >= 2 { "vec4<u32>".to_string() } else { format!("vec4<{ct}>") }),
         ("W_ELEM", if vec_w { format!("vec4<{dt}>") } else { dt.to_string() }),
         ("RESUM", phases::resum_wgsl(shape, "x_at(xi)", &phases::element("w", vec_w))),
+        ("PAD_INDEX", crate::kernels::padding::PadIndex(shape.padding_mode).wgsl()),
         // float16 NCHW x read by window tiles one element at a time is bound as scalars (a
         // 16-byte load per 2-byte element cost 1.2x on 8,64,56,56 on an H200).
         ("X_ELEM", if v.layout >= 2 && !packed && !f16_nchw { "vec4<u32>".to_string() } else if x_vec4 || quads { format!("vec4<{dt}>") } else { dt.to_string() }),
@@ -855,12 +859,16 @@ mod window_tests {
             f16_nhwc([1, 32, 16, 64], [64, 32, 1, 1], 0),
             f16_nhwc([2, 64, 9, 70], [72, 64, 3, 2], 0)
                 .with_epilogue(crate::epilogue::Epilogue::new(1.0, 0.5, true, crate::epilogue::Activation::Relu).unwrap()),
+            f16_nhwc([2, 64, 19, 23], [40, 64, 3, 3], 1).with_padding_mode(crate::params::PaddingMode::Reflect).unwrap(),
         ];
         let mut seen = 0;
         for shape in &shapes {
             for v in Coop::space().into_iter().filter(|v| v.windowed()) {
                 let Ok(k) = v.generate(shape) else { continue };
                 crate::codegen::validate(&k.source).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+                // The patch's rows and columns past x's edges read where the mode maps them.
+                let mode = !shape.padding_mode.is_zeros();
+                assert_eq!(k.source.contains("let ih = pad_row(oh0 - PH + pix / PC);"), mode, "{}", v.name());
                 seen += 1;
             }
         }

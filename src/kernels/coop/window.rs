@@ -3,7 +3,8 @@
 
 use super::variant::*;
 use super::steps::{inner_product, unpack_at};
-use crate::params::{ConvShape, Layout};
+use crate::kernels::padding::PadIndex;
+use crate::params::{ConvShape, Layout, PaddingMode};
 use std::fmt::Write as _;
 
 /// Widths a window tile may take (multiples of 16: a 16-pixel matrix row block stays in one
@@ -22,6 +23,8 @@ pub(super) struct Window {
     pub(super) pc: u32,
     pub(super) tiles_h: u64,
     pub(super) tiles_w: u64,
+    /// How the patch reads rows and columns past x's edges.
+    pub(super) mode: PaddingMode,
 }
 
 impl Window {
@@ -48,7 +51,7 @@ impl Window {
             .map(|&tw| {
                 let th = v.bm / tw;
                 let (tiles_h, tiles_w) = (oh.div_ceil(th as u64), ow.div_ceil(tw as u64));
-                Window { th, tw, pr: th + shape.r - 1, pc: tw + shape.s - 1, tiles_h, tiles_w }
+                Window { th, tw, pr: th + shape.r - 1, pc: tw + shape.s - 1, tiles_h, tiles_w, mode: shape.padding_mode }
             })
             .min_by_key(|w| (w.tiles_h * w.tiles_w, std::cmp::Reverse(w.tw)))
             // The patch array holds the largest window's patch (`patch_capacity`).
@@ -104,17 +107,18 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
     s
 }
 
-/// The load of patch chunk `q` (an expression) of channel block `c0` into `reg`: zeros
-/// outside the image and past the patch.
-fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x: &PatchSource, whole: bool) {
+/// The load of patch chunk `q` (an expression) of channel block `c0` into `reg`: outside
+/// the image zeros or what `mode` maps there, zeros past the patch.
+fn patch_load(s: &mut String, ind: &str, reg: &str, q: &str, c0: &str, x: &PatchSource, whole: bool, mode: PaddingMode) {
+    let pad = PadIndex(mode);
     writeln!(s, "{ind}{{").unwrap();
     writeln!(s, "{ind}    let q = {q};").unwrap();
     writeln!(s, "{ind}    let pix = q / (BK / 8);").unwrap();
     writeln!(s, "{ind}    let cc = 8 * (q % (BK / 8));").unwrap();
-    writeln!(s, "{ind}    let ih = oh0 - PH + pix / PC;").unwrap();
-    writeln!(s, "{ind}    let iw = ow0 - PW + pix % PC;").unwrap();
+    writeln!(s, "{ind}    let ih = {};", pad.row("oh0 - PH + pix / PC")).unwrap();
+    writeln!(s, "{ind}    let iw = {};", pad.col("ow0 - PW + pix % PC")).unwrap();
     let past = if whole { "" } else { " && q < PATCH_CHUNKS" };
-    writeln!(s, "{ind}    let ok = ih >= 0 && ih < H && iw >= 0 && iw < W{past};").unwrap();
+    writeln!(s, "{ind}    let ok = {} && {}{past};", pad.row_ok("ih"), pad.col_ok("iw")).unwrap();
     match x {
         PatchSource::Packed(x_buf) => {
             writeln!(s, "{ind}    {reg} = select(vec4<u32>(0u), {x_buf}[select(0u, u32(((img * H + ih) * W + iw) * CHP + {c0} + cc) >> 3u, ok)], ok);").unwrap();
@@ -164,7 +168,7 @@ fn stage_patch(s: &mut String, v: &Coop, w: &Window, x: &PatchSource) {
         writeln!(s, "            var pp{i} = vec4<u32>(0u);").unwrap();
     }
     for i in 0..per {
-        patch_load(s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i));
+        patch_load(s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), "c0", x, whole(i), w.mode);
     }
     for i in 0..per {
         patch_store(s, "            ", &format!("pp{i}"), &format!("i32(lid) + {}", i * t), whole(i));
