@@ -2,6 +2,7 @@
 //! or a fresh tuning run, as `CONVTUNE_TUNE` says. Every environment variable is read at
 //! call time.
 
+use crate::background;
 use crate::cache::{Cache, CacheKey, Entry};
 use crate::device::Engine;
 use crate::error::{Error, Result};
@@ -15,7 +16,7 @@ use crate::kernels::Variant;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// `CONVTUNE_TUNE`.
+/// `CONVTUNE_TUNE`, or what `set_mode` set for this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Tune a shape the first time it is seen, then use the cache.
@@ -24,20 +25,33 @@ pub enum Mode {
     Off,
     /// The cache when it has the shape, else the default rule; never tune.
     Cached,
+    /// The cache when it has the shape, else the default rule while the shape is tuned on
+    /// a worker thread (`background`); later calls use its result.
+    Background,
 }
 
+/// The process's own mode (`set_mode`), over `CONVTUNE_TUNE`.
+static PROCESS_MODE: Mutex<Option<Mode>> = Mutex::new(None);
+
 impl Mode {
-    pub fn from_env() -> Result<Mode> {
+    pub fn parse(v: &str, what: &str) -> Result<Mode> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Mode::Auto),
+            "off" => Ok(Mode::Off),
+            "cached" => Ok(Mode::Cached),
+            "background" => Ok(Mode::Background),
+            _ => Err(Error::invalid(format!("{what} must be 'auto', 'background', 'cached' or 'off', got {v:?}"))),
+        }
+    }
+
+    /// The mode calls run in: `set_mode`'s, else `CONVTUNE_TUNE`'s, else auto.
+    pub fn current() -> Result<Mode> {
+        if let Some(m) = *PROCESS_MODE.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(m);
+        }
         match std::env::var("CONVTUNE_TUNE") {
             Err(_) => Ok(Mode::Auto),
-            Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-                "" | "auto" => Ok(Mode::Auto),
-                "off" => Ok(Mode::Off),
-                "cached" => Ok(Mode::Cached),
-                _ => Err(Error::invalid(format!(
-                    "CONVTUNE_TUNE must be 'auto', 'off' or 'cached', got {v:?}"
-                ))),
-            },
+            Ok(v) => Mode::parse(&v, "CONVTUNE_TUNE"),
         }
     }
 
@@ -46,8 +60,14 @@ impl Mode {
             Mode::Auto => "auto",
             Mode::Off => "off",
             Mode::Cached => "cached",
+            Mode::Background => "background",
         }
     }
+}
+
+/// Sets this process's mode over `CONVTUNE_TUNE` (`None`: back to the variable).
+pub fn set_mode(mode: Option<Mode>) {
+    *PROCESS_MODE.lock().unwrap_or_else(|e| e.into_inner()) = mode;
 }
 
 /// Where a choice came from.
@@ -57,6 +77,8 @@ pub enum Source {
     Default,
     Cache,
     Tuned,
+    /// The default rule's pick while the problem is tuned in the background.
+    Queued,
 }
 
 impl Source {
@@ -66,6 +88,7 @@ impl Source {
             Source::Default => "default",
             Source::Cache => "cache",
             Source::Tuned => "tuned",
+            Source::Queued => "default, tuning in the background",
         }
     }
 }
@@ -263,39 +286,19 @@ pub fn tune(
 /// variant asked for by name runs even if `CONVTUNE_FAMILIES` leaves its family out; the
 /// variable is still read, so a bad value is reported whatever the call.
 pub fn choose(
-    engine: &Engine,
+    engine: &Arc<Engine>,
     shape: &ConvShape,
     precision: Precision,
     forced: Option<Variant>,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
-    let precision = precision.for_data(shape.dtype);
-    let families = Families::from_env()?;
-    if let Some(variant) = forced {
-        return Ok(Choice { variant, source: Source::Forced, families, report: None, warnings: Vec::new() });
-    }
-    let default = |warnings| -> Result<Choice> {
-        Ok(Choice {
-            variant: tuner::default_choice(shape, &engine.caps, precision, &families)?,
-            source: Source::Default,
-            families: families.clone(),
-            report: None,
-            warnings,
-        })
-    };
-    let mode = Mode::from_env()?;
-    if mode == Mode::Off {
-        return default(Vec::new());
-    }
-    let cache = Cache::from_env();
-    let mut warnings = Vec::new();
-    if let Some(mut c) = cached(engine, shape, precision, &families, &cache, &mut warnings) {
-        c.warnings = warnings;
+    if let Some(c) = choose_now(engine, shape, precision, forced)? {
         return Ok(c);
     }
-    if mode == Mode::Cached {
-        return default(warnings);
-    }
+    let precision = precision.for_data(shape.dtype);
+    let families = Families::from_env()?;
+    let cache = Cache::from_env();
+    let mut warnings = Vec::new();
     let budget = budget(None)?;
     let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
     // Another thread may have tuned this shape while this one waited.
@@ -313,9 +316,71 @@ pub fn choose(
             warnings.push(format!("tuning {} failed ({e}); using the default variant", shape.label()));
             // Where the allowed families cannot run the shape at all, this is the error
             // that says so.
-            default(warnings)
+            default_choice(engine, shape, precision, families, Source::Default, warnings)
         }
     }
+}
+
+/// `choose` where it needs no tuning run: a forced variant, the default rule, a cached
+/// result, or (in the background mode) the default rule with the problem queued; `None`
+/// where the call must tune first. Takes no lock that is held while tuning, so a caller may
+/// run it without letting go of what it holds (Python's GIL).
+pub fn choose_now(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision, forced: Option<Variant>) -> Result<Option<Choice>> {
+    let precision = precision.for_data(shape.dtype);
+    let families = Families::from_env()?;
+    if let Some(variant) = forced {
+        return Ok(Some(Choice { variant, source: Source::Forced, families, report: None, warnings: Vec::new() }));
+    }
+    let mode = Mode::current()?;
+    if mode == Mode::Off {
+        return default_choice(engine, shape, precision, families, Source::Default, Vec::new()).map(Some);
+    }
+    let cache = Cache::from_env();
+    let mut warnings = Vec::new();
+    if let Some(mut c) = cached(engine, shape, precision, &families, &cache, &mut warnings) {
+        c.warnings = warnings;
+        return Ok(Some(c));
+    }
+    match mode {
+        Mode::Cached => default_choice(engine, shape, precision, families, Source::Default, warnings).map(Some),
+        Mode::Background => {
+            let source = if queue(engine, shape, precision, &families)? { Source::Queued } else { Source::Default };
+            default_choice(engine, shape, precision, families, source, warnings).map(Some)
+        }
+        Mode::Auto | Mode::Off => Ok(None),
+    }
+}
+
+fn default_choice(
+    engine: &Engine,
+    shape: &ConvShape,
+    precision: Precision,
+    families: Families,
+    source: Source,
+    warnings: Vec<String>,
+) -> Result<Choice> {
+    let variant = tuner::default_choice(shape, &engine.caps, precision, &families)?;
+    Ok(Choice { variant, source, families, report: None, warnings })
+}
+
+/// Queues `shape` for the background worker (`background`), which tunes it at the budget
+/// of the moment and stores the result as a call's tuning would; its candidates start only
+/// while no convtune call runs. Returns whether the worker has it (queued now or before).
+fn queue(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision, families: &Families) -> Result<bool> {
+    let budget = budget(None)?;
+    let (engine, shape, families) = (Arc::clone(engine), *shape, families.clone());
+    let key = format!("{} {}", shape.label(), precision.as_str());
+    background::enqueue(key, Box::new(move |gate| {
+        let cache = Cache::from_env();
+        let mut warnings = Vec::new();
+        let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = cached(&engine, &shape, precision, &families, &cache, &mut warnings) {
+            return Ok(c.variant.to_string());
+        }
+        let report = tune_and_store(&engine, &shape, precision, &families, budget, &cache, &mut |_| gate(), &mut warnings)?;
+        Ok(report.winner.clone())
+    }));
+    Ok(true)
 }
 
 #[cfg(test)]

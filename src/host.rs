@@ -90,6 +90,7 @@ impl Engine {
         ph: &mut Phases,
     ) -> Result<()> {
         self.check_lost()?;
+        let _busy = crate::background::busy();
         let p = plan.problem();
         let [xl, _, yl] = p.lens();
         expect_len("x", x.len(), xl)?;

@@ -91,6 +91,7 @@
 #![warn(missing_docs)]
 
 mod autotune;
+mod background;
 mod cache;
 mod check;
 mod codegen;
@@ -138,7 +139,11 @@ pub use epilogue::Activation;
 pub use error::{Error, Result};
 pub use kernel_cache::KernelCacheStats;
 pub use params::{Layout, Padding, PaddingMode};
-pub use plan::{families, tune_mode, variant_knobs, variant_names, Candidate, Plan, Progress, ProgressFn, Report, TuneOptions};
+pub use background::{TuningDone, TuningStatus};
+pub use plan::{
+    families, set_tune_mode, stop_tuning, tune_mode, tuning_status, variant_knobs, variant_names, wait_tuning, Candidate, Plan, Progress,
+    ProgressFn, Report, TuneOptions,
+};
 pub use pool::PoolStats;
 pub use precision::Precision;
 pub use problem::{Conv2d, Conv2dBuilder, Hw, TensorBytes};

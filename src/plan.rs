@@ -2,6 +2,7 @@
 //! the tuner leaves in the cache.
 
 use crate::autotune::{self, Choice, Mode};
+use crate::background::{self, TuningDone, TuningStatus};
 use crate::engine::Engine;
 use crate::error::{no_panic, Result};
 use crate::families::Families;
@@ -73,6 +74,18 @@ impl Engine {
             autotune::choose(&self.inner, &problem.shape, problem.precision, forced, &mut progress_bridge(progress))
         })?;
         Ok(Plan { problem: *problem, variant: choice.variant, choice })
+    }
+
+    /// [`choose`](Self::choose) where that needs no tuning run (a named variant, the
+    /// default rule, a cached result, or the default rule with the problem queued for
+    /// background tuning); `None` where it would tune. It never waits for a tuning run, so a
+    /// caller holding a lock other calls need (Python's GIL) may run it without letting go.
+    pub fn choose_now(&self, problem: &Conv2d, variant: Option<&str>) -> Result<Option<Plan>> {
+        let forced = variant.map(str::parse::<Variant>).transpose()?;
+        let choice = no_panic(|| format!("choosing a kernel for {}", problem.label()), || {
+            autotune::choose_now(&self.inner, &problem.shape, problem.precision, forced)
+        })?;
+        Ok(choice.map(|choice| Plan { problem: *problem, variant: choice.variant, choice }))
     }
 
     /// [`choose`](Self::choose) without a forced variant or a progress callback.
@@ -309,7 +322,34 @@ pub fn families() -> Result<(Vec<&'static str>, Vec<&'static str>)> {
     Ok((f.allowed().to_vec(), f.excluded()))
 }
 
-/// `CONVTUNE_TUNE` now: `auto`, `off` or `cached`.
+/// The tuning mode calls run in now: `auto`, `background`, `cached` or `off`
+/// ([`set_tune_mode`]'s, else `CONVTUNE_TUNE`'s).
 pub fn tune_mode() -> Result<&'static str> {
-    Mode::from_env().map(|m| m.as_str())
+    Mode::current().map(|m| m.as_str())
+}
+
+/// Sets this process's tuning mode over `CONVTUNE_TUNE` (one of [`tune_mode`]'s values);
+/// `None` goes back to the variable.
+pub fn set_tune_mode(mode: Option<&str>) -> Result<()> {
+    autotune::set_mode(mode.map(|m| Mode::parse(m, "the tuning mode")).transpose()?);
+    Ok(())
+}
+
+/// Blocks until the background tuning worker has nothing queued or running, or `timeout`
+/// passes. Returns the problems it finished since the previous `wait_tuning` that returned
+/// them, or `None` on timeout.
+pub fn wait_tuning(timeout: Option<std::time::Duration>) -> Option<Vec<TuningDone>> {
+    background::wait(timeout)
+}
+
+/// What the background tuning worker has queued, is tuning and has finished.
+pub fn tuning_status() -> TuningStatus {
+    background::status()
+}
+
+/// Stops background tuning for good (at exit): drops the queue, cancels the running
+/// problem at its next candidate (nothing is stored for it) and waits up to `grace` for
+/// the worker to end.
+pub fn stop_tuning(grace: std::time::Duration) {
+    background::stop(grace)
 }

@@ -95,6 +95,7 @@ impl Engine {
         ph: &mut Phases,
     ) -> Result<Tensor> {
         self.check_lost()?;
+        let _busy = crate::background::busy();
         let p = plan.problem();
         let ours = |t: &Tensor| t.engine.same_as(self);
         if !ours(x) || matches!(z, Some(Residual::Tensor(t)) if !ours(t)) || matches!(w, Weights::Tensor(t) if !ours(t)) {

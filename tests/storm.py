@@ -4,7 +4,8 @@ Each thread runs ``calls`` calls drawn from a fixed mix — 3x3 (stride 1 and 2)
 fused epilogue, depthwise, a 7x7 stem, ``conv_transpose2d``, ``pixel_shuffle``, device
 ``Tensor`` inputs with weight Tensors shared by every thread, and a two-layer Tensor chain —
 in every precision mode the adapter has, so tuning of the same and of different shapes races
-(run it with ``CONVTUNE_TUNE=auto``), while one more thread clears the tuning cache now and
+(run it with ``CONVTUNE_TUNE=auto``, or ``background``: then the worker's jobs must end
+without error too), while one more thread clears the tuning cache now and
 then. A call that raises (anything, ``BaseException`` included) or returns a result outside
 its mode's bound counts as failed.
 
@@ -208,6 +209,14 @@ def storm(threads: int, calls: int, clears: int = 3, seed: int = 0) -> tuple:
     hung = sum(th.is_alive() for th in pool + [side])
     if hung:
         failures.append(f"{hung} threads still running after {JOIN_TIMEOUT_S} s")
+    if convtune.tuning_mode() == "background":
+        # The worker's jobs must end too, and none may fail.
+        try:
+            convtune.wait_tuning(timeout=JOIN_TIMEOUT_S)
+        except TimeoutError as e:
+            failures.append(str(e))
+        failures += [f"background tuning of {d['problem']} failed: {d['error']}"
+                     for d in convtune.tuning_status()["done"] if d["error"]]
     return passed[0], failures
 
 

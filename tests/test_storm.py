@@ -8,11 +8,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def test_threads_storm_with_polling_waits_and_tuning_racing(tmp_path):
-    env = dict(os.environ, CONVTUNE_TUNE="auto", CONVTUNE_TUNE_BUDGET="0.2", CONVTUNE_SPIN_US="2000",
+@pytest.mark.parametrize("mode", ["auto", "background"])
+def test_threads_storm_with_polling_waits_and_tuning_racing(tmp_path, mode):
+    env = dict(os.environ, CONVTUNE_TUNE=mode, CONVTUNE_TUNE_BUDGET="0.2", CONVTUNE_SPIN_US="2000",
                CONVTUNE_CACHE_DIR=str(tmp_path), CONVTUNE_PROGRESS="0")
     r = subprocess.run([sys.executable, os.path.join(HERE, "storm.py"), "--threads", "8", "--calls", "3"],
                        env=env, capture_output=True, text=True, timeout=900)

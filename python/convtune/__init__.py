@@ -16,9 +16,11 @@ Autotuning: the first call with a new shape times the kernel variants that fit i
 each against a reference, and keeps the fastest in an on-disk cache (``cache_path()``).
 Environment, read at every call:
 
-- ``CONVTUNE_TUNE``: ``auto`` (default; tune new shapes, then use the cache), ``cached``
-  (use the cache when it has the shape, else the default rule; never tune) or ``off``
-  (the default rule only).
+- ``CONVTUNE_TUNE``: ``auto`` (default; tune new shapes, then use the cache),
+  ``background`` (run the default rule's pick at once and tune new shapes on a worker
+  thread: ``wait_tuning``, ``tuning_status``), ``cached`` (use the cache when it has the
+  shape, else the default rule; never tune) or ``off`` (the default rule only);
+  ``set_tuning`` sets it for the process.
 - ``CONVTUNE_TUNE_BUDGET``: seconds of tuning per shape (default 1).
 - ``CONVTUNE_CACHE_DIR``: where the cache lives (default: the user cache directory).
 - ``CONVTUNE_PRINT_TUNING=1``: print one line per tuned shape to stderr.
@@ -51,6 +53,7 @@ from typing import Any, List, Optional, Protocol, Sequence, Tuple, Union
 import numpy as np
 
 from . import _convtune, _epilogue, _memory, _timings
+from ._background import set_tuning, tuning_mode, tuning_status, wait_tuning
 from ._convtune import (
     Tensor,
     ConvtuneError,
@@ -87,6 +90,10 @@ __all__ = [
     "cache_export",
     "cache_import",
     "cache_clear",
+    "set_tuning",
+    "tuning_mode",
+    "wait_tuning",
+    "tuning_status",
     "TuneReport",
     "Explanation",
     "ConvtuneError",
