@@ -10,7 +10,7 @@
 
 use crate::error::{no_panic, Error, Result};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,15 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// The process whose worker thread the state describes (0: none started). A process forked
+/// after that has the state but not the thread, and maybe the lock as the fork left it:
+/// it never touches either (`forked`).
+static WORKER_PID: AtomicU32 = AtomicU32::new(0);
+
+fn forked() -> bool {
+    let pid = WORKER_PID.load(Ordering::SeqCst);
+    pid != 0 && pid != std::process::id()
+}
 static CHANGED: Condvar = Condvar::new();
 /// convtune calls running now (`busy`).
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
@@ -77,6 +86,9 @@ impl Drop for Busy {
 
 /// Queues a job unless one with its key is queued or running. Returns whether it was queued.
 pub fn enqueue(key: String, work: Work) -> bool {
+    if forked() {
+        return false;
+    }
     let mut guard = state();
     let st = guard.get_or_insert_with(State::default);
     if st.stopping || st.running.as_deref() == Some(key.as_str()) || st.queue.iter().any(|j| j.key == key) {
@@ -85,6 +97,7 @@ pub fn enqueue(key: String, work: Work) -> bool {
     st.queue.push_back(Job { key, work });
     if !st.worker {
         st.worker = true;
+        WORKER_PID.store(std::process::id(), Ordering::SeqCst);
         let started = std::thread::Builder::new().name("convtune-tuning".into()).spawn(worker);
         if started.is_err() {
             // No thread to run it: the problem stays on the default rule's pick.
@@ -145,6 +158,9 @@ fn worker() {
 /// since the previous `wait` that returned them, or `None` on timeout (they stay for the
 /// next one).
 pub fn wait(timeout: Option<Duration>) -> Option<Vec<TuningDone>> {
+    if forked() {
+        return Some(Vec::new());
+    }
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut guard = state();
     loop {
@@ -177,6 +193,9 @@ pub struct TuningStatus {
 }
 
 pub fn status() -> TuningStatus {
+    if forked() {
+        return TuningStatus::default();
+    }
     with_state(|st| TuningStatus {
         queued: st.queue.iter().map(|j| j.key.clone()).collect(),
         running: st.running.clone(),
@@ -188,6 +207,9 @@ pub fn status() -> TuningStatus {
 /// waits up to `grace` for the worker to end. A cancelled job stores nothing, so the cache
 /// stays as it was.
 pub fn stop(grace: Duration) {
+    if forked() {
+        return;
+    }
     let deadline = Instant::now() + grace;
     let mut guard = state();
     let Some(st) = guard.as_mut() else { return };

@@ -129,3 +129,39 @@ def test_spawned_workers_work_after_the_parent_used_the_device(method):
                 print("results", pool.map_async(work, range(2)).get(timeout=120))
     """, timeout=300)
     assert "results [0, 1]" in out
+
+
+def test_a_child_forked_while_the_parent_tunes_in_the_background_exits_promptly():
+    # The worker thread is not in the child: its status is empty, wait_tuning returns at
+    # once and the exit hook does not wait for it; the parent's tuning goes on.
+    out = run("""
+        convtune.set_tuning("background")
+        os.environ["CONVTUNE_TUNE_BUDGET"] = "5"
+        good()
+        assert convtune.tuning_status()["in_progress"] or convtune.tuning_status()["queued"]
+        r, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            t0 = time.monotonic()
+            st = convtune.tuning_status()
+            done = convtune.wait_tuning(timeout=10)
+            msg = child_call()
+            os.write(wfd, f"child: {st['queued']} {st['in_progress']} {done} {msg}".encode())
+            sys.exit(0)  # runs the exit hooks
+        os.close(wfd)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            raise SystemExit("the forked child hung")
+        print(os.read(r, 4096).decode())
+        assert convtune.wait_tuning(timeout=60)[0]["winner"]
+        good()
+        print("parent ok")
+    """)
+    check_child_refused_and_parent_worked(out)
+    assert "child: [] None [] error:" in out, out
