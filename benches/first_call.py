@@ -56,19 +56,27 @@ def suite_rows(suite, precisions, tunings):
         for precision in precisions:
             fresh_cache()
             convtune.set_tuning(tuning)
-            walls = []
+            walls, phases = [], []
             for case in suite:
                 x, w = inputs(case.x_shape, case.w_shape, precision, rng)
+                kw = dict(stride=case.stride, padding=case.padding, groups=case.groups,
+                          precision=None if precision == "float16" else precision)
                 t = time.perf_counter()
-                convtune.conv2d(x, w, stride=case.stride, padding=case.padding, groups=case.groups,
-                                precision=None if precision == "float16" else precision)
+                convtune.conv2d(x, w, **kw)
                 walls.append(time.perf_counter() - t)
+                report = convtune.explain(x, w, **kw).report if tuning == "auto" else None
+                if report is not None and report.phases:
+                    phases.append((walls[-1], case.label(), report.phases))
             t = time.perf_counter()
             done = convtune.wait_tuning()
             until = f"{time.perf_counter() - t:.1f} ({len(done)} tuned)" if tuning == "background" else ""
             convtune.set_tuning(None)
             print(f"| {tuning} | {precision} | {len(walls)} | {quantile(walls, 0.5):.3f} | {quantile(walls, 0.95):.3f} | "
                   f"{max(walls):.3f} | {max(walls) - budget:+.3f} | {until} |", flush=True)
+            # Where the slowest first calls spent their time (the tuning report's phases).
+            for wall, label, ph in sorted(phases, reverse=True)[:2]:
+                parts = ", ".join(f"{k} {v:.2f}" for k, v in ph.items() if v >= 0.005)
+                print(f"|  | {label} | {wall:.3f} s | {parts} | | | | |", flush=True)
 
 
 def network_convs(name, batch):

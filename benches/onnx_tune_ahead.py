@@ -122,6 +122,12 @@ def main() -> int:
             default = sum(len(r["nodes"]) * r["default_ms"] for r in rows if r["default_ms"])
             print(f"| {name} | {mode} | {len(rows)} | {took:.1f} | {statistics.median(per):.2f} / {max(per):.2f} | "
                   f"{tuned:.3f} | {default:.3f} |", flush=True)
+            # Where the default rule loses most (what background mode runs until tuned).
+            worst = sorted((r for r in rows if r["tuned_ms"] and r["default_ms"]),
+                           key=lambda r: -len(r["nodes"]) * (r["default_ms"] - r["tuned_ms"]))[:3]
+            for r in worst:
+                print(f"|  | default loses | {r['shape']} x{len(r['nodes'])} | `{r['default_ms']:.4f}` ms | "
+                      f"{r['default_ms'] / r['tuned_ms']:.1f}x | `{r['winner']}` | |", flush=True)
             if a.long > 0:
                 by_problem = {n.names[0]: n for n in nodes}
                 for r in sorted(rows, key=lambda r: -(r["tuned_ms"] or 0))[: a.long_layers]:
