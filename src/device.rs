@@ -673,6 +673,13 @@ impl Engine {
         Ok(pipeline)
     }
 
+    /// Keeps a kernel compiled elsewhere (the tuner's winner) as `pipeline` would keep its
+    /// own: the call that follows a tuning run then neither compiles it again nor, on a
+    /// driver that finishes compiling at the first dispatch (lavapipe), pays that again.
+    pub fn keep_pipeline(&self, variant: &Variant, shape: &ConvShape, kernel: Compiled) {
+        self.pipelines.insert((*variant, *shape, self.max_workspace()), Arc::new(kernel));
+    }
+
     /// How many compiled kernels the engine keeps, its bound, and how many it dropped.
     pub fn kernel_cache_stats(&self) -> KernelCacheStats {
         self.pipelines.stats()

@@ -27,6 +27,12 @@ pub const DEFAULT_BUDGET: Duration = Duration::from_secs(1);
 pub const PRUNE_RATIO: f64 = 1.5;
 /// Samples taken before the pruning check.
 const PRUNE_AFTER: u32 = 2;
+/// A candidate whose validation run alone took longer than `PRUNE_RATIO` times the best
+/// so far plus this margin (wall time, so the margin covers a run's host overhead and any
+/// first-dispatch cost) is pruned without timing: its samples could only confirm it. On
+/// lavapipe single runs of 0.4 s beside winners of 0.6 ms were seen, each then timed twice
+/// more before the samples pruned it.
+const PRUNE_ON_VALIDATION_MS: f64 = 100.0;
 /// Candidates timed again at the end, besides the default: a candidate timed at other
 /// clocks, or in a noisy moment, can look a few percent faster than it runs (an H200 run
 /// picked a float16 tile at 0.058 ms whose rival, timed earlier, ran 0.052).
@@ -501,6 +507,9 @@ struct Bench<'a> {
     /// Time spent validating and timing candidates so far.
     validating: Duration,
     timing: Duration,
+    /// The wall time of the last validation run: on lavapipe it holds the shader's
+    /// compile to machine code, which the driver does at the first dispatch.
+    last_run: Duration,
 }
 
 impl Bench<'_> {
@@ -541,13 +550,20 @@ impl Bench<'_> {
         let t0 = Instant::now();
         let verdict = self.validate(&kernel, c.faulty);
         self.validating += t0.elapsed();
-        match verdict {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => {
+        let run_ms = match verdict {
+            Ok((Ok(()), run)) => {
+                self.last_run = run;
+                run.as_secs_f64() * 1e3
+            }
+            Ok((Err(why), _)) => {
                 return Ok((CandidateResult { detail: Some(why), ..CandidateResult::new(name, Status::Wrong) }, None))
             }
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => return Ok((failure(name, &e), None)),
+        };
+        if let Some(best) = best_ms.filter(|&b| run_ms > PRUNE_RATIO * b + PRUNE_ON_VALIDATION_MS) {
+            let detail = format!("its validation run took {run_ms:.1} ms, the best so far {best:.3} ms");
+            return Ok((CandidateResult { detail: Some(detail), ..CandidateResult::new(name, Status::Pruned) }, None));
         }
         let t0 = Instant::now();
         let sampled = self.sample(&kernel, best_ms, opts);
@@ -569,17 +585,19 @@ impl Bench<'_> {
         }
     }
 
-    /// `Ok(Err(why))` when the output is wrong.
-    fn validate(&mut self, kernel: &Compiled, faulty: bool) -> Result<std::result::Result<(), String>> {
+    /// The verdict (`Err(why)` when the output is wrong) and the wall time of the run.
+    fn validate(&mut self, kernel: &Compiled, faulty: bool) -> Result<(std::result::Result<(), String>, Duration)> {
+        let t0 = Instant::now();
         self.run_checked(kernel)?;
+        let run = t0.elapsed();
         if faulty {
             // The test-only candidate is corrupted on the host, so it takes the host check.
             let mut out = self.tensors.read_y_f32(self.engine)?;
             corrupt(&mut out);
-            return Ok(check_against(&out, &self.reference, self.tolerance).map(|_| ()));
+            return Ok((check_against(&out, &self.reference, self.tolerance).map(|_| ()), run));
         }
         // On the GPU: a read-back of a large output would cost more than the run itself.
-        Ok(verdict(&self.tensors.compare_y(self.engine, &self.reference_gpu)?, self.tolerance))
+        Ok((verdict(&self.tensors.compare_y(self.engine, &self.reference_gpu)?, self.tolerance), run))
     }
 
     fn sample(&self, kernel: &Compiled, best_ms: Option<f64>, opts: &TuneOptions) -> Result<(Status, Vec<f64>)> {
@@ -790,6 +808,7 @@ pub fn tune(
             cpu: !on_gpu,
             validating: Duration::ZERO,
             timing: Duration::ZERO,
+            last_run: Duration::ZERO,
         };
         let setup = start.elapsed();
         let _ = clock.set(Instant::now());
@@ -799,6 +818,7 @@ pub fn tune(
         // the run waits for anyway.
         let musts = order.iter().filter(|c| c.must).count();
         let (mut musts_seen, mut done, mut draining) = (0, 0, false);
+        let mut run_rate = 0.0f64;
         loop {
             if !draining && spent() > opts.budget && musts_seen >= musts {
                 compiler.stop();
@@ -814,11 +834,22 @@ pub fn tune(
             let Some((i, built)) = next else { break };
             let c = &order[i];
             musts_seen += c.must as usize;
-            let timed = c.must || spent() <= opts.budget || (draining && compiler.busy());
+            // On a CPU adapter (lavapipe) a first run compiles the shader to machine code,
+            // up to a second for the largest: it costs up to the slowest rate per byte of
+            // WGSL seen so far, and only the default and the related problems' winners
+            // start one that would end past the budget (on a GPU every must-time candidate
+            // is timed whatever the budget).
+            let bytes = if on_gpu { 0 } else { source_bytes(c, shape) };
+            let first_run = run_rate * bytes as f64;
+            let fits = spent().as_secs_f64() + first_run <= opts.budget.as_secs_f64();
+            let must = if on_gpu { c.must } else { i == 0 || c.faulty || opts.also.contains(&c.variant) };
+            let timed = must || (fits && (c.must || spent() <= opts.budget || (draining && compiler.busy())));
             let Some((k, took)) = built.filter(|_| timed) else { continue };
             progress(&Progress { done, total, name: &c.name() })?;
             done += 1;
+            bench.last_run = Duration::ZERO;
             let (mut r, kernel) = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
+            run_rate = run_rate.max(bench.last_run.as_secs_f64() / bytes.max(1) as f64);
             r.compile_ms = Some(took.as_secs_f64() * 1e3);
             if let (Status::Ok, Some(ms), false, Some(kernel)) = (r.status, r.median_ms, c.faulty, kernel) {
                 if best.is_none_or(|(_, b)| ms < b) {
@@ -845,6 +876,9 @@ pub fn tune(
     })?;
     // The scope has joined the workers: what they still had in hand took this long.
     let finishing = last.elapsed();
+    if let Some(f) = best.and_then(|(i, _)| finalists.into_iter().find(|f| f.index == i)) {
+        engine.keep_pipeline(&order[f.index].variant, shape, f.kernel);
+    }
     *engine.last_tuned.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     progress(&Progress { done: total, total, name: "" })?;
     // In ranked order; what was not timed was skipped for the budget.
