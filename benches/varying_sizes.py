@@ -1,9 +1,11 @@
 """A service that meets a new input size on most calls: process memory per new size, and the
-compiled kernels kept (`memory_stats`), for one layer (8 -> 16 channels, 3x3, padding 1) over
-`--sizes` distinct (N, H, W), each result checked against float64 once every 25 calls.
+compiled kernels kept (`memory_stats`), for one layer (8 -> 16 channels, 3x3, padding 1) or
+a small network of three (that layer, a 3x3 stride-2 16 -> 16 and a 1x1 16 -> 32) over
+`--sizes` distinct (N, H, W), each result checked against float64 once every 25 sizes.
 
-Usage: CONVTUNE_TUNE=off python benches/varying_sizes.py [--sizes 220]
-       (CONVTUNE_KERNEL_CACHE=16 to bound the kernels kept lower than the default 256)
+Usage: python benches/varying_sizes.py [--sizes 1000] [--layers 1|3] [--warm 100]
+       (default settings: CONVTUNE_KERNELS_PER_LAYER, default 8, bounds the kernels one layer
+       keeps; CONVTUNE_TUNE=off measures what each new size costs without tuning)
 """
 
 from __future__ import annotations
@@ -24,28 +26,33 @@ def rss_mb() -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", type=int, default=220)
+    p.add_argument("--sizes", type=int, default=1000)
+    p.add_argument("--layers", type=int, choices=(1, 3), default=1)
+    p.add_argument("--warm", type=int, default=100, help="sizes before the memory baseline")
     a = p.parse_args()
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
-    warm = 20
+    ws = [(rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32),
+          (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32),
+          (rng.standard_normal((32, 16, 1, 1)) / 4).astype(np.float32)][: a.layers]
+    kws = [dict(padding=1), dict(stride=2, padding=1), dict()]
     start = None
     t0 = time.perf_counter()
     for i in range(a.sizes):
         h, wd = 20 + i % 37, 24 + (i * 7) % 53
-        x = rng.standard_normal((1 + i % 2, 8, h, wd)).astype(np.float32)
-        y = convtune.conv2d(x, w, padding=1)
-        if i % 25 == 0:
-            want = conv2d_reference(x, w, padding=1)
-            assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max(), i
-        if i == warm - 1:
+        y = rng.standard_normal((1 + i % 2, 8, h, wd)).astype(np.float32)
+        for w, kw in zip(ws, kws):
+            x, y = y, convtune.conv2d(y, w, **kw)
+            if i % 25 == 0:
+                want = conv2d_reference(x, w, **kw)
+                assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max(), i
+        if i == a.warm - 1:
             start = rss_mb()
     end = rss_mb()
     s = convtune.memory_stats()
-    print(f"# {convtune.adapter_info()['name']}: {a.sizes} sizes in {time.perf_counter() - t0:.1f} s; "
-          f"RSS {start:.0f} MB after {warm}, {end:.0f} MB after {a.sizes}: "
-          f"{(end - start) / (a.sizes - warm):.3f} MB per new size; kernels kept {s['kernels_cached']} "
-          f"(limit {s['kernel_cache_limit']}), dropped {s['kernel_evictions']}")
+    print(f"# {convtune.adapter_info()['name']}: {a.layers} layer(s), {a.sizes} sizes in {time.perf_counter() - t0:.1f} s; "
+          f"RSS {start:.0f} MB after {a.warm}, {end:.0f} MB after {a.sizes}: +{end - start:.1f} MB "
+          f"({(end - start) / (a.sizes - a.warm):.3f} MB per new size); kernels kept {s['kernels_cached']} "
+          f"(limit {s['kernel_cache_limit']}, {s['kernels_per_layer']} per layer), dropped {s['kernel_evictions']}")
 
 
 if __name__ == "__main__":

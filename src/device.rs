@@ -600,7 +600,7 @@ impl Engine {
             no_input,
             no_scratch,
             chunk_indices,
-            pipelines: KernelCache::from_env(),
+            pipelines: KernelCache::from_env(layer_of),
             lost,
             pool,
             checker: Mutex::new(None),
@@ -777,6 +777,15 @@ impl Engine {
 
 /// The process that opened the process-wide engine; 0 before it is opened.
 static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// The layer a kernel-cache key belongs to: its problem but for the batch, height and
+/// width (a layer fed many input sizes compiles one kernel per size).
+fn layer_of((_, shape, _): &(Variant, ConvShape, u64)) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ConvShape { n: 0, h: 0, w: 0, ..*shape }.hash(&mut h);
+    h.finish()
+}
 
 /// What a process forked after convtune opened its device gets from every call: the GPU
 /// device, its driver's threads and convtune's own locks do not survive `fork` (PyTorch

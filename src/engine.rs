@@ -114,7 +114,8 @@ impl Engine {
     }
 
     /// The compiled kernels the engine keeps (at most `CONVTUNE_KERNEL_CACHE`, default 256,
-    /// least recently used dropped first) and how many it dropped.
+    /// and `CONVTUNE_KERNELS_PER_LAYER`, default 8, of one layer's input sizes; least
+    /// recently used dropped first) and how many it dropped.
     pub fn kernel_cache_stats(&self) -> crate::KernelCacheStats {
         self.inner.kernel_cache_stats()
     }

@@ -1137,6 +1137,7 @@ fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>>
         let k = eng.kernel_cache_stats();
         d.set_item("kernels_cached", k.entries)?;
         d.set_item("kernel_cache_limit", k.limit)?;
+        d.set_item("kernels_per_layer", k.per_layer)?;
         d.set_item("kernel_evictions", k.evictions)?;
         Ok(d)
     })

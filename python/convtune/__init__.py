@@ -675,11 +675,13 @@ def synchronize() -> None:
 
 
 def memory_stats(reset_peak: bool = False) -> dict:
-    """GPU memory of convtune's buffer pool.
+    """GPU memory of convtune's buffer pool, and the compiled kernels it keeps.
 
     Keys: ``live_bytes`` (in use), ``idle_bytes`` (kept for reuse), ``allocations`` (buffers
     created so far), ``peak_device_bytes`` (most device-local bytes in use at once since the
-    last reset). ``reset_peak=True`` starts a new peak measurement after reading.
+    last reset); ``kernels_cached``, ``kernel_cache_limit`` (``CONVTUNE_KERNEL_CACHE``),
+    ``kernels_per_layer`` (``CONVTUNE_KERNELS_PER_LAYER``) and ``kernel_evictions``.
+    ``reset_peak=True`` starts a new peak measurement after reading.
     """
     return _convtune.memory_stats(reset_peak)
 
