@@ -81,7 +81,7 @@ def test_other_modes_never_queue(tuning_env):  # noqa: F811
         call((1, 4, 6, 5))
         assert convtune.tuning_status()["queued"] == []
     convtune.set_tuning(None)
-    assert convtune.wait_tuning() == [] or len(convtune.tuning_status()["done"]) == before
+    assert convtune.wait_tuning() == [] and len(convtune.tuning_status()["done"]) == before
 
 
 def test_exit_with_tuning_pending_is_prompt_and_leaves_the_cache_valid(tmp_path):
