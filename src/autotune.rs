@@ -370,7 +370,7 @@ fn queue(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision, families
     let budget = budget(None)?;
     let (engine, shape, families) = (Arc::clone(engine), *shape, families.clone());
     let key = format!("{} {}", shape.label(), precision.as_str());
-    background::enqueue(key, Box::new(move |gate| {
+    Ok(background::enqueue(key, Box::new(move |gate| {
         let cache = Cache::from_env();
         let mut warnings = Vec::new();
         let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
@@ -379,8 +379,7 @@ fn queue(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision, families
         }
         let report = tune_and_store(&engine, &shape, precision, &families, budget, &cache, &mut |_| gate(), &mut warnings)?;
         Ok(report.winner.clone())
-    }));
-    Ok(true)
+    })))
 }
 
 #[cfg(test)]

@@ -84,15 +84,20 @@ impl Drop for Busy {
     }
 }
 
-/// Queues a job unless one with its key is queued or running. Returns whether it was queued.
+/// Queues a job unless one with its key is queued or running. Returns whether the worker
+/// has the job (queued now or before); false in a process that is exiting or forked, or
+/// where no thread could be started.
 pub fn enqueue(key: String, work: Work) -> bool {
     if forked() {
         return false;
     }
     let mut guard = state();
     let st = guard.get_or_insert_with(State::default);
-    if st.stopping || st.running.as_deref() == Some(key.as_str()) || st.queue.iter().any(|j| j.key == key) {
+    if st.stopping {
         return false;
+    }
+    if st.running.as_deref() == Some(key.as_str()) || st.queue.iter().any(|j| j.key == key) {
+        return true;
     }
     st.queue.push_back(Job { key, work });
     if !st.worker {
