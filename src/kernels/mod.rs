@@ -39,6 +39,18 @@ impl Caps {
         Caps { limits, features: wgpu::Features::empty(), tensor_cores: false }
     }
 
+    /// What `KernelVariant::unfit` reads of the adapter: equal keys, equal verdicts.
+    pub fn fit_key(&self) -> [u32; 5] {
+        let l = &self.limits;
+        [
+            l.max_compute_workgroup_size_x,
+            l.max_compute_workgroup_size_y,
+            l.max_compute_invocations_per_workgroup,
+            l.max_compute_workgroup_storage_size,
+            self.tensor_cores as u32,
+        ]
+    }
+
     /// Why a family that needs tensor cores cannot run here, or `None` if it can.
     pub fn tensor_cores_missing(&self) -> Option<&'static str> {
         (!self.tensor_cores).then_some(
@@ -320,7 +332,8 @@ impl FromStr for Variant {
     }
 }
 
-/// The untuned choice: a rule on the shape and the adapter's limits.
+/// A fixed rule on the shape and the adapter's limits: the untuned choice for transposed
+/// problems (plain ones take the cost model's first pick, `tuner::default_choice`).
 pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     if shape.is_transposed() {
         // A shuffled one has only its lowered form: the plain rule on that.
