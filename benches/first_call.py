@@ -66,17 +66,21 @@ def suite_rows(suite, precisions, tunings):
                 walls.append(time.perf_counter() - t)
                 report = convtune.explain(x, w, **kw).report if tuning == "auto" else None
                 if report is not None and report.phases:
-                    phases.append((walls[-1], case.label(), report.phases))
+                    late = "; ".join(f"{c['name']} {c['status']} at {c['at_s']:.2f} s for {c['measure_ms']:.0f} ms"
+                                     for c in report.candidates if c.get("at_s") is not None and c["at_s"] > budget)
+                    phases.append((walls[-1], case.label(), report.phases, late))
             t = time.perf_counter()
             done = convtune.wait_tuning()
             until = f"{time.perf_counter() - t:.1f} ({len(done)} tuned)" if tuning == "background" else ""
             convtune.set_tuning(None)
             print(f"| {tuning} | {precision} | {len(walls)} | {quantile(walls, 0.5):.3f} | {quantile(walls, 0.95):.3f} | "
                   f"{max(walls):.3f} | {max(walls) - budget:+.3f} | {until} |", flush=True)
-            # Where the slowest first calls spent their time (the tuning report's phases).
-            for wall, label, ph in sorted(phases, reverse=True)[:2]:
+            # Where the slowest first calls spent their time: the tuning report's phases, and
+            # the candidates whose measurement began past the budget (name, status, when,
+            # how long).
+            for wall, label, ph, late in sorted(phases, reverse=True)[:2]:
                 parts = ", ".join(f"{k} {v:.2f}" for k, v in ph.items() if v >= 0.005)
-                print(f"|  | {label} | {wall:.3f} s | {parts} | | | | |", flush=True)
+                print(f"|  | {label} | {wall:.3f} s | {parts} | {late} | | | |", flush=True)
 
 
 def network_convs(name, batch):

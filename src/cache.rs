@@ -490,6 +490,8 @@ mod tests {
                 detail: None,
                 compile_ms: Some(100.0),
                 runoff_ms: None,
+                at_s: Some(0.1),
+                measure_ms: Some(5.0),
             }],
         }
     }

@@ -298,6 +298,16 @@ impl Candidate<'_> {
         self.inner.compile_ms
     }
 
+    /// Seconds from the tuning run's start to its validation (`None` where it was not run).
+    pub fn at_s(&self) -> Option<f64> {
+        self.inner.at_s
+    }
+
+    /// Wall milliseconds of its validation, warm-up and samples.
+    pub fn measure_ms(&self) -> Option<f64> {
+        self.inner.measure_ms
+    }
+
     /// Median GPU milliseconds in the runoff that decides between the fastest few and the
     /// default, timed again in turns after the others; `None` for the rest.
     pub fn runoff_ms(&self) -> Option<f64> {

@@ -654,6 +654,8 @@ fn report_dict<'py>(py: Python<'py>, r: &Report, source: &str) -> PyResult<Bound
         cd.set_item("detail", c.detail())?;
         cd.set_item("compile_ms", c.compile_ms())?;
         cd.set_item("runoff_ms", c.runoff_ms())?;
+        cd.set_item("at_s", c.at_s())?;
+        cd.set_item("measure_ms", c.measure_ms())?;
         candidates.push(cd);
     }
     d.set_item("candidates", candidates)?;

@@ -129,11 +129,27 @@ pub struct CandidateResult {
     /// again after the others, in turns, and the winner is the fastest there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runoff_ms: Option<f64>,
+    /// Seconds from the tuning run's start to this candidate's validation, and the wall
+    /// milliseconds of its validation, warm-up and samples: where a run's time went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure_ms: Option<f64>,
 }
 
 impl CandidateResult {
     fn new(name: String, status: Status) -> Self {
-        CandidateResult { name, status, samples_ms: Vec::new(), median_ms: None, detail: None, compile_ms: None, runoff_ms: None }
+        CandidateResult {
+            name,
+            status,
+            samples_ms: Vec::new(),
+            median_ms: None,
+            detail: None,
+            compile_ms: None,
+            runoff_ms: None,
+            at_s: None,
+            measure_ms: None,
+        }
     }
 
     /// The variant it ran; `None` for names that do not parse (the faulty test candidate
@@ -874,7 +890,10 @@ pub fn tune(
             progress(&Progress { done, total, name: &c.name() })?;
             done += 1;
             bench.last_run = Duration::ZERO;
+            let at = start.elapsed();
             let (mut r, kernel) = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
+            r.at_s = Some(at.as_secs_f64());
+            r.measure_ms = Some((start.elapsed() - at).as_secs_f64() * 1e3);
             run_rate = run_rate.max(bench.last_run.as_secs_f64() / bytes.max(1) as f64);
             r.compile_ms = Some(took.as_secs_f64() * 1e3);
             if let (Status::Ok, Some(ms), false, Some(kernel)) = (r.status, r.median_ms, c.faulty, kernel) {

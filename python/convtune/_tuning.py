@@ -13,13 +13,16 @@ class TuneReport:
     """What tuning one shape found.
 
     ``candidates`` holds one dict per candidate, in the order they were tried:
-    ``{name, knobs, status, median_ms, samples, detail, compile_ms, runoff_ms}``; ``status`` is
+    ``{name, knobs, status, median_ms, samples, detail, compile_ms, runoff_ms, at_s,
+    measure_ms}``; ``status`` is
     one of ``ok``, ``pruned``, ``wrong``, ``compile error``, ``out of memory``, ``error`` or
     ``skipped (budget)``; ``samples`` are GPU milliseconds; ``compile_ms`` is the wall time
     of the candidate's compilation on its own thread (``None`` where it was not compiled);
     ``runoff_ms`` is the median of the runoff for the default and the three fastest others (timed
     again in turns after the others; the fastest there wins, and ``tuned_ms`` and
-    ``default_ms`` are its times), ``None`` for the rest.
+    ``default_ms`` are its times), ``None`` for the rest; ``at_s`` is when its validation
+    began (seconds into the run) and ``measure_ms`` the wall time of its validation, warm-up
+    and samples (``None`` where it was not run).
     """
 
     shape: str
