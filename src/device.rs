@@ -11,6 +11,7 @@ use crate::params::ConvShape;
 use crate::kernels::{Caps, Variant};
 use crate::resident::key_of;
 use crate::kernel_cache::{KernelCache, KernelCacheStats};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -149,8 +150,9 @@ pub struct Engine {
     pub direct_inputs: bool,
     /// naga's run-time bounds/division checks in generated kernels (`CONVTUNE_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
-    /// The last Tensor call's submission, not waited for yet (see `runner::conv2d_device`).
-    pub in_flight: Mutex<Option<crate::wait::Submitted>>,
+    /// Each thread's last Tensor call's submission, not waited for yet (see
+    /// `runner::conv2d_device`).
+    pub in_flight: Mutex<HashMap<std::thread::ThreadId, crate::wait::Submitted>>,
     /// How long a wait for the GPU polls before blocking (`spin_time`).
     pub spin: Duration,
     /// Held by the one thread polling the device at a time (`wait::spin`).
@@ -607,7 +609,7 @@ impl Engine {
             device_heap,
             direct_inputs,
             runtime_checks: std::env::var("CONVTUNE_RUNTIME_CHECKS").is_ok_and(|v| v == "1"),
-            in_flight: Mutex::new(None),
+            in_flight: Mutex::new(HashMap::new()),
             spin: spin_time(cpu),
             poller: Mutex::new(()),
             waiting: std::sync::atomic::AtomicU32::new(0),

@@ -907,22 +907,44 @@ pub fn conv2d_device<T: Elem>(
     ph.mark("buffers");
     let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
     ph.mark("submit");
-    // Returns with the kernel queued and waits for the previous Tensor call's instead: the
-    // host prepares call n+1 while the GPU runs call n (one wait per call took 0.3-0.5 ms of
-    // a 1.1 ms EDSR conv), and no more than one call is ever in flight. Later work on the
-    // output is ordered behind it by the queue; reading it back waits for it.
-    let previous = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).replace(idx);
-    if let Some(p) = previous {
-        wait(engine, &p)?;
+    // Returns with the kernel queued and waits for this thread's previous Tensor call's
+    // instead: the host prepares call n+1 while the GPU runs call n (one wait per call took
+    // 0.3-0.5 ms of a 1.1 ms EDSR conv), and no thread has more than one call in flight.
+    // Later work on the output is ordered behind it by the queue; reading it back waits for
+    // it. Per thread, not per engine: with one slot for all, a thread waited for another's
+    // call submitted a moment before (8 threads' tiny Tensor calls ran 0.75-0.95x one
+    // thread's rate on an H200).
+    let previous = {
+        let mut slots = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = slots.insert(std::thread::current().id(), idx);
+        // Threads that ended leave their slots: past a bound, the next wait is for all.
+        let crowded = slots.len() > IN_FLIGHT_SLOTS;
+        if crowded {
+            slots.clear();
+        }
+        (previous, crowded)
+    };
+    match previous {
+        (_, true) => wait_all(engine)?,
+        (Some(p), false) => wait(engine, &p)?,
+        (None, false) => {}
     }
     ph.mark("previous_wait");
     Ok(DeviceArray { buf: y, dims: shape.y_dims(), dtype: shape.dtype, maxabs: AtomicU32::new(UNKNOWN_MAX), resident: Resident::default() })
 }
 
+/// Threads' Tensor-call slots kept before a call waits for all of them (`conv2d_device`).
+const IN_FLIGHT_SLOTS: usize = 256;
+
 /// Waits for every queued GPU call (Tensor calls return before their kernel ends).
 pub fn synchronize(engine: &Engine) -> Result<()> {
-    let pending = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if pending.is_some() {
+    let pending = {
+        let mut slots = engine.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = !slots.is_empty();
+        slots.clear();
+        pending
+    };
+    if pending {
         wait_all(engine)?;
     }
     Ok(())
