@@ -4,7 +4,7 @@ a small network of three (that layer, a 3x3 stride-2 16 -> 16 and a 1x1 16 -> 32
 `--sizes` distinct (N, H, W), each result checked against float64 once every 25 sizes.
 
 Usage: python benches/varying_sizes.py [--sizes 1000] [--layers 1|3] [--warm 100]
-       (default settings: CONVTUNE_KERNELS_PER_LAYER, default 8, bounds the kernels one layer
+       (default settings: CONVTUNE_KERNELS_PER_LAYER, default 16, bounds the kernels one layer
        keeps; CONVTUNE_TUNE=off measures what each new size costs without tuning)
 """
 

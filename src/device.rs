@@ -595,7 +595,7 @@ impl Engine {
             device,
             queue,
             desc: AdapterDesc::from_info(index, &info),
-            caps: Caps { limits, features, tensor_cores },
+            caps: Caps { limits, features, tensor_cores, cpu },
             loader_note: LOADER_NOTE.get().cloned(),
             bind_layout,
             pipeline_layout,

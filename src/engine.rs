@@ -114,7 +114,7 @@ impl Engine {
     }
 
     /// The compiled kernels the engine keeps (at most `CONVTUNE_KERNEL_CACHE`, default 256,
-    /// and `CONVTUNE_KERNELS_PER_LAYER`, default 8, of one layer's input sizes; least
+    /// and `CONVTUNE_KERNELS_PER_LAYER`, default 16, of one layer's input sizes; least
     /// recently used dropped first) and how many it dropped.
     pub fn kernel_cache_stats(&self) -> crate::KernelCacheStats {
         self.inner.kernel_cache_stats()

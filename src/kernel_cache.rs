@@ -3,7 +3,8 @@
 //! code, the shader module, the pipeline) for good. The least recently used kernel is
 //! dropped once the cache holds `CONVTUNE_KERNEL_CACHE` of them (default 256), and within
 //! one layer (a group: the same problem but for its batch, height and width) once that
-//! layer holds `CONVTUNE_KERNELS_PER_LAYER` (default 8), so that a layer fed ever new sizes
+//! layer holds `CONVTUNE_KERNELS_PER_LAYER` (default 16: a detection head run on five
+//! feature-map scales at three batch sizes keeps them all), so that a layer fed ever new sizes
 //! cannot push out the kernels of layers that keep theirs; a call still running one keeps
 //! its own reference, and a later call on that shape compiles it again.
 
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 /// Kernels kept when `CONVTUNE_KERNEL_CACHE` is unset.
 pub const DEFAULT_KERNELS: usize = 256;
 /// Kernels kept per layer when `CONVTUNE_KERNELS_PER_LAYER` is unset.
-pub const DEFAULT_PER_LAYER: usize = 8;
+pub const DEFAULT_PER_LAYER: usize = 16;
 
 /// Sizes and evictions of a [`KernelCache`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -342,14 +342,17 @@ static DEFAULT_CHOICES: std::sync::Mutex<Option<HashMap<ChoiceKey, Variant>>> = 
 /// Entries kept before the memo starts afresh.
 const DEFAULT_CHOICES_KEPT: usize = 4096;
 
-/// The untuned choice: the likeliest winner the cost model ranks first among the allowed
-/// families' variants that serve `precision` (on an H200 the fixed rule it replaced — a 64x64
-/// FMA GEMM tile or a direct kernel — ran the public suite's layers 1.4-12.8x slower than
-/// the tuned winners in "highest", `8e60086`); transposed problems keep their own rule. An
-/// error when no allowed variant can run `shape` on this adapter at `precision`.
+/// The untuned choice: on a GPU the likeliest winner the cost model ranks first among the
+/// allowed families' variants that serve `precision` (on an H200 the fixed rule it replaced
+/// — a 64x64 FMA GEMM tile or a direct kernel — ran the public suite's layers 1.4-12.8x slower
+/// than the tuned winners in "highest", `8e60086`); transposed problems, and every problem on
+/// a CPU adapter, keep the fixed rule, whose small kernels compile at their first dispatch
+/// there in less than half the time (lavapipe, cold shader cache, one layer at new sizes:
+/// 87 ms a size against 197 ms for the model's picks).
+/// An error when no allowed variant can run `shape` on this adapter at `precision`.
 pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, families: &Families) -> Result<Variant> {
     let precision = precision.for_data(shape.dtype);
-    if shape.is_transposed() {
+    if shape.is_transposed() || caps.cpu {
         let rule = kernels::default_variant(shape, caps);
         if families.allows(rule.family()) {
             return Ok(rule);

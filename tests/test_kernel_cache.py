@@ -48,12 +48,12 @@ def test_the_kernels_kept_are_bounded_and_reported():
     assert evicted == 13 - 4  # 13 calls, each a new compile once its shape was dropped
 
 
-def test_the_default_keeps_eight_sizes_of_a_layer():
-    # Ten sizes, then the first three again: each of those was dropped and compiles again.
-    cached, limit, evicted = run(None)
-    assert (cached, limit, evicted) == (8, 256, 2 + 3)
+def test_a_layer_keeps_its_most_recent_sizes():
+    # The default keeps every one of ten sizes of a layer.
+    assert run(None) == (10, 256, 0)
     assert run("not a number")[1] == 256
-    assert run(None, per_layer="16") == (10, 256, 0)
+    # Eight per layer: ten sizes, then the first three again, each dropped and compiled again.
+    assert run(None, per_layer="8") == (8, 256, 2 + 3)
 
 
 LAYERS = textwrap.dedent("""

@@ -31,12 +31,15 @@ pub struct Caps {
     /// 16x16x16 f16 x f16 -> f32 cooperative matrices, on subgroups of exactly 32
     /// invocations, enabled on the device.
     pub tensor_cores: bool,
+    /// A CPU adapter (lavapipe): it compiles a kernel to machine code at its first dispatch,
+    /// in time that grows with the kernel's size.
+    pub cpu: bool,
 }
 
 impl Caps {
-    /// An adapter with these limits and no optional feature.
+    /// A GPU with these limits and no optional feature.
     pub fn from_limits(limits: wgpu::Limits) -> Caps {
-        Caps { limits, features: wgpu::Features::empty(), tensor_cores: false }
+        Caps { limits, features: wgpu::Features::empty(), tensor_cores: false, cpu: false }
     }
 
     /// What `KernelVariant::unfit` reads of the adapter: equal keys, equal verdicts.
@@ -47,7 +50,7 @@ impl Caps {
             l.max_compute_workgroup_size_y,
             l.max_compute_invocations_per_workgroup,
             l.max_compute_workgroup_storage_size,
-            self.tensor_cores as u32,
+            self.tensor_cores as u32 | (self.cpu as u32) << 1,
         ]
     }
 
