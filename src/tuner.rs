@@ -346,9 +346,8 @@ const DEFAULT_CHOICES_KEPT: usize = 4096;
 /// allowed families' variants that serve `precision` (on an H200 the fixed rule it replaced
 /// — a 64x64 FMA GEMM tile or a direct kernel — ran the public suite's layers 1.4-12.8x slower
 /// than the tuned winners in "highest", `8e60086`); transposed problems, and every problem on
-/// a CPU adapter, keep the fixed rule, whose small kernels compile at their first dispatch
-/// there in less than half the time (lavapipe, cold shader cache, one layer at new sizes:
-/// 87 ms a size against 197 ms for the model's picks).
+/// a CPU adapter keep the fixed rule: the model's estimates are fitted to GPU timings, and
+/// a CPU adapter's kernels are chosen for what they cost there by tuning.
 /// An error when no allowed variant can run `shape` on this adapter at `precision`.
 pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, families: &Families) -> Result<Variant> {
     let precision = precision.for_data(shape.dtype);

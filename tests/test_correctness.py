@@ -316,8 +316,8 @@ def test_every_output_is_written(x_shape, w_shape, kwargs, variant):
 def test_default_rule_is_the_models_likeliest_winner_on_a_gpu():
     """The untuned choice: on a GPU the cost model's first-ranked variant that serves the
     mode (the seed shape takes a stem kernel, a 3x3 body layer a Winograd or tensor-core
-    one); on a CPU adapter, where a kernel compiles at its first dispatch, the fixed rule's
-    quick-to-compile GEMM or direct kernels. The same every call."""
+    one); on a CPU adapter, for which the model's estimates were not fitted, the fixed
+    rule's GEMM or direct kernels. The same every call."""
     body = convtune.default_variant((1, 32, 70, 70), (64, 32, 3, 3), padding=1)
     seed = convtune.default_variant((1, 3, 225, 225), (32, 3, 3, 3), padding=1)
     if convtune.adapter_info()["type"] == "Cpu":
