@@ -338,7 +338,8 @@ pub fn ranked_candidates(shape: &ConvShape, caps: &Caps) -> Vec<Variant> {
 /// Untuned choices already made, by problem, precision, allowed families and adapter limits:
 /// ranking every variant takes milliseconds, and `CONVTUNE_TUNE=off` chooses at every call.
 type ChoiceKey = (ConvShape, Precision, Vec<&'static str>, [u32; 5]);
-static DEFAULT_CHOICES: std::sync::Mutex<Option<HashMap<ChoiceKey, Variant>>> = std::sync::Mutex::new(None);
+static DEFAULT_CHOICES: std::sync::LazyLock<std::sync::Mutex<HashMap<ChoiceKey, Variant>>> =
+    std::sync::LazyLock::new(Default::default);
 /// Entries kept before the memo starts afresh.
 const DEFAULT_CHOICES_KEPT: usize = 4096;
 
@@ -358,21 +359,17 @@ pub fn default_choice(shape: &ConvShape, caps: &Caps, precision: Precision, fami
         }
     }
     let key: ChoiceKey = (*shape, precision, families.allowed().to_vec(), caps.fit_key());
-    let memo = |f: &mut dyn FnMut(&mut HashMap<ChoiceKey, Variant>) -> Option<Variant>| {
-        let mut guard = DEFAULT_CHOICES.lock().unwrap_or_else(|e| e.into_inner());
-        f(guard.get_or_insert_with(HashMap::new))
-    };
-    if let Some(v) = memo(&mut |m| m.get(&key).copied()) {
+    let memo = || DEFAULT_CHOICES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&v) = memo().get(&key) {
         return Ok(v);
     }
     let allowed = |v: &Variant| families.allows(v.family()) && v.serves(precision);
     if let Some(v) = ranked_candidates(shape, caps).into_iter().find(allowed) {
-        memo(&mut |m| {
-            if m.len() >= DEFAULT_CHOICES_KEPT {
-                m.clear();
-            }
-            m.insert(key.clone(), v)
-        });
+        let mut m = memo();
+        if m.len() >= DEFAULT_CHOICES_KEPT {
+            m.clear();
+        }
+        m.insert(key, v);
         return Ok(v);
     }
     // `suits` keeps tiles far larger than the problem out of tuning, but such a tile still
@@ -813,11 +810,14 @@ pub fn tune(
     // GPU spin-up) is done, and until then it is all left.
     let clock: OnceLock<Instant> = OnceLock::new();
     let spent = || clock.get().map_or(Duration::ZERO, |t| t.elapsed());
+    // Bytes of each candidate's WGSL, generated once for the compile and first-run estimates.
+    let sizes: Vec<OnceLock<usize>> = (0..order.len()).map(|_| OnceLock::new()).collect();
+    let bytes_of = |i: usize| *sizes[i].get_or_init(|| source_bytes(&order[i], shape));
     let want = |i: usize, rate: Option<f64>| -> bool {
         let c = &order[i];
         let left = opts.budget.as_secs_f64() - spent().as_secs_f64();
         // Past the budget nothing is generated: hundreds of candidates are skipped.
-        c.must || (left >= 0.0 && rate.is_none_or(|r| r * source_bytes(c, shape) as f64 <= left))
+        c.must || (left >= 0.0 && rate.is_none_or(|r| r * bytes_of(i) as f64 <= left))
     };
     let compile = |i: usize| compile_guarded(engine, &order[i], shape);
     let total = order.len();
@@ -883,7 +883,7 @@ pub fn tune(
             // WGSL seen so far, and only the default and the related problems' winners
             // start one that would end past the budget (on a GPU every must-time candidate
             // is timed whatever the budget).
-            let bytes = if on_gpu { 0 } else { source_bytes(c, shape) };
+            let bytes = if on_gpu || built.is_none() { 0 } else { bytes_of(i) };
             let first_run = run_rate * bytes as f64;
             let fits = spent().as_secs_f64() + first_run <= opts.budget.as_secs_f64();
             let must = if on_gpu { c.must } else { i == 0 || c.faulty || opts.also.contains(&c.variant) };

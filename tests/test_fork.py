@@ -34,6 +34,17 @@ def child_call():
         return "worked"
     except convtune.ConvtuneError as e:
         return "error: " + str(e)
+
+def reap(pid, r, seconds=30):
+    # What the forked child wrote to pipe r, once it has exited; killed if it hangs.
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.read(r, 4096).decode()
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    raise SystemExit("the forked child hung")
 """
 
 
@@ -68,16 +79,7 @@ def test_os_fork_child_gets_an_error_at_once_and_the_parent_works():
             os.write(wfd, f"child: {msg} ({time.monotonic() - t0:.2f} s)".encode())
             os._exit(0)
         os.close(wfd)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, 9)
-            raise SystemExit("the forked child hung")
-        print(os.read(r, 4096).decode())
+        print(reap(pid, r))
         good()
         print("parent ok")
     """)
@@ -142,23 +144,13 @@ def test_a_child_forked_while_the_parent_tunes_in_the_background_exits_promptly(
         r, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:
-            t0 = time.monotonic()
             st = convtune.tuning_status()
             done = convtune.wait_tuning(timeout=10)
             msg = child_call()
             os.write(wfd, f"child: {st['queued']} {st['in_progress']} {done} {msg}".encode())
             sys.exit(0)  # runs the exit hooks
         os.close(wfd)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, 9)
-            raise SystemExit("the forked child hung")
-        print(os.read(r, 4096).decode())
+        print(reap(pid, r))
         assert convtune.wait_tuning(timeout=60)[0]["winner"]
         good()
         print("parent ok")
