@@ -28,12 +28,6 @@ pub const DEFAULT_BUDGET: Duration = Duration::from_secs(1);
 pub const PRUNE_RATIO: f64 = 1.5;
 /// Samples taken before the pruning check.
 const PRUNE_AFTER: u32 = 2;
-/// A candidate whose validation run alone took longer than `PRUNE_RATIO` times the best
-/// so far plus this margin (wall time, so the margin covers a run's host overhead and any
-/// first-dispatch cost) is pruned without timing: its samples could only confirm it. On
-/// lavapipe single runs of 0.4 s beside winners of 0.6 ms were seen, each then timed twice
-/// more before the samples pruned it.
-const PRUNE_ON_VALIDATION_MS: f64 = 100.0;
 /// Candidates timed again at the end, besides the default: a candidate timed at other
 /// clocks, or in a noisy moment, can look a few percent faster than it runs (an H200 run
 /// picked a float16 tile at 0.058 ms whose rival, timed earlier, ran 0.052).
@@ -591,20 +585,13 @@ impl Bench<'_> {
         let t0 = Instant::now();
         let verdict = self.validate(&kernel, c.faulty);
         self.validating += t0.elapsed();
-        let run_ms = match verdict {
-            Ok((Ok(()), run)) => {
-                self.last_run = run;
-                run.as_secs_f64() * 1e3
-            }
+        match verdict {
+            Ok((Ok(()), run)) => self.last_run = run,
             Ok((Err(why), _)) => {
                 return Ok((CandidateResult { detail: Some(why), ..CandidateResult::new(name, Status::Wrong) }, None))
             }
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => return Ok((failure(name, &e), None)),
-        };
-        if let Some(best) = best_ms.filter(|&b| run_ms > PRUNE_RATIO * b + PRUNE_ON_VALIDATION_MS) {
-            let detail = format!("its validation run took {run_ms:.1} ms, the best so far {best:.3} ms");
-            return Ok((CandidateResult { detail: Some(detail), ..CandidateResult::new(name, Status::Pruned) }, None));
         }
         let t0 = Instant::now();
         let sampled = self.sample(&kernel, best_ms, opts);
@@ -880,14 +867,11 @@ pub fn tune(
             musts_seen += c.must as usize;
             // On a CPU adapter (lavapipe) a first run compiles the shader to machine code,
             // up to a second for the largest: it costs up to the slowest rate per byte of
-            // WGSL seen so far, and only the default and the related problems' winners
-            // start one that would end past the budget (on a GPU every must-time candidate
-            // is timed whatever the budget).
+            // WGSL seen so far, and beyond the must-time candidates none starts one that
+            // would end past the budget.
             let bytes = if on_gpu || built.is_none() { 0 } else { bytes_of(i) };
-            let first_run = run_rate * bytes as f64;
-            let fits = spent().as_secs_f64() + first_run <= opts.budget.as_secs_f64();
-            let must = if on_gpu { c.must } else { i == 0 || c.faulty || opts.also.contains(&c.variant) };
-            let timed = must || (fits && (c.must || spent() <= opts.budget || (draining && compiler.busy())));
+            let fits = spent().as_secs_f64() + run_rate * bytes as f64 <= opts.budget.as_secs_f64();
+            let timed = c.must || (fits && (spent() <= opts.budget || (draining && compiler.busy())));
             let Some((k, took)) = built.filter(|_| timed) else { continue };
             progress(&Progress { done, total, name: &c.name() })?;
             done += 1;
