@@ -589,7 +589,7 @@ impl Engine {
         chunk_indices.unmap();
         let device_heap = memory.heap;
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
-        let pool = crate::pool::Pool::new(device.clone(), crate::pool::default_cap(device_heap, cpu));
+        let pool = crate::pool::Pool::new(device.clone(), &queue, crate::pool::default_cap(device_heap, cpu));
         Ok(Engine {
             adapter,
             device,

@@ -65,6 +65,10 @@ struct Idle {
 
 pub struct Pool {
     device: wgpu::Device,
+    /// Set where `CONVTUNE_POISON_BUFFERS` asks every buffer a call takes to come filled with
+    /// NaN bytes, for tests: a kernel that reads memory no one wrote (a size class's tail,
+    /// padding a pass should have zeroed) then shows, even where it multiplies it by zero.
+    poison: Option<wgpu::Queue>,
     free: Mutex<HashMap<(u32, u64), Vec<Idle>>>,
     idle: AtomicU64,
     live: AtomicU64,
@@ -115,13 +119,15 @@ pub struct PoolStats {
 }
 
 impl Pool {
-    pub fn new(device: wgpu::Device, default_cap: u64) -> Arc<Pool> {
+    pub fn new(device: wgpu::Device, queue: &wgpu::Queue, default_cap: u64) -> Arc<Pool> {
         let cap = std::env::var("CONVTUNE_POOL_MB")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .map_or(default_cap, |mb| mb << 20);
+        let poison = std::env::var("CONVTUNE_POISON_BUFFERS").is_ok_and(|v| !v.is_empty() && v != "0");
         Arc::new(Pool {
             device,
+            poison: poison.then(|| queue.clone()),
             free: Mutex::new(HashMap::new()),
             idle: AtomicU64::new(0),
             live: AtomicU64::new(0),
@@ -203,6 +209,9 @@ impl Pool {
             }
         };
         let Idle { buf, state } = idle;
+        if let Some(queue) = &self.poison {
+            poison(queue, &buf, host_written(usage));
+        }
         self.live.fetch_add(class, Ordering::Relaxed);
         if is_device_local(usage) {
             let now = self.live_device.fetch_add(class, Ordering::Relaxed) + class;
@@ -236,6 +245,18 @@ impl Pool {
         let key = (buf.usage().bits(), size);
         let idle = Idle { buf, state };
         self.free.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(idle);
+    }
+}
+
+/// Fills a buffer with 0xFF bytes (NaN as float32 and float16): a mapped one through its
+/// mapping, a storage buffer by a queue write that lands before the next submission.
+fn poison(queue: &wgpu::Queue, buf: &wgpu::Buffer, mapped: bool) {
+    if mapped {
+        if let Ok(mut view) = buf.slice(..).get_mapped_range_mut() {
+            view.copy_from_slice(&vec![0xFF; buf.size() as usize]);
+        }
+    } else if buf.usage().contains(wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST) {
+        queue.write_buffer(buf, 0, &vec![0xFF; buf.size() as usize]);
     }
 }
 
