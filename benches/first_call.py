@@ -19,6 +19,7 @@ the last the tuned winners. Run on the GPU machine; on a CPU adapter use ``--sui
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -48,15 +49,18 @@ def quantile(v, q):
 
 def suite_rows(suite, precisions, tunings):
     budget = float(os.environ.get("CONVTUNE_TUNE_BUDGET", "1"))
-    print(f"# first calls: {convtune.adapter_info()['name']}, budget {budget} s; seconds")
-    print("| tuning | precision | shapes | p50 | p95 | max | max - budget | until tuned |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"# first calls: {convtune.adapter_info()['name']}, budget {budget} s, "
+          f"CONVTUNE_TUNE_DETACH={os.environ.get('CONVTUNE_TUNE_DETACH', '(default)')}; seconds")
+    print("| tuning | precision | shapes | p50 | p95 | max | max - budget | until tuned | tuned geomean ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for tuning in tunings:
         for precision in precisions:
             fresh_cache()
             convtune.set_tuning(tuning)
-            walls, phases = [], []
+            walls, calls = [], []
+            # First calls back to back, as a network's first pass makes them: a tuning run
+            # that outlives its call (auto on GPUs, background) goes on meanwhile.
             for case in suite:
                 x, w = inputs(case.x_shape, case.w_shape, precision, rng)
                 kw = dict(stride=case.stride, padding=case.padding, groups=case.groups,
@@ -64,23 +68,28 @@ def suite_rows(suite, precisions, tunings):
                 t = time.perf_counter()
                 convtune.conv2d(x, w, **kw)
                 walls.append(time.perf_counter() - t)
-                report = convtune.explain(x, w, **kw).report if tuning == "auto" else None
-                if report is not None and report.phases:
-                    late = "; ".join(f"{c['name']} {c['status']} at {c['at_s']:.2f} s for {c['measure_ms']:.0f} ms"
-                                     for c in report.candidates if c.get("at_s") is not None and c["at_s"] > budget)
-                    phases.append((walls[-1], case.label(), report.phases, late))
+                calls.append((x, w, kw, case.label()))
             t = time.perf_counter()
             done = convtune.wait_tuning()
-            until = f"{time.perf_counter() - t:.1f} ({len(done)} tuned)" if tuning == "background" else ""
+            until = f"{time.perf_counter() - t:.1f} ({len(done)} on the worker)"
+            # Every problem is tuned now: each run's report (phases of the whole run).
+            reports = [convtune.explain(x, w, **kw).report for x, w, kw, _ in calls]
             convtune.set_tuning(None)
+            tuned = [r.tuned_ms for r in reports if r is not None and r.tuned_ms]
+            geo = math.exp(sum(math.log(v) for v in tuned) / len(tuned)) if tuned else float("nan")
             print(f"| {tuning} | {precision} | {len(walls)} | {quantile(walls, 0.5):.3f} | {quantile(walls, 0.95):.3f} | "
-                  f"{max(walls):.3f} | {max(walls) - budget:+.3f} | {until} |", flush=True)
-            # Where the slowest first calls spent their time: the tuning report's phases, and
-            # the candidates whose measurement began past the budget (name, status, when,
-            # how long).
-            for wall, label, ph, late in sorted(phases, reverse=True)[:2]:
-                parts = ", ".join(f"{k} {v:.2f}" for k, v in ph.items() if v >= 0.005)
-                print(f"|  | {label} | {wall:.3f} s | {parts} | {late} | | | |", flush=True)
+                  f"{max(walls):.3f} | {max(walls) - budget:+.3f} | {until} | {geo:.4f} ({len(tuned)}) |", flush=True)
+            # Where the slowest first calls' problems spent their tuning time: the report's
+            # phases, and the candidates whose measurement began past the budget (name,
+            # status, when, how long).
+            slowest = sorted(zip(walls, calls, reports), key=lambda t: -t[0])[:2]
+            for wall, (_, _, _, label), report in slowest:
+                if report is None or not report.phases:
+                    continue
+                late = "; ".join(f"{c['name']} {c['status']} at {c['at_s']:.2f} s for {c['measure_ms']:.0f} ms"
+                                 for c in report.candidates if c.get("at_s") is not None and c["at_s"] > budget)
+                parts = ", ".join(f"{k} {v:.2f}" for k, v in report.phases.items() if v >= 0.005)
+                print(f"|  | {label} | {wall:.3f} s | run {report.tuning_s:.2f} s: {parts} | {late} | | | | |", flush=True)
 
 
 def network_convs(name, batch):

@@ -3,6 +3,7 @@
 //! call time.
 
 use crate::background;
+use crate::deadline::{self, Run, Waited};
 use crate::cache::{Cache, CacheKey, Entry};
 use crate::device::Engine;
 use crate::error::{Error, Result};
@@ -14,7 +15,7 @@ use crate::precision::Precision;
 use crate::tuner::{self, Progress, TuneOptions, TuneReport};
 use crate::kernels::Variant;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `CONVTUNE_TUNE`, or what `set_mode` set for this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +80,11 @@ pub enum Source {
     Tuned,
     /// The default rule's pick while the problem is tuned in the background.
     Queued,
+    /// The fastest candidate validated within the budget, while the tuning run goes on in
+    /// the background (`auto` mode on GPUs, `deadline`).
+    Interim,
+    /// The reference kernel, where nothing was validated within the budget.
+    Fallback,
 }
 
 impl Source {
@@ -89,6 +95,8 @@ impl Source {
             Source::Cache => "cache",
             Source::Tuned => "tuned",
             Source::Queued => "default, tuning in the background",
+            Source::Interim => "best within the budget, tuning goes on in the background",
+            Source::Fallback => "reference kernel, tuning goes on in the background",
         }
     }
 }
@@ -292,14 +300,20 @@ pub fn choose(
     forced: Option<Variant>,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Choice> {
+    let start = Instant::now();
     if let Some(c) = choose_now(engine, shape, precision, forced)? {
         return Ok(c);
     }
     let precision = precision.for_data(shape.dtype);
     let families = Families::from_env()?;
+    let budget = budget(None)?;
+    if deadline::detaches(engine.caps.cpu) {
+        if let Some(c) = choose_within(engine, shape, precision, &families, budget, start + budget, progress)? {
+            return Ok(c);
+        }
+    }
     let cache = Cache::from_env();
     let mut warnings = Vec::new();
-    let budget = budget(None)?;
     let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
     // Another thread may have tuned this shape while this one waited.
     if let Some(mut c) = cached(engine, shape, precision, &families, &cache, &mut warnings) {
@@ -318,6 +332,78 @@ pub fn choose(
             // that says so.
             default_choice(engine, shape, precision, families, Source::Default, warnings)
         }
+    }
+}
+
+/// `choose`'s tuning run on the background worker, waited for until `until` (see
+/// `deadline`); `None` where the worker cannot take it (the caller then tunes itself).
+fn choose_within(
+    engine: &Arc<Engine>,
+    shape: &ConvShape,
+    precision: Precision,
+    families: &Families,
+    budget: Duration,
+    until: Instant,
+    progress: &mut dyn FnMut(&Progress) -> Result<()>,
+) -> Result<Option<Choice>> {
+    let key = format!("{} {}", shape.label(), precision.as_str());
+    let (run, fresh) = Run::for_key(&key);
+    if fresh {
+        let (engine, shape, families, job_run, job_key) = (Arc::clone(engine), *shape, families.clone(), run.clone(), key.clone());
+        let queued = background::enqueue_fresh(key.clone(), Box::new(move |gate| {
+            // Whatever ends the job (a panic too), its callers hear of it.
+            let ended = Ended { run: &job_run, key: &job_key };
+            let cache = Cache::from_env();
+            let mut warnings = Vec::new();
+            let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+            let out = match cached(&engine, &shape, precision, &families, &cache, &mut warnings).and_then(|c| c.report) {
+                Some(report) => Ok(report),
+                None => tune_and_store(&engine, &shape, precision, &families, budget, &cache, &mut |p| {
+                    job_run.report(p)?;
+                    gate()
+                }, &mut warnings),
+            };
+            // Callers from now on find the cache (stored above), not the run.
+            Run::forget(ended.key);
+            ended.run.finish(out.as_ref().map(Arc::clone).map_err(|e| e.to_string()));
+            out.map(|r| r.winner.clone())
+        }));
+        if !queued {
+            Run::forget(&key);
+            return Ok(None);
+        }
+    }
+    let families = families.clone();
+    match run.wait(until, progress)? {
+        Waited::Done(Ok(report)) => {
+            let variant = report.winner_variant()?;
+            Ok(Some(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings: Vec::new() }))
+        }
+        Waited::Done(Err(e)) => {
+            let warnings = vec![format!("tuning {} failed ({e}); using the default variant", shape.label())];
+            default_choice(engine, shape, precision, families, Source::Default, warnings).map(Some)
+        }
+        Waited::Late(Some(variant)) => Ok(Some(Choice { variant, source: Source::Interim, families, report: None, warnings: Vec::new() })),
+        // Nothing validated yet (the run may not have started): the reference kernel, which
+        // compiles in a moment where a tensor-core default can take seconds.
+        Waited::Late(None) => match tuner::reference_variant(&tuning_shape(engine, shape)?) {
+            r if families.allows(r.family()) => Ok(Some(Choice { variant: r, source: Source::Fallback, families, report: None, warnings: Vec::new() })),
+            _ => default_choice(engine, shape, precision, families, Source::Queued, Vec::new()).map(Some),
+        },
+    }
+}
+
+/// Ends a detached run when its job ends, however: callers waiting get an outcome (a
+/// failure if the job did not give one), and later callers find the cache, not the run.
+struct Ended<'a> {
+    run: &'a Run,
+    key: &'a str,
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        Run::forget(self.key);
+        self.run.finish_unless_done("the tuning run ended without a result".into());
     }
 }
 

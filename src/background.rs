@@ -88,16 +88,28 @@ impl Drop for Busy {
 /// has the job (queued now or before); false in a process that is exiting or forked, or
 /// where no thread could be started.
 pub fn enqueue(key: String, work: Work) -> bool {
+    push(key, work).is_some()
+}
+
+/// Queues a job; whether this very job was queued (false where one with its key was
+/// queued or running already, or where `enqueue` would say no).
+pub fn enqueue_fresh(key: String, work: Work) -> bool {
+    push(key, work) == Some(true)
+}
+
+/// `enqueue`'s work: `Some(true)` if the job was queued, `Some(false)` if one with its key
+/// was, `None` if none can be.
+fn push(key: String, work: Work) -> Option<bool> {
     if forked() {
-        return false;
+        return None;
     }
     let mut guard = state();
     let st = guard.get_or_insert_with(State::default);
     if st.stopping {
-        return false;
+        return None;
     }
     if st.running.as_deref() == Some(key.as_str()) || st.queue.iter().any(|j| j.key == key) {
-        return true;
+        return Some(false);
     }
     st.queue.push_back(Job { key, work });
     if !st.worker {
@@ -108,11 +120,11 @@ pub fn enqueue(key: String, work: Work) -> bool {
             // No thread to run it: the problem stays on the default rule's pick.
             st.worker = false;
             st.queue.clear();
-            return false;
+            return None;
         }
     }
     CHANGED.notify_all();
-    true
+    Some(true)
 }
 
 /// The gate a job calls before each candidate: waits while a convtune call is running;

@@ -678,8 +678,13 @@ impl Engine {
     /// Keeps a kernel compiled elsewhere (the tuner's winner) as `pipeline` would keep its
     /// own: the call that follows a tuning run then neither compiles it again nor, on a
     /// driver that finishes compiling at the first dispatch (lavapipe), pays that again.
-    pub fn keep_pipeline(&self, variant: &Variant, shape: &ConvShape, kernel: Compiled) {
-        self.pipelines.insert((*variant, *shape, self.max_workspace()), Arc::new(kernel));
+    pub fn keep_pipeline(&self, variant: &Variant, shape: &ConvShape, kernel: Arc<Compiled>) {
+        self.pipelines.insert((*variant, *shape, self.max_workspace()), kernel);
+    }
+
+    /// Drops the kept kernel of (variant, shape): a tuner's earlier best, superseded.
+    pub fn drop_pipeline(&self, variant: &Variant, shape: &ConvShape) {
+        self.pipelines.remove(&(*variant, *shape, self.max_workspace()));
     }
 
     /// How many compiled kernels the engine keeps, its bound, and how many it dropped.

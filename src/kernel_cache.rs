@@ -94,6 +94,11 @@ impl<K: Eq + Hash + Clone, V> KernelCache<K, V> {
         }
     }
 
+    /// Drops the kernel under `key`, if held (not counted as an eviction).
+    pub fn remove(&self, key: &K) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+
     fn evict_oldest(&self, map: &mut HashMap<K, (Arc<V>, u64)>, among: impl Fn(&K) -> bool) {
         let oldest = map.iter().filter(|(k, _)| among(k)).min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone());
         if let Some(oldest) = oldest {

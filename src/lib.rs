@@ -96,6 +96,7 @@ mod cache;
 mod check;
 mod codegen;
 mod compiling;
+mod deadline;
 mod device;
 mod dtype;
 mod encode;

@@ -16,7 +16,7 @@ use crate::runner::{median, DeviceTensors};
 use crate::kernels::{self, direct::Direct, Caps, Variant};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -263,6 +263,9 @@ pub struct Progress<'a> {
     pub done: usize,
     pub total: usize,
     pub name: &'a str,
+    /// The fastest candidate validated and timed so far (its pipeline is in the engine's
+    /// cache): what a caller that cannot wait for the end may run.
+    pub best: Option<Variant>,
 }
 
 const FAULTY_PREFIX: &str = "faulty:";
@@ -670,7 +673,7 @@ fn measure_guarded(
 struct Finalist {
     index: usize,
     ms: f64,
-    kernel: Compiled,
+    kernel: Arc<Compiled>,
 }
 
 /// Adds a validated, timed candidate to the finalists, which keep the default (index 0)
@@ -823,6 +826,13 @@ pub fn tune(
         let tensors = DeviceTensors::random(engine, shape, [SEEDS.0, SEEDS.1, SEEDS.2, SEEDS.2 ^ 0x2])?;
         let host_reference = order.iter().any(|c| c.faulty);
         let (reference, reference_gpu, reference_kernel) = reference_output(engine, &tensors, host_reference)?;
+        // Until a candidate is validated, the reference kernel is the best a caller that
+        // cannot wait may run (`Progress::best`): kept compiled while the run lasts.
+        let reference_kernel = Arc::new(reference_kernel);
+        let fallback = opts.families.allows(reference_variant(shape).family()).then(|| {
+            engine.keep_pipeline(&reference_variant(shape), shape, reference_kernel.clone());
+            reference_variant(shape)
+        });
         if on_gpu {
             // A GPU that idled before tuning runs the first candidates (the default among
             // them) at low clocks for a while; bring it to load clocks first (see `settle`).
@@ -873,7 +883,7 @@ pub fn tune(
             let fits = spent().as_secs_f64() + run_rate * bytes as f64 <= opts.budget.as_secs_f64();
             let timed = c.must || (fits && (spent() <= opts.budget || (draining && compiler.busy())));
             let Some((k, took)) = built.filter(|_| timed) else { continue };
-            progress(&Progress { done, total, name: &c.name() })?;
+            progress(&Progress { done, total, name: &c.name(), best: best.map(|(b, _)| order[b].variant).or(fallback) })?;
             done += 1;
             bench.last_run = Duration::ZERO;
             let at = start.elapsed();
@@ -883,8 +893,15 @@ pub fn tune(
             run_rate = run_rate.max(bench.last_run.as_secs_f64() / bytes.max(1) as f64);
             r.compile_ms = Some(took.as_secs_f64() * 1e3);
             if let (Status::Ok, Some(ms), false, Some(kernel)) = (r.status, r.median_ms, c.faulty, kernel) {
+                let kernel = Arc::new(kernel);
                 if best.is_none_or(|(_, b)| ms < b) {
+                    // The best so far is kept compiled for a caller that cannot wait for
+                    // the end (`Progress::best`); the one it replaces is dropped.
+                    if let Some((b, _)) = best {
+                        engine.drop_pipeline(&order[b].variant, shape);
+                    }
                     best = Some((i, ms));
+                    engine.keep_pipeline(&c.variant, shape, kernel.clone());
                 }
                 keep_finalist(&mut finalists, Finalist { index: i, ms, kernel });
             }
@@ -898,10 +915,21 @@ pub fn tune(
                         r.runoff_ms = Some(ms);
                     }
                 }
+                let first = best;
                 best = times.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)).or(best);
+                if let (Some((was, _)), Some((now, _))) = (first, best) {
+                    if was != now {
+                        engine.drop_pipeline(&order[was].variant, shape);
+                    }
+                }
             }
             Some(Err(e)) if is_fatal(&e) => return Err(e),
             _ => {}
+        }
+        if let (Some(r), Some((b, _))) = (fallback, best) {
+            if order[b].variant != r {
+                engine.drop_pipeline(&r, shape);
+            }
         }
         Ok((setup, bench.validating, bench.timing, Instant::now()))
     })?;
@@ -911,7 +939,7 @@ pub fn tune(
         engine.keep_pipeline(&order[f.index].variant, shape, f.kernel);
     }
     *engine.last_tuned.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-    progress(&Progress { done: total, total, name: "" })?;
+    progress(&Progress { done: total, total, name: "", best: best.map(|(i, _)| order[i].variant) })?;
     // In ranked order; what was not timed was skipped for the budget.
     let results: Vec<CandidateResult> = measured
         .into_iter()
