@@ -66,8 +66,11 @@ impl Engine {
     /// The plan a call runs for `problem`: the variant named by `variant` if given (a name
     /// from [`variant_names`]), else as `CONVTUNE_TUNE` says: the cached tuning result,
     /// else a tuning run (`auto`, the default; the result goes to the on-disk cache shared
-    /// with Python), or the default rule (`off`, or `cached` without an entry). A failed
-    /// tuning run falls back to the default rule and says so in [`Plan::warnings`].
+    /// with Python; on GPUs the call waits for it up to the budget and then takes the best
+    /// candidate validated so far while the run finishes in the background, see
+    /// `CONVTUNE_TUNE_DETACH` in docs/tuning.md), or the default rule (`off`, or `cached`
+    /// without an entry). A failed tuning run falls back to the default rule and says so in
+    /// [`Plan::warnings`].
     pub fn choose(&self, problem: &Conv2d, variant: Option<&str>, progress: &mut ProgressFn<'_>) -> Result<Plan> {
         let forced = variant.map(str::parse::<Variant>).transpose()?;
         let choice = no_panic(|| format!("choosing a kernel for {}", problem.label()), || {
