@@ -13,6 +13,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # conv2d tunes every new shape by default, and these tests use hundreds of shapes: run them
 # untuned and away from the user's cache. The tuning tests set both themselves.
 os.environ.setdefault("CONVTUNE_TUNE", "off")
+# The tuning tests check what an auto call tunes and stores before it returns: on GPUs a run
+# past the budget would finish after the call (CONVTUNE_TUNE_DETACH); test_tuning_deadline.py
+# and the detached storm test that.
+os.environ.setdefault("CONVTUNE_TUNE_DETACH", "0")
 if "CONVTUNE_CACHE_DIR" not in os.environ:
     import tempfile
 

@@ -209,8 +209,9 @@ def storm(threads: int, calls: int, clears: int = 3, seed: int = 0) -> tuple:
     hung = sum(th.is_alive() for th in pool + [side])
     if hung:
         failures.append(f"{hung} threads still running after {JOIN_TIMEOUT_S} s")
-    if convtune.tuning_mode() == "background":
-        # The worker's jobs must end too, and none may fail.
+    if convtune.tuning_mode() in ("background", "auto"):
+        # The worker's jobs (background tuning, auto mode's detached runs) must end too, and
+        # none may fail.
         try:
             convtune.wait_tuning(timeout=JOIN_TIMEOUT_S)
         except TimeoutError as e:
