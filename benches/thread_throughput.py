@@ -4,7 +4,7 @@ with ``.numpy()``, each thread with its own inputs; every result checked against
 thread's float64 reference once at the end. Threads share the device, its queue and the
 waits: with the GIL released during GPU work, N threads should not run fewer calls than one.
 
-Usage: python benches/thread_throughput.py [--seconds 2] [--threads 1 2 4 8 16] [--phases]
+Usage: python benches/thread_throughput.py [--seconds 2] [--threads 1 2 4 8 16] [--rounds 3] [--phases]
 """
 
 from __future__ import annotations
@@ -73,20 +73,28 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the thread counts (median)")
     p.add_argument("--phases", action="store_true",
                    help="also print each call phase's median ms (where many threads' calls wait)")
     a = p.parse_args()
     info = convtune.adapter_info()
     print(f"# {info['name']}, {X} -> {W[0]}, 3x3; calls per second (x one thread's)")
     for name, call in (("numpy", numpy_call), ("tensor", tensor_call)):
-        one = None
+        # Rounds over every thread count, interleaved, so that a drift of the machine (clocks,
+        # another process) spreads over all counts; each count's median over the rounds.
+        rates: dict = {n: [] for n in a.threads}
+        for _ in range(a.rounds):
+            for n in a.threads:
+                phases: Optional[dict] = {} if a.phases else None
+                rates[n].append(rate(call, n, a.seconds, phases))
+                if phases:
+                    print(f"{name:6s} {n:3d} threads, median ms: "
+                          + ", ".join(f"{k} {statistics.median(v) * 1e3:.3f}" for k, v in phases.items()))
+        one = statistics.median(rates[a.threads[0]])
         for n in a.threads:
-            phases: Optional[dict] = {} if a.phases else None
-            r = rate(call, n, a.seconds, phases)
-            one = one or r
-            print(f"{name:6s} {n:3d} threads: {r:9.0f} calls/s ({r / one:.2f}x)", flush=True)
-            if phases:
-                print("       median ms: " + ", ".join(f"{k} {statistics.median(v) * 1e3:.3f}" for k, v in phases.items()))
+            r = statistics.median(rates[n])
+            spread = f", rounds {min(rates[n]):.0f}-{max(rates[n]):.0f}" if a.rounds > 1 else ""
+            print(f"{name:6s} {n:3d} threads: {r:9.0f} calls/s ({r / one:.2f}x{spread})", flush=True)
 
 
 if __name__ == "__main__":
