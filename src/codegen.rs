@@ -40,6 +40,31 @@ pub struct Kernel {
     pub chunks: u32,
 }
 
+impl Kernel {
+    /// The GPU dispatches one run makes, in order: the weight pass (a transposed problem's
+    /// lowered weights; skipped once a weight Tensor keeps them), the max-|x|, |w| pass (a
+    /// scaled kernel's, unless both maxima are known: Tensor inputs), the prologue, `main`
+    /// and the finishing pass. A chunked kernel runs those from the prologue on once per
+    /// chunk (`chunks`).
+    pub fn dispatches(&self) -> Vec<&'static str> {
+        let mut d = Vec::new();
+        if self.wprep.is_some() {
+            d.push("weights");
+        }
+        if self.scaled && (self.prologue.is_none() || self.prescale) {
+            d.push("max");
+        }
+        if self.prologue.is_some_and(|g| g > 0) {
+            d.push("prologue");
+        }
+        d.push("main");
+        if self.finish.is_some() {
+            d.push("finish");
+        }
+        d
+    }
+}
+
 /// The default bound on each workspace binding (5 and 6) of a kernel: lavapipe's largest
 /// storage binding, and wgpu's default limit. `Engine::max_workspace` lowers it to the
 /// adapter's limit (and `CONVTUNE_MAX_WORKSPACE`, for tests).

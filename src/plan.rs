@@ -186,6 +186,14 @@ impl Plan {
     pub fn wgsl(&self) -> Result<String> {
         Ok(self.variant.generate(&self.problem.shape)?.source)
     }
+
+    /// The GPU dispatches one run of the kernel makes, in order (`weights`, `max`,
+    /// `prologue`, `main`, `finish`; see docs/api.md), and how many chunks repeat them from
+    /// the prologue on. A problem larger than one storage binding runs its kernel per piece.
+    pub fn dispatches(&self) -> Result<(Vec<&'static str>, u32)> {
+        let k = self.variant.generate(&self.problem.shape)?;
+        Ok((k.dispatches(), k.chunks))
+    }
 }
 
 impl Report {

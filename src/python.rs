@@ -714,6 +714,9 @@ fn explain<'py>(
         d.set_item("shape", problem.label())?;
         d.set_item("knobs", knobs_dict(py, (plan.family(), plan.knobs()))?)?;
         d.set_item("wgsl", plan.wgsl().py_err()?)?;
+        let (dispatches, chunks) = plan.dispatches().py_err()?;
+        d.set_item("dispatches", dispatches)?;
+        d.set_item("chunks", chunks)?;
         d.set_item("adapter", &eng.adapter_desc().name)?;
         d.set_item("families", plan.families().to_vec())?;
         d.set_item("excluded", plan.excluded_families())?;

@@ -92,12 +92,18 @@ class Explanation:
     """What conv2d runs for a shape, and why.
 
     ``source`` is ``forced`` (the ``variant=`` argument), ``default`` (the untuned rule),
-    ``cache`` (a stored tuning result) or ``tuned`` (tuned by this call). ``family`` is the
+    ``cache`` (a stored tuning result) or ``tuned`` (tuned by this call); while a problem is
+    tuned on the background worker, ``default, tuning in the background`` (background mode)
+    or, in auto mode on GPUs once the budget is spent, ``best within the budget, ...`` (the
+    fastest candidate validated so far) or ``reference kernel, ...``. ``family`` is the
     variant's kernel family, ``precision`` the mode it was chosen for, and ``tensor_cores``
     is ``"available"`` or says why the tensor-core family cannot run on this adapter.
     ``families`` are the kernel families ``CONVTUNE_FAMILIES`` allows and ``excluded`` the
     ones it leaves out (empty without a restriction); a variant forced by name runs even
-    when its family is excluded.
+    when its family is excluded. ``dispatches`` are the GPU dispatches one run of the kernel
+    makes, in order (``weights``, ``max``, ``prologue``, ``main``, ``finish``), repeated from
+    the prologue on for each of ``chunks``; a call also copies its inputs in and its result
+    out unless they are Tensors.
     """
 
     shape: str
@@ -114,6 +120,8 @@ class Explanation:
     tensor_cores: str = ""
     families: List[str] = field(default_factory=list)
     excluded: List[str] = field(default_factory=list)
+    dispatches: List[str] = field(default_factory=list)
+    chunks: int = 1
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Explanation":
@@ -133,13 +141,16 @@ class Explanation:
             tensor_cores=d["tensor_cores"],
             families=list(d.get("families", [])),
             excluded=list(d.get("excluded", [])),
+            dispatches=list(d.get("dispatches", [])),
+            chunks=int(d.get("chunks", 1)),
         )
 
     def __str__(self) -> str:
         knobs = ", ".join(f"{k}={v}" for k, v in self.knobs.items())
         head = (
             f"{self.shape} on {self.adapter}: {self.variant} ({knobs}); from {self.source}, "
-            f"CONVTUNE_TUNE={self.mode}, precision {self.precision}; tensor cores: {self.tensor_cores}"
+            f"CONVTUNE_TUNE={self.mode}, precision {self.precision}; tensor cores: {self.tensor_cores}; "
+            f"dispatches: {', '.join(self.dispatches)}" + (f" x {self.chunks} chunks" if self.chunks > 1 else "")
         )
         if self.excluded:
             head += f"; CONVTUNE_FAMILIES excludes {', '.join(self.excluded)}"
