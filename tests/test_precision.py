@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import convtune
-from reference import check_mode_bound, nhwc, reference_conv2d, run_or_skip_over_limits
+from reference import check_mode_bound, check_same_non_finites, nhwc, reference_conv2d, run_or_skip_over_limits
 from tuning_support import tuning_env  # noqa: F401  (a fixture)
 
 TC = convtune.adapter_info()["features"]["tensor_cores"]
@@ -279,6 +279,23 @@ def test_tensor_cores_propagate_nan_and_inf(layout, split, where):
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     finite = np.isfinite(want)
     assert _rel_err(np.where(finite, got, 0), np.where(finite, want, 0)) <= _bound(variant)
+
+
+@needs_tc
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("where", ["x", "w"])
+def test_split_tiles_keep_each_inf_sign_on_short_values(layout, where):
+    # float16 data (and float32 values of 11 significant bits or fewer) have a zero lo part:
+    # an Inf times it made the correction sum, and an Inf result, NaN (H200, 4391087).
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float16).astype(np.float32)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float16).astype(np.float32)
+    _plant_nan_and_inf(x, w, where)
+    variant = _variant(3, layout)
+    want = reference_conv2d(x, w, padding=1)
+    for data in (np.float32, np.float16):
+        got = np.asarray(convtune.conv2d(x.astype(data), w.astype(data), padding=1, variant=variant), dtype=np.float32)
+        check_same_non_finites(got, want)
 
 
 @needs_tc

@@ -24,8 +24,9 @@ pub(super) fn stage_step(v: &Coop, a_slots: u32, b_slots: u32, b_partial: bool) 
             // A nonzero value whose lo part is zero (float16 data, small integers, Inf) gets
             // f16's least normal magnitude with v's sign instead: the other operand's Inf
             // times that lo keeps the Inf's sign where a zero made the correction NaN (an Inf
-            // result came out NaN); the bias, 2^-25 of the other operand, is far below the
-            // split's error. Zeros keep a zero lo, so a zero x still gives exact zeros.
+            // result came out NaN); the bias, 2^-25 of the other operand (float32 data is
+            // scaled to a largest value near 2^14), is far below the split's error. Zeros
+            // keep a zero lo, so a zero x still gives exact zeros.
             writeln!(s, "            let lo = select(vec4<f32>(0.0), (v - h32) * LO, fin);").unwrap();
             writeln!(s, "            let least = bitcast<vec4<f32>>((bits & vec4<u32>(0x80000000u)) | vec4<u32>(0x38800000u));").unwrap();
             writeln!(s, "            {tile}_lo[{at}] = vec4<f16>(select(lo, least, (lo == vec4<f32>(0.0)) & (v != vec4<f32>(0.0))));").unwrap();
