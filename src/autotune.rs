@@ -85,6 +85,8 @@ pub enum Source {
     Interim,
     /// The reference kernel, where nothing was validated within the budget.
     Fallback,
+    /// A layer past the size switch-over: the kernel its sizes share (`generic`).
+    Generic,
 }
 
 impl Source {
@@ -97,6 +99,7 @@ impl Source {
             Source::Queued => "default, tuning in the background",
             Source::Interim => "best within the budget, tuning goes on in the background",
             Source::Fallback => "reference kernel, tuning goes on in the background",
+            Source::Generic => "size-generic: the layer's kernel for every size",
         }
     }
 }
@@ -323,6 +326,9 @@ pub fn choose(
     match tune_and_store(engine, shape, precision, &families, budget, &cache, progress, &mut warnings) {
         Ok(report) => {
             let variant = report.winner_variant()?;
+            if engine.layers.switched(shape, crate::generic::after()) {
+                engine.layers.keep_variant(shape, precision, variant);
+            }
             Ok(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings })
         }
         Err(e @ (Error::Cancelled(_) | Error::DeviceLost(_))) => Err(e),
@@ -418,20 +424,38 @@ pub fn choose_now(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision,
         return Ok(Some(Choice { variant, source: Source::Forced, families, report: None, warnings: Vec::new() }));
     }
     let mode = Mode::current()?;
+    // A layer that has met many sizes: its new sizes run the kernel its first size past the
+    // switch-over chose, as a size-generic module, and are not tuned (`generic`); a size
+    // tuned before keeps its result.
+    let generic = engine.layers.switched(shape, crate::generic::after());
+    let layer_variant = || engine.layers.variant(shape, precision).filter(|_| generic);
+    let as_generic = |variant, families| Choice { variant, source: Source::Generic, families, report: None, warnings: Vec::new() };
+    let keep = |c: Choice| {
+        if generic {
+            engine.layers.keep_variant(shape, precision, c.variant);
+        }
+        c
+    };
     if mode == Mode::Off {
-        return default_choice(engine, shape, precision, families, Source::Default, Vec::new()).map(Some);
+        if let Some(v) = layer_variant() {
+            return Ok(Some(as_generic(v, families)));
+        }
+        return default_choice(engine, shape, precision, families, Source::Default, Vec::new()).map(keep).map(Some);
     }
     let cache = Cache::from_env();
     let mut warnings = Vec::new();
     if let Some(mut c) = cached(engine, shape, precision, &families, &cache, &mut warnings) {
         c.warnings = warnings;
-        return Ok(Some(c));
+        return Ok(Some(keep(c)));
+    }
+    if let Some(v) = layer_variant() {
+        return Ok(Some(as_generic(v, families)));
     }
     match mode {
-        Mode::Cached => default_choice(engine, shape, precision, families, Source::Default, warnings).map(Some),
+        Mode::Cached => default_choice(engine, shape, precision, families, Source::Default, warnings).map(keep).map(Some),
         Mode::Background => {
             let source = if queue(engine, shape, precision, &families)? { Source::Queued } else { Source::Default };
-            default_choice(engine, shape, precision, families, source, warnings).map(Some)
+            default_choice(engine, shape, precision, families, source, warnings).map(keep).map(Some)
         }
         Mode::Auto | Mode::Off => Ok(None),
     }

@@ -79,6 +79,36 @@ pub struct Compiled {
     pub dtype: DType,
     /// Bytes of its WGSL (the tuner predicts compile times from them).
     pub source_bytes: usize,
+    /// A size-generic module's sizes for this call's shape (binding 4; `generic`).
+    pub dims: Option<Vec<i32>>,
+}
+
+/// A size-generic module (`generic`): its rewrite and its compiled passes.
+pub struct GenericModule {
+    generic: crate::generic::Generic,
+    compiled: Compiled,
+}
+
+impl Compiled {
+    /// This size-generic module run on the shape `k` was generated for, with its sizes.
+    fn for_size(&self, k: &crate::codegen::Kernel, dims: Vec<i32>) -> Compiled {
+        Compiled {
+            pipeline: self.pipeline.clone(),
+            workgroups: k.workgroups,
+            scaled: k.scaled,
+            prologue: self.prologue.as_ref().zip(k.prologue).map(|((p, _), g)| (p.clone(), g)),
+            prescale: k.prescale,
+            workspace: k.workspace,
+            w_blocks: k.w_blocks,
+            w_key: key_of(&k.source),
+            finish: self.finish.as_ref().zip(k.finish).map(|((p, _), g)| (p.clone(), g)),
+            wprep: None,
+            chunks: k.chunks,
+            dtype: self.dtype,
+            source_bytes: k.source.len(),
+            dims: Some(dims),
+        }
+    }
 }
 
 /// A compiled weight pass (`Kernel::wprep`).
@@ -139,6 +169,8 @@ pub struct Engine {
     /// Compiled kernels by variant, shape and the workspace bound they were generated for,
     /// the least recently used dropped past a bound (`kernel_cache`).
     pipelines: KernelCache<(Variant, ConvShape, u64), Compiled>,
+    /// Size-generic modules and the sizes each layer has met (`generic`).
+    pub(crate) layers: crate::generic::Layers<GenericModule>,
     lost: Arc<AtomicBool>,
     pub pool: Arc<crate::pool::Pool>,
     /// The output-check kernels, compiled on first use.
@@ -603,6 +635,7 @@ impl Engine {
             no_scratch,
             chunk_indices,
             pipelines: KernelCache::from_env(layer_of),
+            layers: crate::generic::Layers::default(),
             lost,
             pool,
             checker: Mutex::new(None),
@@ -670,9 +703,63 @@ impl Engine {
             return Ok(p);
         }
         // Compiling outside the cache's lock lets other threads use cached pipelines meanwhile.
-        let pipeline = Arc::new(self.compile_within(variant, shape, max_workspace)?);
+        let pipeline = match self.generic_run(variant, shape, max_workspace) {
+            Some(p) => p,
+            None => Arc::new(self.compile_within(variant, shape, max_workspace)?),
+        };
         self.pipelines.insert(key, pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// A size-generic module's run on `shape` where its layer has met more than
+    /// `generic::after()` sizes and the variant's module takes this size (`generic`); `None`
+    /// where the call compiles its exact-size kernel as before.
+    fn generic_run(&self, variant: &Variant, shape: &ConvShape, workspace: u64) -> Option<Arc<Compiled>> {
+        let other = self.layers.note(shape, crate::generic::after())?;
+        let kernel = variant.generate_within(shape, workspace).ok()?;
+        if kernel.scaled || kernel.chunks != 1 || kernel.wprep.is_some() {
+            return None;
+        }
+        let skeleton = crate::generic::skeleton(&kernel.source);
+        let module = match self.layers.module(variant, shape, workspace, skeleton) {
+            Some(m) => m?,
+            None => {
+                let m = self.generic_module(variant, &kernel, shape, &other, workspace, shape.dtype).map(Arc::new);
+                self.layers.keep_module(variant, shape, workspace, skeleton, m.clone());
+                m?
+            }
+        };
+        let dims = module.generic.values(&kernel.source)?;
+        Some(Arc::new(module.compiled.for_size(&kernel, dims)))
+    }
+
+    /// The size-generic module of `variant` made from `kernel` (one size) and `other`
+    /// (another size of its layer); `None` where the two differ in more than sizes, or it
+    /// fails to compile (the layer then keeps compiling per size).
+    fn generic_module(&self, variant: &Variant, kernel: &crate::codegen::Kernel, shape: &ConvShape, other: &ConvShape, workspace: u64, dtype: DType) -> Option<GenericModule> {
+        // The layer's other size and sizes that differ from this one in N, H and W all, so
+        // that every constant that follows from them shows (one size alone may agree with
+        // this one on a count by chance); those whose generator picks other code are skipped
+        // (`Generic::of`).
+        let (n, h, w) = (shape.n, shape.h, shape.w);
+        let probes = [
+            *other,
+            ConvShape { n: n + 1, h: h + 1, w: w + 1, ..*shape },
+            ConvShape { n: 2 * n + 1, h: 2 * h + 3, w: 2 * w + 5, ..*shape },
+            ConvShape { n: n + 2, h: h + 4, w: w + 4, ..*shape },
+            ConvShape { n: 3 * n, h: 3 * h + 4, w: 3 * w + 8, ..*shape },
+        ];
+        let sources: Vec<String> = probes.iter().filter_map(|p| variant.generate_within(p, workspace).ok()).map(|k| k.source).collect();
+        let refs: Vec<&str> = sources.iter().map(String::as_str).collect();
+        let generic = crate::generic::Generic::of(&kernel.source, &refs)?;
+        let source = crate::codegen::Kernel { source: generic.source.clone(), wprep: None, ..kernel.clone() };
+        let compiled = self.compile_kernel(&format!("{variant} (size-generic)"), &source, dtype).ok()?;
+        Some(GenericModule { generic, compiled })
+    }
+
+    /// Size-generic modules compiled so far.
+    pub fn generic_modules(&self) -> usize {
+        self.layers.modules()
     }
 
     /// Keeps a kernel compiled elsewhere (the tuner's winner) as `pipeline` would keep its
@@ -713,6 +800,11 @@ impl Engine {
         if kernel.chunks == 0 || kernel.chunks > crate::codegen::MAX_CHUNKS {
             return Err(Error::Gpu(format!("variant {variant} asks for {} chunks", kernel.chunks)));
         }
+        self.compile_kernel(&variant.to_string(), &kernel, shape.dtype)
+    }
+
+    /// Compiles a generated kernel (`name`: its variant, for errors).
+    pub(crate) fn compile_kernel(&self, name: &str, kernel: &crate::codegen::Kernel, dtype: DType) -> Result<Compiled> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.shader_module(&kernel.source);
         let wprep_module = kernel.wprep.as_ref().map(|p| self.shader_module(&p.source));
@@ -740,7 +832,7 @@ impl Engine {
             .zip(wprep_module.as_ref())
             .map(|(p, m)| WeightPass { pipeline: entry_of(m, "main"), workgroups: p.workgroups, bytes: p.bytes, key: key_of(&p.source) });
         if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader { variant: variant.to_string(), message: err.to_string() });
+            return Err(Error::Shader { variant: name.to_string(), message: err.to_string() });
         }
         Ok(Compiled {
             pipeline,
@@ -754,8 +846,9 @@ impl Engine {
             finish,
             wprep,
             chunks: kernel.chunks,
-            dtype: shape.dtype,
+            dtype,
             source_bytes: kernel.source.len() + kernel.wprep.as_ref().map_or(0, |p| p.source.len()),
+            dims: None,
         })
     }
 

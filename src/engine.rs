@@ -120,6 +120,12 @@ impl Engine {
         self.inner.kernel_cache_stats()
     }
 
+    /// Size-generic kernels compiled so far: one per layer (and variant) that has met more
+    /// than `CONVTUNE_GENERIC_AFTER` input sizes (docs/limits.md).
+    pub fn generic_kernels(&self) -> usize {
+        self.inner.generic_modules()
+    }
+
     /// Starts a new peak measurement of [`PoolStats::peak_device`].
     pub fn reset_peak_memory(&self) {
         self.inner.pool.reset_peak();

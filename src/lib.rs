@@ -104,6 +104,7 @@ mod engine;
 mod epilogue;
 mod error;
 mod families;
+mod generic;
 mod host;
 // Some helpers of the kernel families serve their tests and tools only.
 #[allow(dead_code)]

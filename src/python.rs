@@ -1144,6 +1144,7 @@ fn memory_stats(py: Python<'_>, reset_peak: bool) -> PyResult<Bound<'_, PyDict>>
         d.set_item("kernel_cache_limit", k.limit)?;
         d.set_item("kernels_per_layer", k.per_layer)?;
         d.set_item("kernel_evictions", k.evictions)?;
+        d.set_item("generic_kernels", eng.generic_kernels())?;
         Ok(d)
     })
 }

@@ -271,7 +271,16 @@ fn weight_copy(
 /// workspace taken from the pool (w's copies from those kept with resident weights).
 pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Result<Bindings<'a>> {
     let Tensors { x, w, bias, z, y, maxima, resident } = t;
-    let words = if kernel.scaled || kernel.chunks > 1 { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
+    let words = if kernel.scaled || kernel.chunks > 1 {
+        Some(engine.pool.take(OUTPUT, 16)?)
+    } else if let Some(dims) = &kernel.dims {
+        // A size-generic module reads the call's sizes there (`generic`).
+        let buf = engine.pool.take(OUTPUT, (4 * dims.len() as u64).max(16))?;
+        engine.queue.write_buffer(&buf, 0, bytemuck::cast_slice(dims));
+        Some(buf)
+    } else {
+        None
+    };
     // Written ahead of the submission that runs the kernel; no pass writes these two words
     // then: word 2 tells a layout-1 prologue, the one pass that finds the maxima itself,
     // that they are there already (it would only find the same values).

@@ -17,6 +17,9 @@ os.environ.setdefault("CONVTUNE_TUNE", "off")
 # past the budget would finish after the call (CONVTUNE_TUNE_DETACH); test_tuning_deadline.py
 # and the detached storm test that.
 os.environ.setdefault("CONVTUNE_TUNE_DETACH", "0")
+# Many tests meet one layer at many sizes and check what each size chose or cached: the
+# switch-over to size-generic kernels is tested in test_size_generic.py, which sets it.
+os.environ.setdefault("CONVTUNE_GENERIC_AFTER", "0")
 if "CONVTUNE_CACHE_DIR" not in os.environ:
     import tempfile
 

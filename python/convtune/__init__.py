@@ -680,7 +680,8 @@ def memory_stats(reset_peak: bool = False) -> dict:
     Keys: ``live_bytes`` (in use), ``idle_bytes`` (kept for reuse), ``allocations`` (buffers
     created so far), ``peak_device_bytes`` (most device-local bytes in use at once since the
     last reset); ``kernels_cached``, ``kernel_cache_limit`` (``CONVTUNE_KERNEL_CACHE``),
-    ``kernels_per_layer`` (``CONVTUNE_KERNELS_PER_LAYER``) and ``kernel_evictions``.
+    ``kernels_per_layer`` (``CONVTUNE_KERNELS_PER_LAYER``), ``kernel_evictions`` and
+    ``generic_kernels`` (size-generic modules: ``CONVTUNE_GENERIC_AFTER``, docs/limits.md).
     ``reset_peak=True`` starts a new peak measurement after reading.
     """
     return _convtune.memory_stats(reset_peak)

@@ -1,0 +1,392 @@
+//! Size-generic kernels: one module for every batch, height and width of a layer.
+//!
+//! The generators bake a problem's whole shape into module-scope `const` declarations. Two
+//! sizes of one layer (the same problem but for N, H and W) give sources that differ only in
+//! the values of some of those constants (the sizes, strides and grid counts that follow from
+//! N, H and W); everything else is the same text. The generic module is the source of one
+//! size with those constants, and every constant computed from them, turned into
+//! `var<private>` set at each entry point's start from a small buffer (binding 4, free in
+//! kernels that neither scale nor run in chunks). A call of another size uses it only where
+//! its own generated source differs from the module's in those constants' values alone, which
+//! it reads from that source: the kernel computes exactly what the exact-size kernel would.
+
+use crate::kernels::Variant;
+use crate::params::ConvShape;
+use crate::precision::Precision;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// A module-scope `const NAME: TY = EXPR;` line.
+#[derive(Clone, Debug, PartialEq)]
+struct Decl {
+    line: usize,
+    name: String,
+    ty: String,
+    expr: String,
+}
+
+fn decl(line: usize, text: &str) -> Option<Decl> {
+    let rest = text.strip_prefix("const ")?;
+    let (name, rest) = rest.split_once(':')?;
+    let (ty, rest) = rest.split_once('=')?;
+    let expr = rest.trim().strip_suffix(';')?.trim();
+    // A comment after the declaration stays out of the expression.
+    let expr = expr.split("//").next()?.trim();
+    let expr = expr.strip_suffix(';').unwrap_or(expr).trim();
+    Some(Decl { line, name: name.trim().to_string(), ty: ty.trim().to_string(), expr: expr.to_string() })
+}
+
+/// A declaration line, comment and all: `const X: i32 = 5;  // why`.
+fn decl_of_line(line: usize, text: &str) -> Option<Decl> {
+    let code = text.split("//").next()?.trim_end();
+    decl(line, code)
+}
+
+fn integer(expr: &str) -> Option<i64> {
+    let e = expr.trim();
+    let e = e.strip_suffix('u').or_else(|| e.strip_suffix('i')).unwrap_or(e);
+    e.parse::<i64>().ok()
+}
+
+/// A source's text with constants' values and comment lines left out: two sizes of a layer
+/// share a generic module where their skeletons agree.
+pub fn skeleton(source: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (i, line) in source.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        match decl_of_line(i, line) {
+            Some(d) => (d.name, d.ty).hash(&mut h),
+            None => line.hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// Two comment lines (the header names the shape).
+fn comments(x: &str, y: &str) -> bool {
+    x.trim_start().starts_with("//") && y.trim_start().starts_with("//")
+}
+
+/// Whether `text` uses `name` as a whole identifier.
+fn mentions(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(at) = text[from..].find(name) {
+        let start = from + at;
+        let end = start + name.len();
+        let before = text[..start].chars().next_back().is_none_or(|c| !ident(c));
+        let after = text[end..].chars().next().is_none_or(|c| !ident(c));
+        if before && after {
+            return true;
+        }
+        from = end;
+    }
+    false
+}
+
+/// A module for every size of a layer, made from one size's source.
+#[derive(Clone, Debug)]
+pub struct Generic {
+    /// The WGSL to compile.
+    pub source: String,
+    /// The constants read from the buffer, in its order.
+    pub names: Vec<String>,
+    /// The source it was made from, for checking other sizes against.
+    template: String,
+}
+
+const DIMS: &str = "convtune_dims";
+
+impl Generic {
+    /// The generic module of `exact` (one size's source), given `other` (another size's):
+    /// `None` where they differ in more than constants' values, where a constant that differs
+    /// is not a plain integer, or where one is needed at compile time (an array size, the
+    /// workgroup size) or binding 4 is taken.
+    pub fn of(exact: &str, others: &[&str]) -> Option<Generic> {
+        let a: Vec<&str> = exact.lines().collect();
+        if exact.contains("@binding(4)") {
+            return None;
+        }
+        // Every constant that differs from any other size's whose source has the same
+        // skeleton (sizes where a generator picks other code, e.g. vector stores where the
+        // pixel count allows them, have modules of their own).
+        let mut base: Vec<Decl> = Vec::new();
+        let mut compared = false;
+        for other in others.iter().filter(|o| skeleton(o) == skeleton(exact)) {
+            compared = true;
+            let b: Vec<&str> = other.lines().collect();
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                if x == y || comments(x, y) || base.iter().any(|d| d.line == i) {
+                    continue;
+                }
+                let (dx, dy) = (decl_of_line(i, x)?, decl_of_line(i, y)?);
+                if dx.name != dy.name || dx.ty != dy.ty || !matches!(dx.ty.as_str(), "i32" | "u32") {
+                    return None;
+                }
+                integer(&dx.expr)?;
+                integer(&dy.expr)?;
+                base.push(dx);
+            }
+        }
+        if !compared {
+            return None;
+        }
+        base.sort_by_key(|d| d.line);
+        if base.is_empty() {
+            return None;
+        }
+        // Constants computed from them are computed at run time too.
+        let decls: Vec<Decl> = a.iter().enumerate().filter_map(|(i, l)| decl_of_line(i, l)).collect();
+        let mut runtime: HashSet<String> = base.iter().map(|d| d.name.clone()).collect();
+        let mut derived: Vec<Decl> = Vec::new();
+        loop {
+            let more: Vec<Decl> = decls
+                .iter()
+                .filter(|d| !runtime.contains(&d.name) && runtime.iter().any(|n| mentions(&d.expr, n)))
+                .cloned()
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            for d in more {
+                runtime.insert(d.name.clone());
+                derived.push(d);
+            }
+        }
+        // Nothing that must be known at compile time may use them.
+        let compile_time = |l: &str| l.contains("var<workgroup>") || l.contains("@workgroup_size") || l.contains("array<");
+        if a.iter().filter(|l| compile_time(l)).any(|l| runtime.iter().any(|n| mentions(l, n))) {
+            return None;
+        }
+        // Derived constants in an order that sets each after what it reads.
+        let mut ordered: Vec<Decl> = Vec::new();
+        let mut set: HashSet<String> = base.iter().map(|d| d.name.clone()).collect();
+        let mut left = derived;
+        while !left.is_empty() {
+            let (ready, wait): (Vec<Decl>, Vec<Decl>) = left
+                .into_iter()
+                .partition(|d| runtime.iter().filter(|n| mentions(&d.expr, n)).all(|n| set.contains(n)));
+            if ready.is_empty() {
+                return None;
+            }
+            for d in &ready {
+                set.insert(d.name.clone());
+            }
+            ordered.extend(ready);
+            left = wait;
+        }
+        let mut lines: Vec<String> = a.iter().map(|l| l.to_string()).collect();
+        for d in base.iter().chain(&ordered) {
+            lines[d.line] = format!("var<private> {}: {};", d.name, d.ty);
+        }
+        // Each entry point sets them first.
+        let mut out = Vec::with_capacity(lines.len() + 8);
+        let mut entry = false;
+        for l in lines {
+            let opens = entry && l.trim_end().ends_with('{');
+            if l.trim_start().starts_with("@compute") {
+                entry = true;
+            }
+            out.push(l);
+            if opens {
+                out.push("    convtune_sizes();".to_string());
+                entry = false;
+            }
+        }
+        let mut source = out.join("\n");
+        source.push_str(&format!("\n\n// Size-generic: the sizes and what follows from them, set from the call's buffer.\n@group(0) @binding(4) var<storage, read_write> {DIMS}: array<i32>;\nfn convtune_sizes() {{\n"));
+        for (i, d) in base.iter().enumerate() {
+            source.push_str(&format!("    {} = {}({DIMS}[{i}]);\n", d.name, d.ty));
+        }
+        for d in &ordered {
+            source.push_str(&format!("    {} = {};\n", d.name, d.expr));
+        }
+        source.push_str("}\n");
+        Some(Generic { source, names: base.into_iter().map(|d| d.name).collect(), template: exact.to_string() })
+    }
+
+    /// The buffer's values for a call whose exact-size source is `exact`: `None` where that
+    /// source differs from the template in anything but the values of `names`.
+    pub fn values(&self, exact: &str) -> Option<Vec<i32>> {
+        let (a, b): (Vec<&str>, Vec<&str>) = (self.template.lines().collect(), exact.lines().collect());
+        if a.len() != b.len() {
+            return None;
+        }
+        let mut found: HashMap<&str, i32> = HashMap::new();
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            if x == y || comments(x, y) {
+                continue;
+            }
+            let (dx, dy) = (decl_of_line(i, x)?, decl_of_line(i, y)?);
+            let name = self.names.iter().find(|n| **n == dx.name && dx.name == dy.name)?;
+            let v = integer(&dy.expr)?;
+            found.insert(name, i32::try_from(v).or_else(|_| u32::try_from(v).map(|u| u as i32)).ok()?);
+        }
+        // Those equal to the template's keep its value.
+        self.names
+            .iter()
+            .map(|n| {
+                found.get(n.as_str()).copied().or_else(|| {
+                    a.iter().enumerate().find_map(|(i, l)| decl_of_line(i, l).filter(|d| d.name == *n)).and_then(|d| integer(&d.expr)).and_then(|v| i32::try_from(v).or_else(|_| u32::try_from(v).map(|u| u as i32)).ok())
+                })
+            })
+            .collect()
+    }
+}
+
+/// Distinct sizes a layer must meet before its new sizes run a size-generic module:
+/// `CONVTUNE_GENERIC_AFTER` (0: never), else 16, the sizes of one layer the kernel cache
+/// keeps: a layer kept at a few sizes (a detection head on five scales at three batch sizes)
+/// keeps its exact-size kernels, which fold every size into their index arithmetic.
+pub fn after() -> usize {
+    crate::settings::env_usize("CONVTUNE_GENERIC_AFTER").or_else(|| {
+        std::env::var("CONVTUNE_GENERIC_AFTER").ok().filter(|v| v.trim() == "0").map(|_| 0)
+    }).unwrap_or(DEFAULT_AFTER)
+}
+
+pub const DEFAULT_AFTER: usize = 16;
+
+/// The layer of a shape: the problem but for its batch, height and width.
+pub fn layer_of(shape: &ConvShape) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ConvShape { n: 0, h: 0, w: 0, ..*shape }.hash(&mut h);
+    h.finish()
+}
+
+/// Sizes kept per layer (to find another size to compare with) and layers tracked at most.
+const SIZES_KEPT: usize = 8;
+const LAYERS_KEPT: usize = 4096;
+
+/// Per engine: the sizes each layer has met, each (variant, layer)'s generic module `M`
+/// (`None`: it has none), and the variant a layer's new sizes run once it switched over.
+pub struct Layers<M> {
+    sizes: Mutex<HashMap<u64, (usize, Vec<ConvShape>)>>,
+    modules: Mutex<HashMap<(Variant, u64, u64, u64), Option<Arc<M>>>>,
+    variants: Mutex<HashMap<(u64, Precision), Variant>>,
+}
+
+impl<M> Default for Layers<M> {
+    fn default() -> Self {
+        Layers { sizes: Mutex::default(), modules: Mutex::default(), variants: Mutex::default() }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<M> Layers<M> {
+    /// Notes that `shape` runs; once its layer has met more than `after` sizes, another size
+    /// of it (to make a generic module with).
+    pub fn note(&self, shape: &ConvShape, after: usize) -> Option<ConvShape> {
+        let mut sizes = lock(&self.sizes);
+        if sizes.len() >= LAYERS_KEPT {
+            sizes.clear();
+        }
+        let (count, kept) = sizes.entry(layer_of(shape)).or_default();
+        if !kept.contains(shape) {
+            *count += 1;
+            if kept.len() == SIZES_KEPT {
+                kept.remove(0);
+            }
+            kept.push(*shape);
+        }
+        (after > 0 && *count > after).then(|| kept.iter().rev().find(|s| *s != shape).copied()).flatten()
+    }
+
+    /// Whether `shape`'s layer has met more than `after` sizes, `shape` counted.
+    pub fn switched(&self, shape: &ConvShape, after: usize) -> bool {
+        let sizes = lock(&self.sizes);
+        let (count, kept) = sizes.get(&layer_of(shape)).map_or((0, None), |(c, k)| (*c, Some(k)));
+        let new = kept.is_none_or(|k| !k.contains(shape));
+        after > 0 && count + new as usize > after
+    }
+
+    /// The module of `variant` for `shape`'s layer and source skeleton, if one was tried.
+    pub fn module(&self, variant: &Variant, shape: &ConvShape, workspace: u64, skeleton: u64) -> Option<Option<Arc<M>>> {
+        lock(&self.modules).get(&(*variant, layer_of(shape), workspace, skeleton)).cloned()
+    }
+
+    pub fn keep_module(&self, variant: &Variant, shape: &ConvShape, workspace: u64, skeleton: u64, module: Option<Arc<M>>) {
+        let mut modules = lock(&self.modules);
+        if modules.len() >= LAYERS_KEPT {
+            modules.clear();
+        }
+        modules.insert((*variant, layer_of(shape), workspace, skeleton), module);
+    }
+
+    /// Size-generic modules made so far.
+    pub fn modules(&self) -> usize {
+        lock(&self.modules).values().filter(|m| m.is_some()).count()
+    }
+
+    /// The variant the layer's new sizes run, once one ran size-generic.
+    pub fn variant(&self, shape: &ConvShape, precision: Precision) -> Option<Variant> {
+        lock(&self.variants).get(&(layer_of(shape), precision)).copied()
+    }
+
+    pub fn keep_variant(&self, shape: &ConvShape, precision: Precision, variant: Variant) {
+        lock(&self.variants).entry((layer_of(shape), precision)).or_insert(variant);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "const H: i32 = 10;\nconst K: i32 = 8;  // channels\nconst HK: i32 = H * K;\nconst N: u32 = 2u;\n@compute @workgroup_size(64, 1, 1)\nfn main(\n    @builtin(local_invocation_id) lid: vec3<u32>,\n) {\n    let a = HK + i32(N);\n}\n";
+
+    #[test]
+    fn sizes_become_private_and_are_set_at_each_entry() {
+        let b = A.replace("H: i32 = 10", "H: i32 = 12").replace("N: u32 = 2u", "N: u32 = 3u");
+        let g = Generic::of(A, &[&b]).unwrap();
+        assert_eq!(g.names, ["H", "N"]);
+        assert!(g.source.contains("var<private> H: i32;") && g.source.contains("var<private> HK: i32;"));
+        assert!(g.source.contains("const K: i32 = 8;"));
+        assert!(g.source.contains(") {\n    convtune_sizes();\n    let a"));
+        assert!(g.source.contains("H = i32(convtune_dims[0]);\n    N = u32(convtune_dims[1]);\n    HK = H * K;"));
+        assert_eq!(g.values(&b), Some(vec![12, 3]));
+        assert_eq!(g.values(A), Some(vec![10, 2]));
+        // Another difference than a size's value: not this module's.
+        assert_eq!(g.values(&b.replace("HK + i32(N)", "HK - i32(N)")), None);
+        assert_eq!(g.values(&b.replace("K: i32 = 8", "K: i32 = 9")), None);
+    }
+
+    #[test]
+    fn sizes_needed_at_compile_time_refuse() {
+        let a = format!("{A}var<workgroup> t: array<f32, HK>;\n");
+        let b = a.replace("H: i32 = 10", "H: i32 = 12");
+        assert!(Generic::of(&a, &[&b]).is_none());
+        assert!(Generic::of(A, &[A]).is_none(), "nothing differs: no generic module");
+    }
+}
+
+#[cfg(test)]
+mod family_tests {
+    use super::*;
+    use crate::kernels::Variant;
+    use crate::params::{ConvShape, Padding};
+
+    /// Every variant that generates on two sizes of a layer: the generic module of one
+    /// validates, and the other's values come out of it. Prints which families take it.
+    #[test]
+    fn generic_modules_of_real_variants_validate() {
+        let layer = |n: usize, h: usize, w: usize| ConvShape::new([n, 8, h, w], [16, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(16)).unwrap();
+        let (a, b) = (layer(1, 13, 11), layer(2, 21, 17));
+        let mut taken: HashMap<&str, (usize, usize)> = HashMap::new();
+        for v in crate::kernels::all_variants() {
+            let (Ok(ka), Ok(kb)) = (v.generate(&a), v.generate(&b)) else { continue };
+            let e = taken.entry(v.family()).or_default();
+            e.1 += 1;
+            let Some(g) = Generic::of(&ka.source, &[&kb.source]) else { continue };
+            crate::codegen::validate(&g.source).unwrap_or_else(|err| panic!("{v}: {err}\n{}", g.source));
+            assert!(g.values(&kb.source).is_some(), "{v}");
+            e.0 += 1;
+        }
+        eprintln!("generic modules by family (taken, generated): {taken:?}");
+    }
+}

@@ -1,0 +1,112 @@
+"""Size-generic kernels: once a layer (a problem but for N, H and W) has met more than
+CONVTUNE_GENERIC_AFTER sizes, its new sizes run one module that reads them at run time
+instead of a kernel compiled per size. Each result is checked against float64 on poisoned
+outputs, over random sizes, in both layouts, float16 and with the fused epilogue; explain()
+names the path; threads meet the switch-over at once."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune.reference import conv2d_reference
+from reference import nhwc
+
+# Unique channel counts keep each test's layers apart in the process-wide engine.
+_channels = itertools.count(5)  # below the stem family's 256 taps (C x 3 x 3)
+
+
+def generic_kernels() -> int:
+    return convtune.memory_stats()["generic_kernels"]
+
+
+def sizes(rng, count):
+    return [(int(rng.integers(1, 3)), int(rng.integers(5, 26)), int(rng.integers(5, 26))) for _ in range(count)]
+
+
+def run_checked(rng, size, c, w, b, layout, dt, **call):
+    """One call on a random x of `size`, with bias, a residual and ReLU, against float64."""
+    n, h, wd = size
+    k = w.shape[0]
+    x = rng.standard_normal((n, c, h, wd)).astype(dt)
+    pad = call.get("padding", 1)
+    oh, ow = h + 2 * pad - 2, wd + 2 * pad - 2
+    z = rng.standard_normal((n, k, oh, ow)).astype(dt)
+    got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, bias=b, z=nhwc(z) if layout == "NHWC" else z,
+                          activation="relu", layout=layout, **call)
+    got = np.asarray(got, np.float64)
+    got = got.transpose(0, 3, 1, 2) if layout == "NHWC" else got
+    want = np.maximum(conv2d_reference(x.astype(np.float64), w.astype(np.float64), padding=pad) + b[None, :, None, None] + z, 0)
+    bound = 2e-3 if dt == np.float16 else 1e-5
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err <= bound, f"{size} {layout} {dt.__name__} {call}: {err:.2e}"
+
+
+@pytest.mark.parametrize("variant", ["direct_wg64x1_u1_k4w1", "stem_wg64_u0_k8w2", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4", "wino_t32x32_c4_r1x4"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_new_sizes_run_one_generic_kernel_per_layer_and_match_float64(monkeypatch, variant, layout, dt):
+    monkeypatch.setenv("CONVTUNE_GENERIC_AFTER", "2")
+    rng = np.random.default_rng(abs(hash((variant, layout, dt.__name__))) % 2**32)
+    c, k = next(_channels), 16
+    w = rng.standard_normal((k, c, 3, 3)).astype(dt)
+    b = rng.standard_normal(k).astype(np.float32)
+    before = generic_kernels()
+    for size in sizes(rng, 7):
+        run_checked(rng, size, c, w, b, layout, dt, padding=1, variant=variant)
+    # One module per form of the generated code: the gemm family stores four pixels at a time
+    # where the pixel count allows, a second module.
+    assert before < generic_kernels() <= before + 2, "the layer's sizes past the switch-over did not share a module"
+
+
+def test_explain_names_the_path_and_the_layer_keeps_one_variant(monkeypatch):
+    monkeypatch.setenv("CONVTUNE_GENERIC_AFTER", "3")
+    rng = np.random.default_rng(5)
+    c = next(_channels)
+    w = rng.standard_normal((8, c, 3, 3)).astype(np.float32)
+    b = np.zeros(8, np.float32)
+    seen = []
+    for i, size in enumerate(sizes(rng, 8)):
+        run_checked(rng, size, c, w, b, "NCHW", np.float32, padding=1)
+        e = convtune.explain((size[0], c, size[1], size[2]), w.shape, padding=1, bias=True, z=True, activation="relu")
+        seen.append((e.source, e.variant))
+    assert all(s == "default" for s, _ in seen[:3]), seen
+    generic = [v for s, v in seen[4:] if s.startswith("size-generic")]
+    assert len(generic) == 4 and len(set(generic)) == 1, seen
+
+
+def test_the_switch_over_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("CONVTUNE_GENERIC_AFTER", "0")
+    rng = np.random.default_rng(6)
+    c = next(_channels)
+    w = rng.standard_normal((8, c, 3, 3)).astype(np.float32)
+    before = generic_kernels()
+    for size in sizes(rng, 5):
+        run_checked(rng, size, c, w, np.zeros(8, np.float32), "NCHW", np.float32, padding=1)
+    assert generic_kernels() == before
+
+
+def test_threads_meeting_the_switch_over_at_once_get_right_results(monkeypatch):
+    monkeypatch.setenv("CONVTUNE_GENERIC_AFTER", "2")
+    c = next(_channels)
+    w = np.random.default_rng(7).standard_normal((8, c, 3, 3)).astype(np.float32)
+    errors = []
+
+    def work(t):
+        rng = np.random.default_rng(100 + t)
+        try:
+            for size in sizes(rng, 5):
+                run_checked(rng, size, c, w, np.zeros(8, np.float32), "NCHW", np.float32, padding=1)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+    assert not errors, errors
