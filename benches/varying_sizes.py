@@ -37,7 +37,6 @@ def main() -> None:
     kws = [dict(padding=1), dict(stride=2, padding=1), dict()]
     start = None
     t0 = time.perf_counter()
-    seen = None
     new_s, seen_s = [], []
 
     def chain(y, check=False):
@@ -54,12 +53,11 @@ def main() -> None:
         t = time.perf_counter()
         chain(y, check=i % 25 == 0)
         if i >= a.warm:
-            # A new size's calls against the same calls on a size met before.
+            # A new size's calls against the same calls again, the size now met before.
             new_s.append(time.perf_counter() - t)
             t = time.perf_counter()
-            chain(seen)
+            chain(y)
             seen_s.append(time.perf_counter() - t)
-        seen = y if seen is None else seen
         if i == a.warm - 1:
             start = rss_mb()
     end = rss_mb()
@@ -67,7 +65,7 @@ def main() -> None:
     if new_s:
         q = lambda v, f: sorted(v)[min(len(v) - 1, int(f * (len(v) - 1)))] * 1e3  # noqa: E731
         print(f"# calls after the first {a.warm} sizes, ms: new size p50 {q(new_s, 0.5):.2f} / p95 {q(new_s, 0.95):.2f}, "
-              f"a size met before p50 {q(seen_s, 0.5):.2f} / p95 {q(seen_s, 0.95):.2f}: p95 ratio "
+              f"the same size again p50 {q(seen_s, 0.5):.2f} / p95 {q(seen_s, 0.95):.2f}: p95 ratio "
               f"{q(new_s, 0.95) / q(seen_s, 0.95):.2f}; size-generic kernels {s['generic_kernels']}")
     print(f"# {convtune.adapter_info()['name']}: {a.layers} layer(s), {a.sizes} sizes in {time.perf_counter() - t0:.1f} s; "
           f"RSS {start:.0f} MB after {a.warm}, {end:.0f} MB after {a.sizes}: +{end - start:.1f} MB "

@@ -427,7 +427,11 @@ pub fn choose_now(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision,
     // A layer that has met many sizes: its new sizes run the kernel its first size past the
     // switch-over chose, as a size-generic module, and are not tuned (`generic`); a size
     // tuned before keeps its result.
-    let generic = engine.layers.switched(shape, crate::generic::after());
+    let after = crate::generic::after();
+    if after > 0 {
+        engine.layers.record(shape);
+    }
+    let generic = engine.layers.switched(shape, after);
     let layer_variant = || engine.layers.variant(shape, precision).filter(|_| generic);
     let as_generic = |variant, families| Choice { variant, source: Source::Generic, families, report: None, warnings: Vec::new() };
     let keep = |c: Choice| {

@@ -280,6 +280,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl<M> Layers<M> {
+    /// Notes that a call meets `shape` (where it chooses its kernel: a tuned size's kernel
+    /// is compiled by the tuner, not on a kernel-cache miss).
+    pub fn record(&self, shape: &ConvShape) {
+        self.note(shape, 0);
+    }
+
     /// Notes that `shape` runs; once its layer has met more than `after` sizes, another size
     /// of it (to make a generic module with).
     pub fn note(&self, shape: &ConvShape, after: usize) -> Option<ConvShape> {
