@@ -257,6 +257,14 @@ pub fn layer_of(shape: &ConvShape) -> u64 {
     h.finish()
 }
 
+/// A size's bucket: the power of two of its output pixels, N x OH x OW. Past the switch-over
+/// the first size of each bucket chooses (is tuned, in `auto` mode) for the bucket's others:
+/// a tile that suits 200 pixels may not suit 200,000.
+pub fn bucket(shape: &ConvShape) -> u32 {
+    let pixels = shape.n as u64 * shape.oh() as u64 * shape.ow() as u64;
+    64 - pixels.max(1).leading_zeros()
+}
+
 /// Sizes kept per layer (to find another size to compare with) and layers tracked at most.
 const SIZES_KEPT: usize = 8;
 const LAYERS_KEPT: usize = 4096;
@@ -266,7 +274,7 @@ const LAYERS_KEPT: usize = 4096;
 pub struct Layers<M> {
     sizes: Mutex<HashMap<u64, (usize, Vec<ConvShape>)>>,
     modules: Mutex<HashMap<(Variant, u64, u64, u64), Option<Arc<M>>>>,
-    variants: Mutex<HashMap<(u64, Precision), Variant>>,
+    variants: Mutex<HashMap<(u64, Precision, u32), Variant>>,
 }
 
 impl<M> Default for Layers<M> {
@@ -330,13 +338,14 @@ impl<M> Layers<M> {
         lock(&self.modules).values().filter(|m| m.is_some()).count()
     }
 
-    /// The variant the layer's new sizes run, once one ran size-generic.
+    /// The variant the layer's new sizes of `shape`'s bucket run, once one was chosen there
+    /// past the switch-over.
     pub fn variant(&self, shape: &ConvShape, precision: Precision) -> Option<Variant> {
-        lock(&self.variants).get(&(layer_of(shape), precision)).copied()
+        lock(&self.variants).get(&(layer_of(shape), precision, bucket(shape))).copied()
     }
 
     pub fn keep_variant(&self, shape: &ConvShape, precision: Precision, variant: Variant) {
-        lock(&self.variants).entry((layer_of(shape), precision)).or_insert(variant);
+        lock(&self.variants).entry((layer_of(shape), precision, bucket(shape))).or_insert(variant);
     }
 }
 

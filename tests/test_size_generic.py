@@ -63,20 +63,33 @@ def test_new_sizes_run_one_generic_kernel_per_layer_and_match_float64(monkeypatc
     assert before < generic_kernels() <= before + 2, "the layer's sizes past the switch-over did not share a module"
 
 
-def test_explain_names_the_path_and_the_layer_keeps_one_variant(monkeypatch):
+def explained(size, c, w):
+    e = convtune.explain((size[0], c, size[1], size[2]), w.shape, padding=1, bias=True, z=True, activation="relu")
+    return e.source, e.variant
+
+
+def test_explain_names_the_path_and_a_bucket_keeps_one_variant(monkeypatch):
     monkeypatch.setenv("CONVTUNE_GENERIC_AFTER", "3")
     rng = np.random.default_rng(5)
     c = next(_channels)
     w = rng.standard_normal((8, c, 3, 3)).astype(np.float32)
     b = np.zeros(8, np.float32)
+    # One bucket: 512 to 1023 output pixels.
+    one_bucket = [(1, h, 24) for h in range(24, 32)]
     seen = []
-    for i, size in enumerate(sizes(rng, 8)):
+    for size in one_bucket:
         run_checked(rng, size, c, w, b, "NCHW", np.float32, padding=1)
-        e = convtune.explain((size[0], c, size[1], size[2]), w.shape, padding=1, bias=True, z=True, activation="relu")
-        seen.append((e.source, e.variant))
+        seen.append(explained(size, c, w))
+    # From the fourth size on (past 3) the bucket runs what that size chose.
     assert all(s == "default" for s, _ in seen[:3]), seen
-    generic = [v for s, v in seen[4:] if s.startswith("size-generic")]
-    assert len(generic) == 4 and len(set(generic)) == 1, seen
+    generic = [v for s, v in seen[3:] if s.startswith("size-generic")]
+    assert len(generic) == 5 and len(set(generic)) == 1, seen
+    # Another bucket chooses for itself once (the default rule here; tuned in auto mode).
+    small, smaller = (1, 9, 9), (1, 10, 9)
+    for size in (small, smaller):
+        run_checked(rng, size, c, w, b, "NCHW", np.float32, padding=1)
+    assert explained(small, c, w)[0] == "default" or explained(small, c, w)[0].startswith("size-generic")
+    assert explained(smaller, c, w)[0].startswith("size-generic"), seen
 
 
 def test_the_switch_over_can_be_turned_off(monkeypatch):
