@@ -383,6 +383,9 @@ fn choose_within(
     match run.wait(until, progress)? {
         Waited::Done(Ok(report)) => {
             let variant = report.winner_variant()?;
+            if engine.layers.switched(shape, crate::generic::after()) {
+                engine.layers.keep_variant(shape, precision, variant);
+            }
             Ok(Some(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings: Vec::new() }))
         }
         Waited::Done(Err(e)) => {
