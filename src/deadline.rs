@@ -1,8 +1,8 @@
 //! Tuning that keeps its budget (`auto` mode on GPUs): a new problem's tuning runs on the
 //! background worker while the calling thread waits for it until the budget is spent. A run
 //! that ends in time is used as before; one that does not leaves the caller with the fastest
-//! candidate validated so far (or the default rule's pick) and goes on to its end on the
-//! worker, which stores its winner for the calls that follow. Compiles are what overran:
+//! candidate validated so far (or, before any, the reference kernel the run compiled first)
+//! and goes on to its end on the worker, which stores its winner for the calls that follow. Compiles are what overran:
 //! a tensor-core candidate compiles for 1-3 s on an H200 (`benches/first_call.py`).
 //!
 //! The caller forwards the run's progress to its own progress function, on its own thread;
