@@ -49,6 +49,8 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// Finished jobs' records kept for `status` and `wait`.
+pub const DONE_KEPT: usize = 4096;
 /// The process whose worker thread the state describes (0: none started). A process forked
 /// after that has the state but not the thread, and maybe the lock as the fork left it:
 /// it never touches either (`forked`).
@@ -166,6 +168,12 @@ fn worker() {
         with_state(|st| {
             st.running = None;
             st.done.push(TuningDone { key, outcome, seconds: start.elapsed().as_secs_f64() });
+            // A service meeting ever new problems keeps the latest records only.
+            if st.done.len() > DONE_KEPT {
+                let cut = st.done.len() - DONE_KEPT;
+                st.done.drain(..cut);
+                st.returned = st.returned.saturating_sub(cut);
+            }
         });
         CHANGED.notify_all();
     }
@@ -205,7 +213,7 @@ pub struct TuningStatus {
     pub queued: Vec<String>,
     /// The problem being tuned now.
     pub running: Option<String>,
-    /// Every problem finished in this process, oldest first.
+    /// The problems finished in this process (the latest `DONE_KEPT`), oldest first.
     pub done: Vec<TuningDone>,
 }
 
