@@ -45,8 +45,8 @@ def wait_tuning(timeout: Optional[float] = None) -> List[dict]:
 
 def tuning_status() -> dict:
     """Background tuning now: ``mode`` (as ``tuning_mode``), ``queued`` (problems waiting,
-    in order), ``in_progress`` (the problem being tuned, or ``None``) and ``done`` (every
-    problem finished in this process, the latest 4,096, as ``wait_tuning`` returns them)."""
+    in order), ``in_progress`` (the problem being tuned, or ``None``) and ``done`` (the
+    problems finished in this process, the latest 4,096, as ``wait_tuning`` returns them)."""
     return _convtune.tuning_status()
 
 
