@@ -140,3 +140,60 @@ pub fn detaches(cpu: bool) -> bool {
         _ => !cpu,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(done: usize, best: Option<Variant>) -> Progress<'static> {
+        Progress { done, total: 4, name: "candidate", best }
+    }
+
+    /// Callers waiting on one run at once: before its end each gets the best so far at its
+    /// deadline and sees every report once; after it, its report.
+    #[test]
+    fn waiters_get_the_best_so_far_at_their_deadline_and_the_end_after_it() {
+        let key = "deadline test run";
+        let (run, fresh) = Run::for_key(key);
+        assert!(fresh && !Run::for_key(key).1, "a second caller shares the run");
+        let best: Variant = "direct_wg64x1_u0_k1w1".parse().unwrap();
+        run.report(&progress(0, None)).unwrap();
+        run.report(&progress(1, Some(best))).unwrap();
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let run = Run::for_key(key).0;
+                std::thread::spawn(move || {
+                    let mut seen = Vec::new();
+                    let w = run.wait(Instant::now() + Duration::from_millis(50), &mut |p| {
+                        seen.push(p.done);
+                        Ok(())
+                    });
+                    (matches!(w, Ok(Waited::Late(Some(v))) if v == best), seen)
+                })
+            })
+            .collect();
+        for w in waiters {
+            let (late_with_best, seen) = w.join().unwrap();
+            assert!(late_with_best);
+            assert_eq!(seen, [1], "the latest report, once");
+        }
+        Run::forget(key);
+        run.finish(Err("test end".into()));
+        let w = run.wait(Instant::now() + Duration::from_secs(5), &mut |_| Ok(())).unwrap();
+        assert!(matches!(w, Waited::Done(Err(e)) if e == "test end"));
+        assert!(Run::for_key(key).1, "a forgotten run leaves the next caller a new one");
+        Run::forget(key);
+    }
+
+    /// A caller's progress error cancels the run: its next report fails.
+    #[test]
+    fn a_progress_error_cancels_the_run() {
+        let key = "deadline test cancel";
+        let (run, _) = Run::for_key(key);
+        run.report(&progress(0, None)).unwrap();
+        let r = run.wait(Instant::now() + Duration::from_secs(5), &mut |_| Err(Error::Cancelled("stop".into())));
+        assert!(matches!(r, Err(Error::Cancelled(_))));
+        assert!(matches!(run.report(&progress(1, None)), Err(Error::Cancelled(_))));
+        Run::forget(key);
+    }
+}
