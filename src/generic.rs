@@ -269,11 +269,15 @@ pub fn bucket(shape: &ConvShape) -> u32 {
 const SIZES_KEPT: usize = 8;
 const LAYERS_KEPT: usize = 4096;
 
-/// Per engine: the sizes each layer has met, each (variant, layer)'s generic module `M`
-/// (`None`: it has none), and the variant a layer's new sizes run once it switched over.
+/// A generic module's key: variant, layer, workspace bound and source skeleton.
+type ModuleKey = (Variant, u64, u64, u64);
+
+/// Per engine: the sizes each layer has met, each (variant, layer, code form)'s generic
+/// module `M` (`None`: it has none), and the variant each bucket of a layer's new sizes runs
+/// once the layer switched over.
 pub struct Layers<M> {
     sizes: Mutex<HashMap<u64, (usize, Vec<ConvShape>)>>,
-    modules: Mutex<HashMap<(Variant, u64, u64, u64), Option<Arc<M>>>>,
+    modules: Mutex<HashMap<ModuleKey, Option<Arc<M>>>>,
     variants: Mutex<HashMap<(u64, Precision, u32), Variant>>,
 }
 
