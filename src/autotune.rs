@@ -326,9 +326,7 @@ pub fn choose(
     match tune_and_store(engine, shape, precision, &families, budget, &cache, progress, &mut warnings) {
         Ok(report) => {
             let variant = report.winner_variant()?;
-            if engine.layers.switched(shape, crate::generic::after()) {
-                engine.layers.keep_variant(shape, precision, variant);
-            }
+            engine.layers.keep_variant(shape, precision, variant, crate::generic::after());
             Ok(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings })
         }
         Err(e @ (Error::Cancelled(_) | Error::DeviceLost(_))) => Err(e),
@@ -352,24 +350,18 @@ fn choose_within(
     until: Instant,
     progress: &mut dyn FnMut(&Progress) -> Result<()>,
 ) -> Result<Option<Choice>> {
-    let key = format!("{} {}", shape.label(), precision.as_str());
+    let key = job_key(shape, precision);
     let (run, fresh) = Run::for_key(&key);
     if fresh {
         let (engine, shape, families, job_run, job_key) = (Arc::clone(engine), *shape, families.clone(), run.clone(), key.clone());
         let queued = background::enqueue_fresh(key.clone(), Box::new(move |gate| {
             // Whatever ends the job (a panic too), its callers hear of it.
             let ended = Ended { run: &job_run, key: &job_key };
-            let cache = Cache::from_env();
-            let mut warnings = Vec::new();
-            let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
-            let out = match cached(&engine, &shape, precision, &families, &cache, &mut warnings).and_then(|c| c.report) {
-                Some(report) => Ok(report),
-                None => tune_and_store(&engine, &shape, precision, &families, budget, &cache, &mut |p| {
-                    job_run.report(p)?;
-                    gate()
-                }, &mut warnings),
-            };
-            // Callers from now on find the cache (stored above), not the run.
+            let out = tune_job(&engine, &shape, precision, &families, budget, &mut |p| {
+                job_run.report(p)?;
+                gate()
+            });
+            // Callers from now on find the cache (stored by the job), not the run.
             Run::forget(ended.key);
             ended.run.finish(out.as_ref().map(Arc::clone).map_err(|e| e.to_string()));
             out.map(|r| r.winner.clone())
@@ -383,9 +375,7 @@ fn choose_within(
     match run.wait(until, progress)? {
         Waited::Done(Ok(report)) => {
             let variant = report.winner_variant()?;
-            if engine.layers.switched(shape, crate::generic::after()) {
-                engine.layers.keep_variant(shape, precision, variant);
-            }
+            engine.layers.keep_variant(shape, precision, variant, crate::generic::after());
             Ok(Some(Choice { variant, source: Source::Tuned, families, report: Some(report), warnings: Vec::new() }))
         }
         Waited::Done(Err(e)) => {
@@ -438,9 +428,7 @@ pub fn choose_now(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision,
     let layer_variant = || engine.layers.variant(shape, precision).filter(|_| generic);
     let as_generic = |variant, families| Choice { variant, source: Source::Generic, families, report: None, warnings: Vec::new() };
     let keep = |c: Choice| {
-        if generic {
-            engine.layers.keep_variant(shape, precision, c.variant);
-        }
+        engine.layers.keep_variant(shape, precision, c.variant, after);
         c
     };
     if mode == Mode::Off {
@@ -486,17 +474,34 @@ fn default_choice(
 fn queue(engine: &Arc<Engine>, shape: &ConvShape, precision: Precision, families: &Families) -> Result<bool> {
     let budget = budget(None)?;
     let (engine, shape, families) = (Arc::clone(engine), *shape, families.clone());
-    let key = format!("{} {}", shape.label(), precision.as_str());
-    Ok(background::enqueue(key, Box::new(move |gate| {
-        let cache = Cache::from_env();
-        let mut warnings = Vec::new();
-        let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = cached(&engine, &shape, precision, &families, &cache, &mut warnings) {
-            return Ok(c.variant.to_string());
-        }
-        let report = tune_and_store(&engine, &shape, precision, &families, budget, &cache, &mut |_| gate(), &mut warnings)?;
+    Ok(background::enqueue(job_key(&shape, precision), Box::new(move |gate| {
+        let report = tune_job(&engine, &shape, precision, &families, budget, &mut |_| gate())?;
         Ok(report.winner.clone())
     })))
+}
+
+/// A problem's name on the background worker (its queue keeps one job per name).
+fn job_key(shape: &ConvShape, precision: Precision) -> String {
+    format!("{} {}", shape.label(), precision.as_str())
+}
+
+/// A background job's tuning run, as a call's own would be (one at a time, stored in the
+/// cache): the cached report where another run stored one meanwhile.
+fn tune_job(
+    engine: &Engine,
+    shape: &ConvShape,
+    precision: Precision,
+    families: &Families,
+    budget: Duration,
+    progress: &mut dyn FnMut(&Progress) -> Result<()>,
+) -> Result<Arc<TuneReport>> {
+    let cache = Cache::from_env();
+    let mut warnings = Vec::new();
+    let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(report) = cached(engine, shape, precision, families, &cache, &mut warnings).and_then(|c| c.report) {
+        return Ok(report);
+    }
+    tune_and_store(engine, shape, precision, families, budget, &cache, progress, &mut warnings)
 }
 
 #[cfg(test)]

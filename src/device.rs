@@ -724,7 +724,7 @@ impl Engine {
         let module = match self.layers.module(variant, shape, workspace, skeleton) {
             Some(m) => m?,
             None => {
-                let m = self.generic_module(variant, &kernel, shape, &other, workspace, shape.dtype).map(Arc::new);
+                let m = self.generic_module(variant, &kernel, shape, &other, workspace).map(Arc::new);
                 self.layers.keep_module(variant, shape, workspace, skeleton, m.clone());
                 m?
             }
@@ -736,7 +736,7 @@ impl Engine {
     /// The size-generic module of `variant` made from `kernel` (one size) and `other`
     /// (another size of its layer); `None` where the two differ in more than sizes, or it
     /// fails to compile (the layer then keeps compiling per size).
-    fn generic_module(&self, variant: &Variant, kernel: &crate::codegen::Kernel, shape: &ConvShape, other: &ConvShape, workspace: u64, dtype: DType) -> Option<GenericModule> {
+    fn generic_module(&self, variant: &Variant, kernel: &crate::codegen::Kernel, shape: &ConvShape, other: &ConvShape, workspace: u64) -> Option<GenericModule> {
         // The layer's other size and sizes that differ from this one in N, H and W all, so
         // that every constant that follows from them shows (one size alone may agree with
         // this one on a count by chance); those whose generator picks other code are skipped
@@ -753,7 +753,7 @@ impl Engine {
         let refs: Vec<&str> = sources.iter().map(String::as_str).collect();
         let generic = crate::generic::Generic::of(&kernel.source, &refs)?;
         let source = crate::codegen::Kernel { source: generic.source.clone(), wprep: None, ..kernel.clone() };
-        let compiled = self.compile_kernel(&format!("{variant} (size-generic)"), &source, dtype).ok()?;
+        let compiled = self.compile_kernel(&format!("{variant} (size-generic)"), &source, shape.dtype).ok()?;
         Some(GenericModule { generic, compiled })
     }
 
@@ -881,10 +881,7 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 /// The layer a kernel-cache key belongs to: its problem but for the batch, height and
 /// width (a layer fed many input sizes compiles one kernel per size).
 fn layer_of((_, shape, _): &(Variant, ConvShape, u64)) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    ConvShape { n: 0, h: 0, w: 0, ..*shape }.hash(&mut h);
-    h.finish()
+    crate::generic::layer_of(shape)
 }
 
 /// What a process forked after convtune opened its device gets from every call: the GPU

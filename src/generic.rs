@@ -25,27 +25,21 @@ struct Decl {
     expr: String,
 }
 
-fn decl(line: usize, text: &str) -> Option<Decl> {
-    let rest = text.strip_prefix("const ")?;
-    let (name, rest) = rest.split_once(':')?;
-    let (ty, rest) = rest.split_once('=')?;
-    let expr = rest.trim().strip_suffix(';')?.trim();
-    // A comment after the declaration stays out of the expression.
-    let expr = expr.split("//").next()?.trim();
-    let expr = expr.strip_suffix(';').unwrap_or(expr).trim();
-    Some(Decl { line, name: name.trim().to_string(), ty: ty.trim().to_string(), expr: expr.to_string() })
-}
-
 /// A declaration line, comment and all: `const X: i32 = 5;  // why`.
 fn decl_of_line(line: usize, text: &str) -> Option<Decl> {
     let code = text.split("//").next()?.trim_end();
-    decl(line, code)
+    let rest = code.strip_prefix("const ")?;
+    let (name, rest) = rest.split_once(':')?;
+    let (ty, rest) = rest.split_once('=')?;
+    let expr = rest.trim().strip_suffix(';')?.trim();
+    Some(Decl { line, name: name.trim().to_string(), ty: ty.trim().to_string(), expr: expr.to_string() })
 }
 
-fn integer(expr: &str) -> Option<i64> {
+/// An integer literal's value as the buffer's word: i32, or a u32's bits.
+fn word(expr: &str) -> Option<i32> {
     let e = expr.trim();
-    let e = e.strip_suffix('u').or_else(|| e.strip_suffix('i')).unwrap_or(e);
-    e.parse::<i64>().ok()
+    let v = e.strip_suffix('u').or_else(|| e.strip_suffix('i')).unwrap_or(e).parse::<i64>().ok()?;
+    i32::try_from(v).or_else(|_| u32::try_from(v).map(|u| u as i32)).ok()
 }
 
 /// A source's text with constants' values and comment lines left out: two sizes of a layer
@@ -94,17 +88,19 @@ pub struct Generic {
     pub source: String,
     /// The constants read from the buffer, in its order.
     pub names: Vec<String>,
-    /// The source it was made from, for checking other sizes against.
+    /// The source it was made from, for checking other sizes against, and its values of
+    /// `names`.
     template: String,
+    values: Vec<i32>,
 }
 
 const DIMS: &str = "convtune_dims";
 
 impl Generic {
-    /// The generic module of `exact` (one size's source), given `other` (another size's):
-    /// `None` where they differ in more than constants' values, where a constant that differs
-    /// is not a plain integer, or where one is needed at compile time (an array size, the
-    /// workgroup size) or binding 4 is taken.
+    /// The generic module of `exact` (one size's source), given `others` (other sizes'):
+    /// `None` where none of them has its skeleton, where a constant that differs is not a
+    /// plain integer, or where one is needed at compile time (an array size, the workgroup
+    /// size) or binding 4 is taken.
     pub fn of(exact: &str, others: &[&str]) -> Option<Generic> {
         let a: Vec<&str> = exact.lines().collect();
         if exact.contains("@binding(4)") {
@@ -115,7 +111,8 @@ impl Generic {
         // pixel count allows them, have modules of their own).
         let mut base: Vec<Decl> = Vec::new();
         let mut compared = false;
-        for other in others.iter().filter(|o| skeleton(o) == skeleton(exact)) {
+        let form = skeleton(exact);
+        for other in others.iter().filter(|o| skeleton(o) == form) {
             compared = true;
             let b: Vec<&str> = other.lines().collect();
             for (i, (x, y)) in a.iter().zip(&b).enumerate() {
@@ -126,8 +123,8 @@ impl Generic {
                 if dx.name != dy.name || dx.ty != dy.ty || !matches!(dx.ty.as_str(), "i32" | "u32") {
                     return None;
                 }
-                integer(&dx.expr)?;
-                integer(&dy.expr)?;
+                word(&dx.expr)?;
+                word(&dy.expr)?;
                 base.push(dx);
             }
         }
@@ -205,7 +202,8 @@ impl Generic {
             source.push_str(&format!("    {} = {};\n", d.name, d.expr));
         }
         source.push_str("}\n");
-        Some(Generic { source, names: base.into_iter().map(|d| d.name).collect(), template: exact.to_string() })
+        let values = base.iter().map(|d| word(&d.expr)).collect::<Option<_>>()?;
+        Some(Generic { source, names: base.into_iter().map(|d| d.name).collect(), template: exact.to_string(), values })
     }
 
     /// The buffer's values for a call whose exact-size source is `exact`: `None` where that
@@ -215,25 +213,17 @@ impl Generic {
         if a.len() != b.len() {
             return None;
         }
-        let mut found: HashMap<&str, i32> = HashMap::new();
+        // Those equal to the template's keep its value.
+        let mut values = self.values.clone();
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             if x == y || comments(x, y) {
                 continue;
             }
             let (dx, dy) = (decl_of_line(i, x)?, decl_of_line(i, y)?);
-            let name = self.names.iter().find(|n| **n == dx.name && dx.name == dy.name)?;
-            let v = integer(&dy.expr)?;
-            found.insert(name, i32::try_from(v).or_else(|_| u32::try_from(v).map(|u| u as i32)).ok()?);
+            let at = self.names.iter().position(|n| *n == dx.name && dx.name == dy.name)?;
+            values[at] = word(&dy.expr)?;
         }
-        // Those equal to the template's keep its value.
-        self.names
-            .iter()
-            .map(|n| {
-                found.get(n.as_str()).copied().or_else(|| {
-                    a.iter().enumerate().find_map(|(i, l)| decl_of_line(i, l).filter(|d| d.name == *n)).and_then(|d| integer(&d.expr)).and_then(|v| i32::try_from(v).or_else(|_| u32::try_from(v).map(|u| u as i32)).ok())
-                })
-            })
-            .collect()
+        Some(values)
     }
 }
 
@@ -242,9 +232,7 @@ impl Generic {
 /// keeps: a layer kept at a few sizes (a detection head on five scales at three batch sizes)
 /// keeps its exact-size kernels, which fold every size into their index arithmetic.
 pub fn after() -> usize {
-    crate::settings::env_usize("CONVTUNE_GENERIC_AFTER").or_else(|| {
-        std::env::var("CONVTUNE_GENERIC_AFTER").ok().filter(|v| v.trim() == "0").map(|_| 0)
-    }).unwrap_or(DEFAULT_AFTER)
+    std::env::var("CONVTUNE_GENERIC_AFTER").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_AFTER)
 }
 
 pub const DEFAULT_AFTER: usize = 16;
@@ -348,8 +336,11 @@ impl<M> Layers<M> {
         lock(&self.variants).get(&(layer_of(shape), precision, bucket(shape))).copied()
     }
 
-    pub fn keep_variant(&self, shape: &ConvShape, precision: Precision, variant: Variant) {
-        lock(&self.variants).entry((layer_of(shape), precision, bucket(shape))).or_insert(variant);
+    /// Keeps `variant`, chosen for `shape`, as its bucket's where the layer has switched over.
+    pub fn keep_variant(&self, shape: &ConvShape, precision: Precision, variant: Variant, after: usize) {
+        if self.switched(shape, after) {
+            lock(&self.variants).entry((layer_of(shape), precision, bucket(shape))).or_insert(variant);
+        }
     }
 }
 
