@@ -79,8 +79,8 @@ pub struct Compiled {
     pub dtype: DType,
     /// Bytes of its WGSL (the tuner predicts compile times from them).
     pub source_bytes: usize,
-    /// A size-generic module's sizes for this call's shape (binding 4; `generic`).
-    pub dims: Option<Vec<i32>>,
+    /// A size-generic module's binding for sizes and this call's sizes (`generic`).
+    pub dims: Option<(u32, Vec<i32>)>,
 }
 
 /// A size-generic module (`generic`): its rewrite and its compiled passes.
@@ -91,7 +91,7 @@ pub struct GenericModule {
 
 impl Compiled {
     /// This size-generic module run on the shape `k` was generated for, with its sizes.
-    fn for_size(&self, k: &crate::codegen::Kernel, dims: Vec<i32>) -> Compiled {
+    fn for_size(&self, k: &crate::codegen::Kernel, binding: u32, dims: Vec<i32>) -> Compiled {
         Compiled {
             pipeline: self.pipeline.clone(),
             workgroups: k.workgroups,
@@ -106,7 +106,7 @@ impl Compiled {
             chunks: k.chunks,
             dtype: self.dtype,
             source_bytes: k.source.len(),
-            dims: Some(dims),
+            dims: Some((binding, dims)),
         }
     }
 }
@@ -717,7 +717,7 @@ impl Engine {
     fn generic_run(&self, variant: &Variant, shape: &ConvShape, workspace: u64) -> Option<Arc<Compiled>> {
         let other = self.layers.note(shape, crate::generic::after())?;
         let kernel = variant.generate_within(shape, workspace).ok()?;
-        if kernel.scaled || kernel.chunks != 1 || kernel.wprep.is_some() {
+        if kernel.chunks != 1 || kernel.wprep.is_some() {
             return None;
         }
         let skeleton = crate::generic::skeleton(&kernel.source);
@@ -730,7 +730,7 @@ impl Engine {
             }
         };
         let dims = module.generic.values(&kernel.source)?;
-        Some(Arc::new(module.compiled.for_size(&kernel, dims)))
+        Some(Arc::new(module.compiled.for_size(&kernel, module.generic.binding, dims)))
     }
 
     /// The size-generic module of `variant` made from `kernel` (one size) and `other`

@@ -4,11 +4,11 @@
 //! sizes of one layer (the same problem but for N, H and W) give sources that differ only in
 //! the values of some of those constants (the sizes, strides and grid counts that follow from
 //! N, H and W); everything else is the same text. The generic module is the source of one
-//! size with those constants, and every constant computed from them, turned into
-//! `var<private>` set at each entry point's start from a small buffer (binding 4, free in
-//! kernels that neither scale nor run in chunks). A call of another size uses it only where
-//! its own generated source differs from the module's in those constants' values alone, which
-//! it reads from that source: the kernel computes exactly what the exact-size kernel would.
+//! size with those constants, and every constant computed from them, replaced by reads of
+//! a small buffer of the call's sizes (binding 7, the epilogue's residual, in kernels that
+//! take none; else binding 4, the run words, in kernels that need none). A call of another size uses it only where its own generated source
+//! differs from the module's in those constants' values alone, which it reads from that
+//! source: the kernel computes exactly what the exact-size kernel would.
 
 use crate::kernels::Variant;
 use crate::params::ConvShape;
@@ -86,6 +86,9 @@ fn mentions(text: &str, name: &str) -> bool {
 pub struct Generic {
     /// The WGSL to compile.
     pub source: String,
+    /// The binding the sizes' buffer takes: 7 (the residual's, read-only) or 4 (the run
+    /// words').
+    pub binding: u32,
     /// The constants read from the buffer, in its order.
     pub names: Vec<String>,
     /// The source it was made from, for checking other sizes against, and its values of
@@ -96,16 +99,37 @@ pub struct Generic {
 
 const DIMS: &str = "convtune_dims";
 
+/// Replaces every whole-identifier `name` in `text` by `with`.
+fn substitute(text: &str, name: &str, with: &str) -> String {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    while let Some(at) = text[from..].find(name) {
+        let start = from + at;
+        let end = start + name.len();
+        let before = text[..start].chars().next_back().is_none_or(|c| !ident(c));
+        let after = text[end..].chars().next().is_none_or(|c| !ident(c));
+        out.push_str(&text[from..start]);
+        out.push_str(if before && after { with } else { name });
+        from = end;
+    }
+    out.push_str(&text[from..]);
+    out
+}
+
 impl Generic {
     /// The generic module of `exact` (one size's source), given `others` (other sizes'):
     /// `None` where none of them has its skeleton, where a constant that differs is not a
     /// plain integer, or where one is needed at compile time (an array size, the workgroup
-    /// size) or binding 4 is taken.
+    /// size) or bindings 7 and 4 are both taken.
     pub fn of(exact: &str, others: &[&str]) -> Option<Generic> {
         let a: Vec<&str> = exact.lines().collect();
-        if exact.contains("@binding(4)") {
-            return None;
-        }
+        // The sizes come in binding 7, read-only, where the kernel takes no residual: naga
+        // counts a value read there at a uniform index as uniform, so kernels whose barriers
+        // and tensor-core steps follow size-dependent branches (a workgroup's `return` past
+        // the last tile) stay valid. Else in binding 4 (run words), where the kernel needs
+        // none: a read there is not uniform, which the FMA families do not need.
+        let binding = [7, 4].into_iter().find(|b| !exact.contains(&format!("@binding({b})")))?;
         // Every constant that differs from any other size's whose source has the same
         // skeleton (sizes where a generator picks other code, e.g. vector stores where the
         // pixel count allows them, have modules of their own).
@@ -158,52 +182,42 @@ impl Generic {
         if a.iter().filter(|l| compile_time(l)).any(|l| runtime.iter().any(|n| mentions(l, n))) {
             return None;
         }
-        // Derived constants in an order that sets each after what it reads.
-        let mut ordered: Vec<Decl> = Vec::new();
-        let mut set: HashSet<String> = base.iter().map(|d| d.name.clone()).collect();
+        // Derived constants in an order that defines each after what it reads, each the
+        // expression of the buffer's words it comes to.
+        let mut set: HashMap<String, String> =
+            base.iter().enumerate().map(|(i, d)| (d.name.clone(), format!("{}({DIMS}[{i}])", d.ty))).collect();
         let mut left = derived;
+        let mut removed: Vec<usize> = base.iter().map(|d| d.line).collect();
         while !left.is_empty() {
             let (ready, wait): (Vec<Decl>, Vec<Decl>) = left
                 .into_iter()
-                .partition(|d| runtime.iter().filter(|n| mentions(&d.expr, n)).all(|n| set.contains(n)));
+                .partition(|d| runtime.iter().filter(|n| mentions(&d.expr, n)).all(|n| set.contains_key(n)));
             if ready.is_empty() {
                 return None;
             }
             for d in &ready {
-                set.insert(d.name.clone());
+                let expr = set.iter().fold(d.expr.clone(), |e, (n, with)| substitute(&e, n, with));
+                set.insert(d.name.clone(), format!("{}({expr})", d.ty));
+                removed.push(d.line);
             }
-            ordered.extend(ready);
             left = wait;
         }
-        let mut lines: Vec<String> = a.iter().map(|l| l.to_string()).collect();
-        for d in base.iter().chain(&ordered) {
-            lines[d.line] = format!("var<private> {}: {};", d.name, d.ty);
-        }
-        // Each entry point sets them first.
-        let mut out = Vec::with_capacity(lines.len() + 8);
-        let mut entry = false;
-        for l in lines {
-            let opens = entry && l.trim_end().ends_with('{');
-            if l.trim_start().starts_with("@compute") {
-                entry = true;
-            }
-            out.push(l);
-            if opens {
-                out.push("    convtune_sizes();".to_string());
-                entry = false;
+        let mut lines: Vec<String> = Vec::with_capacity(a.len() + 2);
+        for (i, l) in a.iter().enumerate() {
+            if removed.contains(&i) {
+                lines.push(format!("// {} comes from {DIMS}", decl_of_line(i, l)?.name));
+            } else if runtime.iter().any(|n| mentions(l, n)) {
+                lines.push(set.iter().fold(l.to_string(), |l, (n, with)| substitute(&l, n, with)));
+            } else {
+                lines.push(l.to_string());
             }
         }
-        let mut source = out.join("\n");
-        source.push_str(&format!("\n\n// Size-generic: the sizes and what follows from them, set from the call's buffer.\n@group(0) @binding(4) var<storage, read_write> {DIMS}: array<i32>;\nfn convtune_sizes() {{\n"));
-        for (i, d) in base.iter().enumerate() {
-            source.push_str(&format!("    {} = {}({DIMS}[{i}]);\n", d.name, d.ty));
-        }
-        for d in &ordered {
-            source.push_str(&format!("    {} = {};\n", d.name, d.expr));
-        }
-        source.push_str("}\n");
+        lines.push(String::new());
+        let access = if binding == 7 { "read" } else { "read_write" };
+        lines.push(format!("// Size-generic: the call's sizes.\n@group(0) @binding({binding}) var<storage, {access}> {DIMS}: array<u32>;"));
+        let source = lines.join("\n") + "\n";
         let values = base.iter().map(|d| word(&d.expr)).collect::<Option<_>>()?;
-        Some(Generic { source, names: base.into_iter().map(|d| d.name).collect(), template: exact.to_string(), values })
+        Some(Generic { source, binding, names: base.into_iter().map(|d| d.name).collect(), template: exact.to_string(), values })
     }
 
     /// The buffer's values for a call whose exact-size source is `exact`: `None` where that
@@ -351,19 +365,28 @@ mod tests {
     const A: &str = "const H: i32 = 10;\nconst K: i32 = 8;  // channels\nconst HK: i32 = H * K;\nconst N: u32 = 2u;\n@compute @workgroup_size(64, 1, 1)\nfn main(\n    @builtin(local_invocation_id) lid: vec3<u32>,\n) {\n    let a = HK + i32(N);\n}\n";
 
     #[test]
-    fn sizes_become_private_and_are_set_at_each_entry() {
+    fn sizes_become_reads_of_the_call_words() {
         let b = A.replace("H: i32 = 10", "H: i32 = 12").replace("N: u32 = 2u", "N: u32 = 3u");
         let g = Generic::of(A, &[&b]).unwrap();
         assert_eq!(g.names, ["H", "N"]);
-        assert!(g.source.contains("var<private> H: i32;") && g.source.contains("var<private> HK: i32;"));
+        assert!(!g.source.contains("const H:") && !g.source.contains("const HK:"));
         assert!(g.source.contains("const K: i32 = 8;"));
-        assert!(g.source.contains(") {\n    convtune_sizes();\n    let a"));
-        assert!(g.source.contains("H = i32(convtune_dims[0]);\n    N = u32(convtune_dims[1]);\n    HK = H * K;"));
+        // Derived ones inline what they are computed from (reads at a uniform index).
+        assert!(g.source.contains("let a = i32(i32(convtune_dims[0]) * K) + i32(u32(convtune_dims[1]));"), "{}", g.source);
+        assert!(g.source.contains("@group(0) @binding(7) var<storage, read> convtune_dims: array<u32>;"));
         assert_eq!(g.values(&b), Some(vec![12, 3]));
         assert_eq!(g.values(A), Some(vec![10, 2]));
         // Another difference than a size's value: not this module's.
         assert_eq!(g.values(&b.replace("HK + i32(N)", "HK - i32(N)")), None);
-        assert_eq!(g.values(&b.replace("K: i32 = 8", "K: i32 = 9")), None);
+        assert_eq!(g.values(&b.replace("K: i32 = 9", "K: i32 = 9").replace("K: i32 = 8", "K: i32 = 9")), None);
+        // A kernel that reads the epilogue's residual has binding 7 taken: binding 4 then,
+        // unless that is taken too.
+        let z = format!("{A}@group(0) @binding(7) var<storage, read> z: array<f32>;\n");
+        let g = Generic::of(&z, &[&z.replace("H: i32 = 10", "H: i32 = 12")]).unwrap();
+        assert_eq!(g.binding, 4);
+        assert!(g.source.contains("@group(0) @binding(4) var<storage, read_write> convtune_dims: array<u32>;"));
+        let both = format!("{z}@group(0) @binding(4) var<storage, read_write> run: array<u32, 4>;\n");
+        assert!(Generic::of(&both, &[&both.replace("H: i32 = 10", "H: i32 = 12")]).is_none());
     }
 
     #[test]

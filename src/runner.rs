@@ -183,6 +183,8 @@ pub(crate) struct Bindings<'a> {
     x: View<'a>,
     w: View<'a>,
     words: Option<PooledBuffer>,
+    /// A size-generic module's sizes (binding 7 in z's place, or 4 in the words').
+    dims: Option<PooledBuffer>,
     /// The words hold the maxima already: no max pass, no clearing.
     preset: bool,
     workspace: Vec<Option<Arc<PooledBuffer>>>,
@@ -203,8 +205,8 @@ impl Bindings<'_> {
     /// the GPU has run the passes that use them.
     pub(crate) fn into_workspace(self) -> Vec<Arc<PooledBuffer>> {
         let weights = self.wprep.map(|(_, buf)| buf);
-        let words = self.words.map(Arc::new);
-        words.into_iter().chain(self.workspace.into_iter().flatten()).chain(weights).collect()
+        let words = self.words.into_iter().chain(self.dims).map(Arc::new);
+        words.chain(self.workspace.into_iter().flatten()).chain(weights).collect()
     }
 
     /// Keeps the weight copies these bindings made with the weights: call once the passes
@@ -271,16 +273,17 @@ fn weight_copy(
 /// workspace taken from the pool (w's copies from those kept with resident weights).
 pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Result<Bindings<'a>> {
     let Tensors { x, w, bias, z, y, maxima, resident } = t;
-    let words = if kernel.scaled || kernel.chunks > 1 {
-        Some(engine.pool.take(OUTPUT, 16)?)
-    } else if let Some(dims) = &kernel.dims {
-        // A size-generic module reads the call's sizes there (`generic`).
-        let buf = engine.pool.take(OUTPUT, (4 * dims.len() as u64).max(16))?;
-        engine.queue.write_buffer(&buf, 0, bytemuck::cast_slice(dims));
-        Some(buf)
-    } else {
-        None
+    let words = if kernel.scaled || kernel.chunks > 1 { Some(engine.pool.take(OUTPUT, 16)?) } else { None };
+    // A size-generic module reads the call's sizes in z's place or the words' (`generic`).
+    let (dims, dims_at) = match &kernel.dims {
+        Some((at, dims)) => {
+            let buf = engine.pool.take(OUTPUT, (4 * dims.len() as u64).max(16))?;
+            engine.queue.write_buffer(&buf, 0, bytemuck::cast_slice(dims));
+            (Some(buf), *at)
+        }
+        None => (None, 0),
     };
+    let sizes_at = |binding: u32| dims.as_ref().filter(|_| dims_at == binding);
     // Written ahead of the submission that runs the kernel; no pass writes these two words
     // then: word 2 tells a layout-1 prologue, the one pass that finds the maxima itself,
     // that they are there already (it would only find the same values).
@@ -339,16 +342,20 @@ pub(crate) fn bind<'a>(engine: &Engine, kernel: &Compiled, t: Tensors<'a>) -> Re
         kernel_w,
         or_input(engine, bias),
         y.binding(),
-        or_scratch(engine, words.as_ref()),
+        or_scratch(engine, sizes_at(4).or(words.as_ref())),
         or_scratch(engine, workspace.first().and_then(Option::as_deref)),
         or_scratch(engine, workspace.get(1).and_then(Option::as_deref)),
-        or_input(engine, z),
+        match sizes_at(7) {
+            Some(buf) => buf.binding(),
+            None => or_input(engine, z),
+        },
     ]);
     Ok(Bindings {
         group,
         x,
         w,
         words,
+        dims,
         preset,
         workspace,
         wprep,

@@ -28,25 +28,28 @@ def sizes(rng, count):
     return [(int(rng.integers(1, 3)), int(rng.integers(5, 26)), int(rng.integers(5, 26))) for _ in range(count)]
 
 
-def run_checked(rng, size, c, w, b, layout, dt, **call):
-    """One call on a random x of `size`, with bias, a residual and ReLU, against float64."""
+def run_checked(rng, size, c, w, b, layout, dt, residual=True, bound=None, **call):
+    """One call on a random x of `size`, with bias, a residual (unless told not) and ReLU,
+    against float64."""
     n, h, wd = size
     k = w.shape[0]
     x = rng.standard_normal((n, c, h, wd)).astype(dt)
     pad = call.get("padding", 1)
     oh, ow = h + 2 * pad - 2, wd + 2 * pad - 2
-    z = rng.standard_normal((n, k, oh, ow)).astype(dt)
-    got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, bias=b, z=nhwc(z) if layout == "NHWC" else z,
-                          activation="relu", layout=layout, **call)
+    z = rng.standard_normal((n, k, oh, ow)).astype(dt) if residual else None
+    z_arg = None if z is None else nhwc(z) if layout == "NHWC" else z
+    got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, bias=b, z=z_arg, activation="relu", layout=layout, **call)
     got = np.asarray(got, np.float64)
     got = got.transpose(0, 3, 1, 2) if layout == "NHWC" else got
-    want = np.maximum(conv2d_reference(x.astype(np.float64), w.astype(np.float64), padding=pad) + b[None, :, None, None] + z, 0)
-    bound = 2e-3 if dt == np.float16 else 1e-5
+    want = conv2d_reference(x.astype(np.float64), w.astype(np.float64), padding=pad) + b[None, :, None, None]
+    want = np.maximum(want if z is None else want + z, 0)
+    bound = bound or (2e-3 if dt == np.float16 else 1e-5)
     err = np.abs(got - want).max() / np.abs(want).max()
     assert err <= bound, f"{size} {layout} {dt.__name__} {call}: {err:.2e}"
 
 
-@pytest.mark.parametrize("variant", ["direct_wg64x1_u1_k4w1", "stem_wg64_u0_k8w2", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4", "wino_t32x32_c4_r1x4"])
+@pytest.mark.parametrize("variant", ["direct_wg64x1_u1_k4w1", "stem_wg64_u0_k8w2", "gemm_b32x32x8_t4x4", "gemm_b32x32x16_t4x4_k4",
+                                     "wino_t32x32_c4_r1x4", "wgemm_m2_b32x32x8_t4x4"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
 def test_new_sizes_run_one_generic_kernel_per_layer_and_match_float64(monkeypatch, variant, layout, dt):
@@ -60,6 +63,35 @@ def test_new_sizes_run_one_generic_kernel_per_layer_and_match_float64(monkeypatc
         run_checked(rng, size, c, w, b, layout, dt, padding=1, variant=variant)
     # One module per form of the generated code: the gemm family stores four pixels at a time
     # where the pixel count allows, a second module.
+    assert before < generic_kernels() <= before + 2, "the layer's sizes past the switch-over did not share a module"
+
+
+TENSOR_CORES = convtune.adapter_info()["features"]["tensor_cores"]
+
+
+# Tensor-core tiles: float32 data in both precision modes that use them (`_p1`, and the split
+# `_p3` of "highest"), float16 data, the window and Winograd forms. Without a residual: a
+# kernel that takes one and needs its run words (every `coop` tile) has no binding left for
+# the sizes and compiles per size.
+@pytest.mark.skipif(not TENSOR_CORES, reason="tensor-core kernels run on GPUs with cooperative matrices only")
+@pytest.mark.parametrize("variant,dt,bound", [
+    ("coop_b64x64x16_s2x2_p1", np.float32, 3e-3),
+    ("coop_b128x64x16_s4x1_p3", np.float32, 1e-5),
+    ("coop_b64x64x16_s2x2_p1", np.float16, 3e-3),
+    ("wcoop_m2_b64x64x32_s2x2_p1", np.float32, 3e-3),
+    ("wcoop_m2_b64x64x32_s2x2_p3", np.float32, 1e-5),
+    ("wcoop_m2_b64x64x32_s2x2_p1", np.float16, 3e-3),
+])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_tensor_core_tiles_run_one_generic_kernel_per_layer(monkeypatch, variant, dt, bound, layout):
+    monkeypatch.setenv("CONVTUNE_GENERIC_AFTER", "2")
+    rng = np.random.default_rng(abs(hash((variant, layout, dt.__name__))) % 2**32)
+    c, k = 8 * next(_channels), 32
+    w = rng.standard_normal((k, c, 3, 3)).astype(dt)
+    b = rng.standard_normal(k).astype(np.float32)
+    before = generic_kernels()
+    for size in sizes(rng, 7):
+        run_checked(rng, size, c, w, b, layout, dt, residual=False, bound=bound, padding=1, variant=variant)
     assert before < generic_kernels() <= before + 2, "the layer's sizes past the switch-over did not share a module"
 
 

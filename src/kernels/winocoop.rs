@@ -207,9 +207,11 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let mut input = input_transform(&tr, "0", sx, shape.padding_mode) + &input_transform(&tr, "1", sx, shape.padding_mode);
     let scales = if scaled { "    let sx = ldexp(1.0, scale_exp(run[0]));\n    let sw = ldexp(1.0, scale_exp(run[1]));" } else { "" };
     // The split pair's lo parts: each part's u32s after its hi parts'.
-    let (u_lo, v_lo) = (groups * p2 * np * cp / 2, groups * p2 * cp * tp / 2);
+    // V's offsets in the module's constants, not literals: a size-generic module
+    // (`generic`) sets those from the call's sizes.
+    let (u_lo, v_lo) = (groups * p2 * np * cp / 2, format!("{groups} * P2 * CP * TP / 2"));
     for xi in 0..p2 {
-        let (uq, vq) = (xi * np * cp / 2, xi * cp * tp / 2);
+        let (uq, vq) = (xi * np * cp / 2, format!("{xi} * CP * TP / 2"));
         if split {
             writeln!(filter, "        put_split(dst + {uq}, {u_lo}, u0_{xi}, u1_{xi}, true);").unwrap();
             writeln!(input, "    put_split(dst + {vq}, {v_lo}, v0_{xi}, v1_{xi}, false);").unwrap();
@@ -240,13 +242,13 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             writeln!(setup, "    let ak{i} = {q} / (BM / 8);\n    let am{i} = {q} % (BM / 8) * 8;").unwrap();
             (format!("a_src + (k_next + ak{i}) * (TP / 8) + am{i} / 8"), format!("(u32(ak{i}) * LDA + u32(am{i})) / 4u"))
         };
-        code.slot(&mut setup, parts, &format!("pa{i}"), "a", |off| format!("bitcast<vec4<u32>>(ws[{off}{index}])"), &at, v_lo / 4);
+        code.slot(&mut setup, parts, &format!("pa{i}"), "a", |off| format!("bitcast<vec4<u32>>(ws[{off}{index}])"), &at, &format!("({v_lo}) / 4"));
     }
     for i in 0..b_slots {
         writeln!(setup, "    let bn{i} = (lid + {}) / (BK / 8);", i * threads).unwrap();
         writeln!(setup, "    let bk{i} = (lid + {}) % (BK / 8) * 8;", i * threads).unwrap();
         let at = format!("(u32(bn{i}) * LDB + u32(bk{i})) / 4u");
-        code.slot(&mut setup, parts, &format!("pb{i}"), "b", |off| format!("uw[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8]"), &at, u_lo / 4);
+        code.slot(&mut setup, parts, &format!("pb{i}"), "b", |off| format!("uw[{off}b_src + (bn{i} * CP + k_next + bk{i}) / 8]"), &at, &(u_lo / 4).to_string());
     }
     let SlotCode { fetch, stage } = code;
     let (tm, tn) = (v.tm(), v.tn());
@@ -255,17 +257,17 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // M follows V's parts in `ws`, the correction terms' after the products' (every
     // plane's); `ws` holds vec4s, so M's offsets and strides count fours.
     let m_off = u64::from(v.parts()) * groups * p2 * cp * tp / 2;
-    let m_cor = groups * p2 * np * tp;
-    let sums: &[(&str, u64)] = if split { &[("acc", 0), ("cor", m_cor)] } else { &[("acc", 0)] };
+    let cor = format!("MOFF + {groups} * P2 * MSX");
+    let sums: Vec<(&str, &str)> = if split { vec![("acc", "MOFF"), ("cor", &cor)] } else { vec![("acc", "MOFF")] };
     for i in 0..tm {
         for j in 0..tn {
             let (row, col) = (format!("u32(m0) + wm + {}u", 16 * i), format!("u32(n0) + wn + {}u", 16 * j));
-            for &(sum, at) in sums {
+            for &(sum, at) in &sums {
                 writeln!(acc, "    var {sum}{i}_{j}: MatC;").unwrap();
                 let put = if nhwc {
-                    format!("coopStoreT({sum}{i}_{j}, &ws[({}u + m_dst + ({row}) * u32(NP) + {col}) / 4u], u32(NP) / 4u);", m_off + at)
+                    format!("coopStoreT({sum}{i}_{j}, &ws[(u32({at}) + m_dst + ({row}) * u32(NP) + {col}) / 4u], u32(NP) / 4u);")
                 } else {
-                    format!("coopStore({sum}{i}_{j}, &ws[({}u + m_dst + ({col}) * u32(TP) + {row}) / 4u], u32(TP) / 4u);", m_off + at)
+                    format!("coopStore({sum}{i}_{j}, &ws[(u32({at}) + m_dst + ({col}) * u32(TP) + {row}) / 4u], u32(TP) / 4u);")
                 };
                 writeln!(store, "    {put}").unwrap();
             }
@@ -337,7 +339,7 @@ impl SlotCode {
     /// whether it is the lo part), declared in `setup`: loaded by `load(offset)`, the lo part
     /// `lo_elems` 16-byte elements on, unpacked into `tile`'s part at `at`.
     #[allow(clippy::too_many_arguments)]
-    fn slot(&mut self, setup: &mut String, parts: &[(&str, &str, bool)], reg: &str, tile: &str, load: impl Fn(&str) -> String, at: &str, lo_elems: u64) {
+    fn slot(&mut self, setup: &mut String, parts: &[(&str, &str, bool)], reg: &str, tile: &str, load: impl Fn(&str) -> String, at: &str, lo_elems: &str) {
         for &(suffix, part, lo) in parts {
             let off = if lo { format!("{lo_elems} + ") } else { String::new() };
             writeln!(setup, "    var {reg}{suffix}: vec4<u32>;").unwrap();

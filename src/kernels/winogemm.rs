@@ -539,11 +539,12 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     let unscale = if scaled { " * min(ux, uw) * max(ux, uw)" } else { "" };
     for a in 0..p {
         for b in 0..p {
-            let at = (p * a + b) as u64 * np * tp;
+            // Offsets in the module's constants, not literals: a size-generic module
+            // (`generic`) sets those from the call's sizes.
+            let at = format!("{} * MSX", p * a + b);
             if split {
                 // The correction terms follow every plane's products.
-                let cor = groups * p2 as u64 * np * tp + at;
-                writeln!(output, "    let m{a}{b} = mval(src + {at}) + mval(src + {cor}) / 2048.0;").unwrap();
+                writeln!(output, "    let m{a}{b} = mval(src + {at}) + mval(src + {groups} * P2 * MSX + {at}) / 2048.0;").unwrap();
             } else {
                 writeln!(output, "    let m{a}{b} = mval(src + {at});").unwrap();
             }
@@ -565,7 +566,7 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
                     let pixel = format!("po + vec3<i32>(0, {}, {})", a as u32 * sc.phases.0, b as u32 * sc.phases.1);
                     scatter_store_stmt(shape, &pixel, "cq", "v", "k")
                 }
-                None => store_stmt(shape, &format!("yb + {} * YSP", a * shape.ow() as usize + b), "v", "k"),
+                None => store_stmt(shape, &format!("yb + ({a} * OW + {b}) * YSP"), "v", "k"),
             };
             let body = format!("let v = ({sum}){unscale}; bad = bad || nonfinite(v); {put}");
             if guards.is_empty() {
@@ -771,7 +772,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let mut input = input_transform(&tr, "", None, shape.padding_mode);
     for xi in 0..p2 {
         writeln!(filter, "        {u_buf}[dst + {}] = u_{xi};", xi * cp * np).unwrap();
-        writeln!(input, "    ws[dst + {}] = v_{xi};", xi * cp * tp).unwrap();
+        writeln!(input, "    ws[dst + {xi} * CP * TP] = v_{xi};").unwrap();
     }
 
     // The GEMMs: A = V [c][tile], B = U [c][n], both read along rows (coalesced), in the
