@@ -60,6 +60,9 @@ def main() -> None:
             seen_s.append(time.perf_counter() - t)
         if i == a.warm - 1:
             start = rss_mb()
+        if (i + 1) % 100 == 0:
+            print(f"#   {i + 1} sizes, {time.perf_counter() - t0:.1f} s, RSS {rss_mb():.0f} MB, "
+                  f"size-generic kernels {convtune.memory_stats()['generic_kernels']}", flush=True)
     end = rss_mb()
     s = convtune.memory_stats()
     if new_s:

@@ -74,16 +74,20 @@ TENSOR_CORES = convtune.adapter_info()["features"]["tensor_cores"]
 # kernel that takes one and needs its run words (every `coop` tile) has no binding left for
 # the sizes and compiles per size.
 @pytest.mark.skipif(not TENSOR_CORES, reason="tensor-core kernels run on GPUs with cooperative matrices only")
-@pytest.mark.parametrize("variant,dt,bound", [
-    ("coop_b64x64x16_s2x2_p1", np.float32, 3e-3),
-    ("coop_b128x64x16_s4x1_p3", np.float32, 1e-5),
-    ("coop_b64x64x16_s2x2_p1", np.float16, 3e-3),
+@pytest.mark.parametrize("layout,variant,dt,bound", [
+    ("NCHW", "coop_b64x64x16_s2x2_p1", np.float32, 3e-3),
+    ("NCHW", "coop_b128x64x16_s4x1_p3", np.float32, 1e-5),
+    ("NCHW", "coop_b64x64x16_s2x2_p1", np.float16, 3e-3),
+    ("NHWC", "coop_b128x64x16_s2x2_p1_l1", np.float32, 3e-3),
+    ("NHWC", "coop_b64x64x64_s2x2_p3_l1", np.float32, 1e-5),
+    ("NHWC", "coop_b128x128x16_s2x4_p3_l1_k4", np.float32, 1e-5),
+    ("NHWC", "coop_b128x64x16_s2x2_p1_l1", np.float16, 3e-3),
+] + [(layout, v, dt, bound) for layout in ("NCHW", "NHWC") for v, dt, bound in [
     ("wcoop_m2_b64x64x32_s2x2_p1", np.float32, 3e-3),
     ("wcoop_m2_b64x64x32_s2x2_p3", np.float32, 1e-5),
     ("wcoop_m2_b64x64x32_s2x2_p1", np.float16, 3e-3),
-])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_tensor_core_tiles_run_one_generic_kernel_per_layer(monkeypatch, variant, dt, bound, layout):
+]])
+def test_tensor_core_tiles_run_one_generic_kernel_per_layer(monkeypatch, layout, variant, dt, bound):
     monkeypatch.setenv("CONVTUNE_GENERIC_AFTER", "2")
     rng = np.random.default_rng(abs(hash((variant, layout, dt.__name__))) % 2**32)
     c, k = 8 * next(_channels), 32

@@ -253,7 +253,10 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let SlotCode { fetch, stage } = code;
     let (tm, tn) = (v.tm(), v.tn());
     let mut acc = String::new();
-    let mut store = String::new();
+    // M's stride and index as values of their own: naga's SPIR-V writer leaves a store's
+    // argument expressions unemitted where they read memory (a size-generic module's sizes,
+    // `generic`).
+    let mut store = format!("    let m_stride = u32({}) / 4u;\n", if nhwc { "NP" } else { "TP" });
     // M follows V's parts in `ws`, the correction terms' after the products' (every
     // plane's); `ws` holds vec4s, so M's offsets and strides count fours.
     let m_off = u64::from(v.parts()) * groups * p2 * cp * tp / 2;
@@ -265,9 +268,9 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
             for &(sum, at) in &sums {
                 writeln!(acc, "    var {sum}{i}_{j}: MatC;").unwrap();
                 let put = if nhwc {
-                    format!("coopStoreT({sum}{i}_{j}, &ws[(u32({at}) + m_dst + ({row}) * u32(NP) + {col}) / 4u], u32(NP) / 4u);")
+                    format!("{{ let m_at = (u32({at}) + m_dst + ({row}) * u32(NP) + {col}) / 4u; coopStoreT({sum}{i}_{j}, &ws[m_at], m_stride); }}")
                 } else {
-                    format!("coopStore({sum}{i}_{j}, &ws[(u32({at}) + m_dst + ({col}) * u32(TP) + {row}) / 4u], u32(TP) / 4u);")
+                    format!("{{ let m_at = (u32({at}) + m_dst + ({col}) * u32(TP) + {row}) / 4u; coopStore({sum}{i}_{j}, &ws[m_at], m_stride); }}")
                 };
                 writeln!(store, "    {put}").unwrap();
             }

@@ -42,6 +42,10 @@ pub(super) fn direct_store(v: &Coop, shape: &ConvShape, vec_y: bool, window: boo
     writeln!(s, "    // The whole tile lies inside y: each accumulator tile straight from registers.").unwrap();
     writeln!(s, "    if ({inside}) {{").unwrap();
     writeln!(s, "        let scale = min(ux, uw) * max(ux, uw);").unwrap();
+    // Stride and index as values of their own: naga's SPIR-V writer leaves a store's
+    // argument expressions unemitted where they read memory (a size-generic module's
+    // sizes, `generic`).
+    writeln!(s, "        let y_stride = u32({stride}){four};").unwrap();
     for i in 0..v.tm() {
         let q = format!("i32(wm) + {}", i * 16);
         let pixel = if window {
@@ -54,7 +58,7 @@ pub(super) fn direct_store(v: &Coop, shape: &ConvShape, vec_y: bool, window: boo
         for j in 0..v.tn() {
             let sum = if v.split == 3 { format!("(acc{i}_{j} + cor{i}_{j} * (1.0 / LO))") } else { format!("acc{i}_{j}") };
             let at = format!("yd{i} + (g * KG + n0 + i32(wn) + {}) * YSK", j * 16);
-            writeln!(s, "        {store_fn}({sum} * scale, &y[({at}){four}], u32({stride}){four});").unwrap();
+            writeln!(s, "        {{ let y_at = ({at}){four}; {store_fn}({sum} * scale, &y[y_at], y_stride); }}").unwrap();
         }
     }
     writeln!(s, "    }} else {{").unwrap();
