@@ -382,13 +382,19 @@ fn choose_within(
             let warnings = vec![format!("tuning {} failed ({e}); using the default variant", shape.label())];
             default_choice(engine, shape, precision, families, Source::Default, warnings).map(Some)
         }
-        Waited::Late(Some(variant)) => Ok(Some(Choice { variant, source: Source::Interim, families, report: None, warnings: Vec::new() })),
-        // Nothing validated yet (the run may not have started): the reference kernel, which
-        // compiles in a moment where a tensor-core default can take seconds.
-        Waited::Late(None) => match tuner::reference_variant(&tuning_shape(engine, shape)?) {
-            r if families.allows(r.family()) => Ok(Some(Choice { variant: r, source: Source::Fallback, families, report: None, warnings: Vec::new() })),
-            _ => default_choice(engine, shape, precision, families, Source::Queued, Vec::new()).map(Some),
-        },
+        Waited::Late(late) => {
+            // What runs while the tuning goes on: the best validated so far, else the reference
+            // kernel, which compiles in a moment where a tensor-core default can take seconds.
+            // Past the size switch-over it is the bucket's until the winner comes
+            // (`tune_job`), so that the bucket's next sizes neither tune nor compile.
+            let choice = match (late, tuner::reference_variant(&tuning_shape(engine, shape)?)) {
+                (Some(variant), _) => Choice { variant, source: Source::Interim, families, report: None, warnings: Vec::new() },
+                (None, r) if families.allows(r.family()) => Choice { variant: r, source: Source::Fallback, families, report: None, warnings: Vec::new() },
+                _ => default_choice(engine, shape, precision, families, Source::Queued, Vec::new())?,
+            };
+            engine.layers.keep_variant(shape, precision, choice.variant, crate::generic::after());
+            Ok(Some(choice))
+        }
     }
 }
 
@@ -498,10 +504,16 @@ fn tune_job(
     let cache = Cache::from_env();
     let mut warnings = Vec::new();
     let _one = TUNING.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(report) = cached(engine, shape, precision, families, &cache, &mut warnings).and_then(|c| c.report) {
-        return Ok(report);
+    let report = match cached(engine, shape, precision, families, &cache, &mut warnings).and_then(|c| c.report) {
+        Some(report) => report,
+        None => tune_and_store(engine, shape, precision, families, budget, &cache, progress, &mut warnings)?,
+    };
+    // The caller that queued it ran another kernel meanwhile; where its layer has switched
+    // over to size-generic kernels, the bucket's later sizes run the winner.
+    if let Ok(variant) = report.winner_variant() {
+        engine.layers.prefer_variant(shape, precision, variant, crate::generic::after());
     }
-    tune_and_store(engine, shape, precision, families, budget, &cache, progress, &mut warnings)
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -356,6 +356,15 @@ impl<M> Layers<M> {
             lock(&self.variants).entry((layer_of(shape), precision, bucket(shape))).or_insert(variant);
         }
     }
+
+    /// Makes `variant`, tuned for `shape`, its bucket's where the layer has switched over,
+    /// in place of what ran while it was tuned (a detached run's interim or fallback kernel,
+    /// the background mode's default pick).
+    pub fn prefer_variant(&self, shape: &ConvShape, precision: Precision, variant: Variant, after: usize) {
+        if self.switched(shape, after) {
+            lock(&self.variants).insert((layer_of(shape), precision, bucket(shape)), variant);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -159,3 +159,56 @@ def test_threads_meeting_the_switch_over_at_once_get_right_results(monkeypatch):
     for th in threads:
         th.join(300)
     assert not errors, errors
+
+
+GENERIC_DETACHED = """
+import numpy as np
+import convtune
+from convtune.reference import conv2d_reference
+
+rng = np.random.default_rng(11)
+w = rng.standard_normal((8, 8, 3, 3), dtype=np.float32)
+
+def call(h, wd):
+    x = rng.standard_normal((1, 8, h, wd), dtype=np.float32)
+    e = convtune.explain(x, w, padding=1)  # chooses as the call would
+    y = convtune.conv2d(x, w, padding=1)
+    want = conv2d_reference(x, w, padding=1)
+    assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max()
+    return e.source, e.variant
+
+# Past two sizes the layer switches over; these four share a bucket (256 to 511 pixels).
+for size in [(9, 9), (10, 10)]:
+    print("before:", call(*size))
+print("third:", call(20, 24))
+print("fourth:", call(21, 23))
+done = convtune.wait_tuning(timeout=300)
+print("tuned:", [(d["problem"], d["winner"]) for d in done if d["problem"].startswith("1x8x20x24 ")])
+print("fifth:", call(19, 25))
+print("jobs:", len(done))
+"""
+
+
+def test_a_detached_tuning_past_the_switch_over_leaves_its_bucket_one_kernel(tmp_path):
+    """`auto` mode with detached runs (the GPU default): the first size of a bucket past the
+    switch-over leaves the bucket what it ran while tuning (its next sizes neither tune nor
+    compile), and the winner once the run ends."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "scenario.py"
+    script.write_text(GENERIC_DETACHED)
+    env = dict(os.environ, CONVTUNE_TUNE="auto", CONVTUNE_TUNE_DETACH="1", CONVTUNE_TUNE_BUDGET="0.01",
+               CONVTUNE_GENERIC_AFTER="2", CONVTUNE_CACHE_DIR=str(tmp_path), CONVTUNE_PROGRESS="0")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
+    third, fourth, fifth = (eval(lines[k]) for k in ("third", "fourth", "fifth"))
+    assert not third[0].startswith("size-generic"), r.stdout
+    # The fourth size runs what the third ran meanwhile, as a size-generic kernel.
+    assert fourth == (fourth[0], third[1]) and fourth[0].startswith("size-generic"), r.stdout
+    (_, winner), = eval(lines["tuned"])
+    assert fifth[0].startswith("size-generic") and fifth[1] == winner, r.stdout
+    # Three sizes tuned (two before the switch-over, the bucket's first): not the fourth.
+    assert int(lines["jobs"]) == 3, r.stdout
