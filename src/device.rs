@@ -737,19 +737,34 @@ impl Engine {
     /// (another size of its layer); `None` where the two differ in more than sizes, or it
     /// fails to compile (the layer then keeps compiling per size).
     fn generic_module(&self, variant: &Variant, kernel: &crate::codegen::Kernel, shape: &ConvShape, other: &ConvShape, workspace: u64) -> Option<GenericModule> {
-        // The layer's other size and sizes that differ from this one in N, H and W all, so
+        // The layer's other sizes and sizes that differ from this one in N, H and W all, so
         // that every constant that follows from them shows (one size alone may agree with
         // this one on a count by chance); those whose generator picks other code are skipped
-        // (`Generic::of`).
+        // (`Generic::of`). Generators pick code by divisibility (vector stores where the
+        // output's pixels come in fours, direct stores where tiles fit whole images): of the
+        // last four, two keep the output's pixel count modulo 4 and two keep it whole, so that
+        // a size of such a form finds siblings too (a module made with the last two alone
+        // takes other batch sizes only: `Generic::values` holds the rest to this size's).
         let (n, h, w) = (shape.n, shape.h, shape.w);
+        let (sh, sw) = shape.stride;
         let probes = [
             *other,
             ConvShape { n: n + 1, h: h + 1, w: w + 1, ..*shape },
             ConvShape { n: 2 * n + 1, h: 2 * h + 3, w: 2 * w + 5, ..*shape },
             ConvShape { n: n + 2, h: h + 4, w: w + 4, ..*shape },
             ConvShape { n: 3 * n, h: 3 * h + 4, w: 3 * w + 8, ..*shape },
+            ConvShape { n: n + 1, h: h + 4 * sh, w: w + 8 * sw, ..*shape },
+            ConvShape { n: n + 2, h: h + 12 * sh, w: w + 4 * sw, ..*shape },
+            ConvShape { n: n + 1, ..*shape },
+            ConvShape { n: 2 * n + 1, ..*shape },
         ];
-        let sources: Vec<String> = probes.iter().filter_map(|p| variant.generate_within(p, workspace).ok()).map(|k| k.source).collect();
+        let kept = self.layers.kept(shape);
+        let sources: Vec<String> = probes
+            .iter()
+            .chain(kept.iter().filter(|k| *k != shape && *k != other))
+            .filter_map(|p| variant.generate_within(p, workspace).ok())
+            .map(|k| k.source)
+            .collect();
         let refs: Vec<&str> = sources.iter().map(String::as_str).collect();
         let generic = crate::generic::Generic::of(&kernel.source, &refs)?;
         let source = crate::codegen::Kernel { source: generic.source.clone(), wprep: None, ..kernel.clone() };

@@ -35,6 +35,13 @@ fn decl_of_line(line: usize, text: &str) -> Option<Decl> {
     Some(Decl { line, name: name.trim().to_string(), ty: ty.trim().to_string(), expr: expr.to_string() })
 }
 
+/// A function-scope `const NAME...` line (indented): its name and the line.
+fn local_const(line: &str) -> Option<(String, &str)> {
+    let rest = line.strip_prefix(char::is_whitespace)?.trim_start().strip_prefix("const ")?;
+    let (name, _) = rest.split_once(':').or_else(|| rest.split_once('='))?;
+    Some((name.trim().to_string(), line))
+}
+
 /// An integer literal's value as the buffer's word: i32, or a u32's bits.
 fn word(expr: &str) -> Option<i32> {
     let e = expr.trim();
@@ -177,9 +184,23 @@ impl Generic {
                 derived.push(d);
             }
         }
+        // A function's constants computed from them become `let`s (`local`).
+        let mut local: HashSet<String> = HashSet::new();
+        loop {
+            let more: Vec<String> = a
+                .iter()
+                .filter_map(|l| local_const(l))
+                .filter(|(name, l)| !local.contains(name) && runtime.iter().chain(&local).any(|n| mentions(l, n)))
+                .map(|(name, _)| name)
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            local.extend(more);
+        }
         // Nothing that must be known at compile time may use them.
         let compile_time = |l: &str| l.contains("var<workgroup>") || l.contains("@workgroup_size") || l.contains("array<");
-        if a.iter().filter(|l| compile_time(l)).any(|l| runtime.iter().any(|n| mentions(l, n))) {
+        if a.iter().filter(|l| compile_time(l)).any(|l| runtime.iter().chain(&local).any(|n| mentions(l, n))) {
             return None;
         }
         // Derived constants in an order that defines each after what it reads, each the
@@ -206,8 +227,12 @@ impl Generic {
         for (i, l) in a.iter().enumerate() {
             if removed.contains(&i) {
                 lines.push(format!("// {} comes from {DIMS}", decl_of_line(i, l)?.name));
-            } else if runtime.iter().any(|n| mentions(l, n)) {
-                lines.push(set.iter().fold(l.to_string(), |l, (n, with)| substitute(&l, n, with)));
+            } else if runtime.iter().chain(&local).any(|n| mentions(l, n)) {
+                let l = set.iter().fold(l.to_string(), |l, (n, with)| substitute(&l, n, with));
+                lines.push(match local_const(&l) {
+                    Some((name, _)) if local.contains(&name) => l.replacen("const ", "let ", 1),
+                    _ => l,
+                });
             } else {
                 lines.push(l.to_string());
             }
@@ -318,6 +343,11 @@ impl<M> Layers<M> {
         (after > 0 && *count > after).then(|| kept.iter().rev().find(|s| *s != shape).copied()).flatten()
     }
 
+    /// The sizes of `shape`'s layer kept (the last few met).
+    pub fn kept(&self, shape: &ConvShape) -> Vec<ConvShape> {
+        lock(&self.sizes).get(&layer_of(shape)).map_or_else(Vec::new, |(_, k)| k.clone())
+    }
+
     /// Whether `shape`'s layer has met more than `after` sizes, `shape` counted.
     pub fn switched(&self, shape: &ConvShape, after: usize) -> bool {
         let sizes = lock(&self.sizes);
@@ -396,6 +426,18 @@ mod tests {
         assert!(g.source.contains("@group(0) @binding(4) var<storage, read_write> convtune_dims: array<u32>;"));
         let both = format!("{z}@group(0) @binding(4) var<storage, read_write> run: array<u32, 4>;\n");
         assert!(Generic::of(&both, &[&both.replace("H: i32 = 10", "H: i32 = 12")]).is_none());
+    }
+
+    #[test]
+    fn a_function_constant_computed_from_sizes_becomes_a_let() {
+        let a = A.replace("    let a = HK + i32(N);", "    const T: i32 = (H + 3) / 4;\n    const U: i32 = T * 2;\n    const V: i32 = K * 2;\n    let a = U + V;");
+        let b = a.replace("H: i32 = 10", "H: i32 = 12");
+        let g = Generic::of(&a, &[&b]).unwrap();
+        assert!(g.source.contains("    let T: i32 = (i32(convtune_dims[0]) + 3) / 4;\n    let U: i32 = T * 2;\n    const V: i32 = K * 2;"), "{}", g.source);
+        crate::codegen::validate(&g.source).unwrap();
+        // Not where one must be known at compile time.
+        let c = a.replace("    let a = U + V;", "    var t: array<f32, U>;\n    let a = U + V;");
+        assert!(Generic::of(&c, &[&c.replace("H: i32 = 10", "H: i32 = 12")]).is_none());
     }
 
     #[test]

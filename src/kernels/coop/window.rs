@@ -80,7 +80,9 @@ pub(super) fn window_setup(v: &Coop, w: &Window) -> String {
     let mut s = String::new();
     writeln!(s, "    // Window tiles: {} x {} output pixels of one image, a {} x {} patch of x per step's channels.", w.th, w.tw, w.pr, w.pc).unwrap();
     writeln!(s, "    const TW: i32 = {};\n    const PC: i32 = {};", w.tw, w.pc).unwrap();
-    writeln!(s, "    const TILES_H: i32 = {};\n    const TILES_W: i32 = {};", w.tiles_h, w.tiles_w).unwrap();
+    // Tile counts from the output's size, not literals: a size-generic module (`generic`)
+    // reads that size at run time.
+    writeln!(s, "    const TILES_H: i32 = (OH + {th} - 1) / {th};\n    const TILES_W: i32 = (OW + TW - 1) / TW;", th = w.th).unwrap();
     writeln!(s, "    const PATCH_CHUNKS: i32 = {};  // 8-channel chunks of the patch", w.pr * w.pc * v.bk / 8).unwrap();
     let taps = v.taps_per_step(w.s());
     if taps == 1 {
