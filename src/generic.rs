@@ -71,21 +71,30 @@ fn comments(x: &str, y: &str) -> bool {
     x.trim_start().starts_with("//") && y.trim_start().starts_with("//")
 }
 
+/// The byte ranges where `text` uses `name` as a whole identifier.
+fn occurrences<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (usize, usize)> + 'a {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).map(|(start, _)| (start, start + name.len())).filter(move |&(start, end)| {
+        text[..start].chars().next_back().is_none_or(|c| !ident(c)) && text[end..].chars().next().is_none_or(|c| !ident(c))
+    })
+}
+
 /// Whether `text` uses `name` as a whole identifier.
 fn mentions(text: &str, name: &str) -> bool {
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    occurrences(text, name).next().is_some()
+}
+
+/// Replaces every whole-identifier `name` in `text` by `with`.
+fn substitute(text: &str, name: &str, with: &str) -> String {
+    let mut out = String::with_capacity(text.len());
     let mut from = 0;
-    while let Some(at) = text[from..].find(name) {
-        let start = from + at;
-        let end = start + name.len();
-        let before = text[..start].chars().next_back().is_none_or(|c| !ident(c));
-        let after = text[end..].chars().next().is_none_or(|c| !ident(c));
-        if before && after {
-            return true;
-        }
+    for (start, end) in occurrences(text, name) {
+        out.push_str(&text[from..start]);
+        out.push_str(with);
         from = end;
     }
-    false
+    out.push_str(&text[from..]);
+    out
 }
 
 /// A module for every size of a layer, made from one size's source.
@@ -105,24 +114,6 @@ pub struct Generic {
 }
 
 const DIMS: &str = "convtune_dims";
-
-/// Replaces every whole-identifier `name` in `text` by `with`.
-fn substitute(text: &str, name: &str, with: &str) -> String {
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut out = String::with_capacity(text.len());
-    let mut from = 0;
-    while let Some(at) = text[from..].find(name) {
-        let start = from + at;
-        let end = start + name.len();
-        let before = text[..start].chars().next_back().is_none_or(|c| !ident(c));
-        let after = text[end..].chars().next().is_none_or(|c| !ident(c));
-        out.push_str(&text[from..start]);
-        out.push_str(if before && after { with } else { name });
-        from = end;
-    }
-    out.push_str(&text[from..]);
-    out
-}
 
 impl Generic {
     /// The generic module of `exact` (one size's source), given `others` (other sizes'):
