@@ -13,6 +13,7 @@
 use crate::kernels::Variant;
 use crate::params::ConvShape;
 use crate::precision::Precision;
+use crate::kernel_cache::{KernelCache, DEFAULT_KERNELS, DEFAULT_PER_LAYER};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -295,13 +296,21 @@ type ModuleKey = (Variant, u64, u64, u64);
 /// once the layer switched over.
 pub struct Layers<M> {
     sizes: Mutex<HashMap<u64, (usize, Vec<ConvShape>)>>,
-    modules: Mutex<HashMap<ModuleKey, Option<Arc<M>>>>,
+    /// Bounded as the kernel cache is: each holds a compiled pipeline.
+    modules: KernelCache<ModuleKey, M>,
+    /// Keys tried that have no module (compiled per size).
+    refused: Mutex<HashSet<ModuleKey>>,
     variants: Mutex<HashMap<(u64, Precision, u32), Variant>>,
 }
 
 impl<M> Default for Layers<M> {
     fn default() -> Self {
-        Layers { sizes: Mutex::default(), modules: Mutex::default(), variants: Mutex::default() }
+        Layers {
+            sizes: Mutex::default(),
+            modules: KernelCache::new(DEFAULT_KERNELS, DEFAULT_PER_LAYER, |k: &ModuleKey| k.1),
+            refused: Mutex::default(),
+            variants: Mutex::default(),
+        }
     }
 }
 
@@ -349,20 +358,31 @@ impl<M> Layers<M> {
 
     /// The module of `variant` for `shape`'s layer and source skeleton, if one was tried.
     pub fn module(&self, variant: &Variant, shape: &ConvShape, workspace: u64, skeleton: u64) -> Option<Option<Arc<M>>> {
-        lock(&self.modules).get(&(*variant, layer_of(shape), workspace, skeleton)).cloned()
+        let key = (*variant, layer_of(shape), workspace, skeleton);
+        match self.modules.get(&key) {
+            Some(m) => Some(Some(m)),
+            None => lock(&self.refused).contains(&key).then_some(None),
+        }
     }
 
     pub fn keep_module(&self, variant: &Variant, shape: &ConvShape, workspace: u64, skeleton: u64, module: Option<Arc<M>>) {
-        let mut modules = lock(&self.modules);
-        if modules.len() >= LAYERS_KEPT {
-            modules.clear();
+        let key = (*variant, layer_of(shape), workspace, skeleton);
+        match module {
+            Some(m) => self.modules.insert(key, m),
+            None => {
+                let mut refused = lock(&self.refused);
+                if refused.len() >= LAYERS_KEPT {
+                    refused.clear();
+                }
+                refused.insert(key);
+            }
         }
-        modules.insert((*variant, layer_of(shape), workspace, skeleton), module);
     }
 
-    /// Size-generic modules made so far.
+    /// Size-generic modules held (the least recently used past the kernel cache's default
+    /// limits are dropped, to be made again when next needed).
     pub fn modules(&self) -> usize {
-        lock(&self.modules).values().filter(|m| m.is_some()).count()
+        self.modules.stats().entries
     }
 
     /// The variant the layer's new sizes of `shape`'s bucket run, once one was chosen there
@@ -374,7 +394,7 @@ impl<M> Layers<M> {
     /// Keeps `variant`, chosen for `shape`, as its bucket's where the layer has switched over.
     pub fn keep_variant(&self, shape: &ConvShape, precision: Precision, variant: Variant, after: usize) {
         if self.switched(shape, after) {
-            lock(&self.variants).entry((layer_of(shape), precision, bucket(shape))).or_insert(variant);
+            self.variants().entry((layer_of(shape), precision, bucket(shape))).or_insert(variant);
         }
     }
 
@@ -383,8 +403,18 @@ impl<M> Layers<M> {
     /// the background mode's default pick).
     pub fn prefer_variant(&self, shape: &ConvShape, precision: Precision, variant: Variant, after: usize) {
         if self.switched(shape, after) {
-            lock(&self.variants).insert((layer_of(shape), precision, bucket(shape)), variant);
+            self.variants().insert((layer_of(shape), precision, bucket(shape)), variant);
         }
+    }
+
+    /// The buckets' variants, for a new entry: a few bytes each, cleared past
+    /// `LAYERS_KEPT` layers' worth of buckets as `sizes` is.
+    fn variants(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, Precision, u32), Variant>> {
+        let mut variants = lock(&self.variants);
+        if variants.len() >= 8 * LAYERS_KEPT {
+            variants.clear();
+        }
+        variants
     }
 }
 
@@ -429,6 +459,25 @@ mod tests {
         // Not where one must be known at compile time.
         let c = a.replace("    let a = U + V;", "    var t: array<f32, U>;\n    let a = U + V;");
         assert!(Generic::of(&c, &[&c.replace("H: i32 = 10", "H: i32 = 12")]).is_none());
+    }
+
+    #[test]
+    fn modules_kept_are_bounded_as_kernels_are() {
+        use crate::params::Padding;
+        let layers: Layers<u32> = Layers::default();
+        let v: Variant = "direct_wg64x1_u1_k4w1".parse().unwrap();
+        let layer = |c: usize| ConvShape::new([1, c, 9, 9], [4, c, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
+        for c in 1..=40 {
+            for skeleton in 0..20u64 {
+                layers.keep_module(&v, &layer(c), 0, skeleton, Some(Arc::new(skeleton as u32)));
+            }
+        }
+        assert_eq!(layers.modules(), crate::kernel_cache::DEFAULT_KERNELS);
+        // A layer keeps its most recent; one without a module is remembered as such.
+        assert_eq!(layers.module(&v, &layer(40), 0, 19).flatten().as_deref(), Some(&19));
+        assert!(layers.module(&v, &layer(40), 0, 0).is_none());
+        layers.keep_module(&v, &layer(41), 0, 7, None);
+        assert!(matches!(layers.module(&v, &layer(41), 0, 7), Some(None)));
     }
 
     #[test]

@@ -681,7 +681,8 @@ def memory_stats(reset_peak: bool = False) -> dict:
     created so far), ``peak_device_bytes`` (most device-local bytes in use at once since the
     last reset); ``kernels_cached``, ``kernel_cache_limit`` (``CONVTUNE_KERNEL_CACHE``),
     ``kernels_per_layer`` (``CONVTUNE_KERNELS_PER_LAYER``), ``kernel_evictions`` and
-    ``generic_kernels`` (size-generic modules: ``CONVTUNE_GENERIC_AFTER``, docs/limits.md).
+    ``generic_kernels`` (size-generic modules held, at most 256 and 16 a layer, least
+    recently used dropped first: ``CONVTUNE_GENERIC_AFTER``, docs/limits.md).
     ``reset_peak=True`` starts a new peak measurement after reading.
     """
     return _convtune.memory_stats(reset_peak)
