@@ -23,8 +23,8 @@ const CG: i32 = {{CG}};
 const KG: i32 = {{KG}};
 const MT: i32 = {{MT}};            // output tile side
 const P2: i32 = {{P2}};            // elements of a transformed tile
-const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / MT)
-const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW
+const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / MT) (of a dilation phase: ceil(ceil(OW / DW) / MT))
+const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW (DH * DW phases of ceil(ceil(OH / DH) / MT) * TW)
 const TILES: i32 = {{TILES}};      // N * THW
 const CP: i32 = {{CP}};            // CG padded to whole steps of BK
 const NP: i32 = {{NP}};            // KG padded to whole tiles of BN
@@ -57,10 +57,7 @@ fn gemm_block(block: u32) -> vec3<i32> {
 }
 
 // The first output row and column of tile t (< TILES) and its image.
-fn tile_origin(t: i32) -> vec3<i32> {
-    let r = t % THW;
-    return vec3<i32>(t / THW, MT * (r / TW), MT * (r % TW));
-}
+{{TILE_ORIGIN}}
 
 // ---------------------------------------------------------------------------------------
 // The inverse transform and the epilogue.
@@ -99,8 +96,8 @@ fn finish(
 {{OUTPUT_TRANSFORM}}
     if (bad) {
         for (var q: i32 = 0; q < MT * MT; q = q + 1) {
-            let oh = o.y + q / MT;
-            let ow = o.z + q % MT;
+            let oh = o.y + q / MT{{DIL_ROWS}};
+            let ow = o.z + q % MT{{DIL_COLS}};
             if (oh < OH && ow < OW) {
                 let yi = ystore(o.x * YSN + k * YSK + (oh * OW + ow) * YSP);
                 if (yi >= 0) {

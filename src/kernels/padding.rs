@@ -46,17 +46,21 @@ impl PadIndex {
 
 
 /// The shared direct-method sum (`shaders/direct_sum.wgsl`, the Winograd families' re-sum of
-/// non-finite outputs) with its padding read as `mode` says.
-pub fn direct_sum(mode: PaddingMode) -> String {
+/// non-finite outputs) with its padding read as `mode` says and taps `dilation` apart.
+pub fn direct_sum(mode: PaddingMode, dilation: (u32, u32)) -> String {
     let sum = super::DIRECT_SUM.trim_end();
-    if mode.is_zeros() {
-        return sum.to_string();
-    }
+    let tap = |d: u32, t: &str| if d == 1 { t.to_string() } else { format!("{t} * {d}") };
+    let (row, col) = (format!("oh - PH + {}", tap(dilation.0, "r")), format!("ow - PW + {}", tap(dilation.1, "q")));
     let p = PadIndex(mode);
+    let (row, col, ok) = if mode.is_zeros() {
+        (row, col, "let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;")
+    } else {
+        (p.row(&row), p.col(&col), "let ok = true;")
+    };
     let out = sum
-        .replace("let ih = oh - PH + r;", &format!("let ih = {};", p.row("oh - PH + r")))
-        .replace("let iw = ow - PW + q;", &format!("let iw = {};", p.col("ow - PW + q")))
-        .replace("let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;", "let ok = true;");
-    debug_assert!(out.contains("pad_row(") && out.contains("let ok = true;"), "direct_sum.wgsl changed");
+        .replace("let ih = oh - PH + r;", &format!("let ih = {row};"))
+        .replace("let iw = ow - PW + q;", &format!("let iw = {col};"))
+        .replace("let ok = ih >= 0 && ih < H && iw >= 0 && iw < W;", ok);
+    debug_assert!(out.contains(ok) && out.contains(&format!("let ih = {row};")), "direct_sum.wgsl changed");
     out
 }

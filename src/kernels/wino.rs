@@ -516,7 +516,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let words_per_block = threads.div_ceil(32) as u64;
     let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
-    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode)));
+    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation)));
     vars.push(("PAD_INDEX", pad.wgsl()));
     vars.extend([
         ("TILES_W", tiles_w.to_string()),

@@ -193,7 +193,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling();
     let scaled = shape.dtype == DType::F32;
     let split = v.split == 3;
-    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, scaled, split)?;
+    let Passes { mut vars, chunking, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, scaled, split, false)?;
     let tp = chunking.tp;
     let p2 = t.p2() as u64;
     let (_, cp, np) = t.padded(shape);
@@ -204,7 +204,7 @@ fn generate(v: &WinoCoop, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     // each plane's pair stored as one u32.
     let (sx, sw) = if scaled { (Some("sx"), Some("sw")) } else { (None, None) };
     let mut filter = filter_transform(&tr, "0", sw) + &filter_transform(&tr, "1", sw);
-    let mut input = input_transform(&tr, "0", sx, shape.padding_mode) + &input_transform(&tr, "1", sx, shape.padding_mode);
+    let mut input = input_transform(&tr, "0", sx, shape.padding_mode, shape.dilation) + &input_transform(&tr, "1", sx, shape.padding_mode, shape.dilation);
     let scales = if scaled { "    let sx = ldexp(1.0, scale_exp(run[0]));\n    let sw = ldexp(1.0, scale_exp(run[1]));" } else { "" };
     // The split pair's lo parts: each part's u32s after its hi parts'.
     // V's offsets in the module's constants, not literals: a size-generic module

@@ -153,11 +153,15 @@ impl Tiling {
         self.p() * self.p()
     }
 
-    /// (tiles per output row, tiles per image, tiles in all images).
+    /// (tiles per output row, tiles per image, tiles in all images). A dilated problem's
+    /// output is its dilation's phases (rows a, a + DH, ..., columns b, b + DW, ...), each a
+    /// stride-1 problem on x's rows and columns of that phase: each phase is tiled alike, its
+    /// rows per tile row.
     pub fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
         let m = self.m as u64;
-        let tw = (shape.ow() as u64).div_ceil(m);
-        let thw = (shape.oh() as u64).div_ceil(m) * tw;
+        let (dh, dw) = (shape.dilation.0 as u64, shape.dilation.1 as u64);
+        let tw = (shape.ow() as u64).div_ceil(dw).div_ceil(m);
+        let thw = dh * dw * (shape.oh() as u64).div_ceil(dh).div_ceil(m) * tw;
         (tw, thw, shape.n as u64 * thw)
     }
 
@@ -237,6 +241,12 @@ impl Tiling {
 /// computes.
 pub(super) fn applies(shape: &ConvShape) -> bool {
     (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && shape.dilation == (1, 1)
+}
+
+/// `applies`, or a dilated 3x3 at stride 1 (not scattered): its dilation's phases are
+/// stride-1 3x3 problems (`Tiling::tiles`).
+pub(super) fn applies_dilated(shape: &ConvShape) -> bool {
+    (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && (shape.dilation == (1, 1) || shape.scatter.is_none())
 }
 
 impl WinoGemm {
@@ -352,10 +362,10 @@ impl KernelVariant for WinoGemm {
         self.m <= 4 || precision == Precision::High
     }
 
-    /// 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit the default
+    /// 3x3 at stride 1, dilated too, where U and one GEMM tile's V and M fit the default
     /// workspace bound (larger problems run in chunks of tiles).
     fn computes(&self, shape: &ConvShape) -> bool {
-        applies(shape) && self.chunking(shape, MAX_WORKSPACE).is_some()
+        applies_dilated(shape) && self.chunking(shape, MAX_WORKSPACE).is_some()
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -477,16 +487,16 @@ fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
 }
 
 /// Why a Winograd variant named `name` cannot run on `shape`.
-pub(super) fn refusal(name: &str, t: &Tiling, shape: &ConvShape, cap: u64) -> Error {
+pub(super) fn refusal(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, dilated: bool) -> Error {
     let m = t.m;
-    let why = if applies(shape) {
+    let why = if applies(shape) || (dilated && applies_dilated(shape)) {
         format!(
             "its transformed filters and the transformed inputs of {} tiles need more than {cap} bytes of \
              workspace (the largest binding it may take here)",
             t.bm
         )
     } else {
-        format!("Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and dilation 1")
+        format!("Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and {}", if dilated { "any dilation" } else { "dilation 1" })
     };
     Error::invalid(format!("variant {name} cannot run on this shape ({}): {why}", shape.label()))
 }
@@ -511,11 +521,14 @@ pub(super) struct Passes {
 /// does).
 /// `split`: M holds the products' f32 sums and, after them, the split pair's correction
 /// terms, 2^11 times smaller, which `finish` adds.
-pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool, split: bool) -> Result<Passes> {
-    let chunking = if applies(shape) { t.chunking(shape, cap) } else { None };
+/// `dilated`: the family takes dilated problems (`applies_dilated`).
+pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool, split: bool, dilated: bool) -> Result<Passes> {
+    let takes = if dilated { applies_dilated(shape) } else { applies(shape) };
+    let chunking = if takes { t.chunking(shape, cap) } else { None };
     let Some(chunking @ Chunking { tp, chunks }) = chunking else {
-        return Err(refusal(name, t, shape, cap));
+        return Err(refusal(name, t, shape, cap, dilated));
     };
+    let (dh, dw) = (shape.dilation.0 as usize, shape.dilation.1 as usize);
     let (m, p, p2) = (t.m as usize, t.p() as usize, t.p2());
     let tr = transforms(t.m);
     let (tiles_w, tiles_hw, tiles) = t.tiles(shape);
@@ -554,19 +567,21 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     for a in 0..m {
         for (b, col) in tr.at.iter().enumerate() {
             let sum = or_zero(lincomb(col, |c| format!("s{a}_{c}")));
+            // A dilated problem's phases with fewer rows or columns than the first have tiles
+            // past the output's edge: their first outputs are guarded too.
             let mut guards = Vec::new();
-            if a > 0 {
-                guards.push(format!("o.y + {a} < OH"));
+            if a > 0 || dh > 1 {
+                guards.push(format!("o.y + {} < OH", a * dh));
             }
-            if b > 0 {
-                guards.push(format!("o.z + {b} < OW"));
+            if b > 0 || dw > 1 {
+                guards.push(format!("o.z + {} < OW", b * dw));
             }
             let put = match shape.scatter {
                 Some(sc) => {
                     let pixel = format!("po + vec3<i32>(0, {}, {})", a as u32 * sc.phases.0, b as u32 * sc.phases.1);
                     scatter_store_stmt(shape, &pixel, "cq", "v", "k")
                 }
-                None => store_stmt(shape, &format!("yb + ({a} * OW + {b}) * YSP"), "v", "k"),
+                None => store_stmt(shape, &format!("yb + ({} * OW + {}) * YSP", a * dh, b * dw), "v", "k"),
             };
             let body = format!("let v = ({sum}){unscale}; bad = bad || nonfinite(v); {put}");
             if guards.is_empty() {
@@ -614,7 +629,11 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     };
     let gemm = t.gemm_workgroups(shape, tp);
     let mut vars = shape_vars(shape, name);
-    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode)));
+    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation)));
+    vars.push(("TILE_ORIGIN", tile_origin(shape)));
+    // The re-sum's outputs of a tile, its dilation apart.
+    vars.push(("DIL_ROWS", if dh == 1 { String::new() } else { format!(" * {dh}") }));
+    vars.push(("DIL_COLS", if dw == 1 { String::new() } else { format!(" * {dw}") }));
     vars.push(("PAD_INDEX", PadIndex(shape.padding_mode).wgsl()));
     vars.extend([
         ("MT", t.m.to_string()),
@@ -648,6 +667,21 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     Ok(Passes { vars, chunking, tr, gemm, finish: o_jobs.div_ceil(256), nhwc })
 }
 
+/// `tile_origin(t)`: tile t's image and first output row and column. A dilated problem's
+/// tiles go phase by phase (`Tiling::tiles`), each phase's outputs DH rows and DW columns
+/// apart.
+fn tile_origin(shape: &ConvShape) -> String {
+    let (dh, dw) = shape.dilation;
+    if (dh, dw) == (1, 1) {
+        return "fn tile_origin(t: i32) -> vec3<i32> {\n    let r = t % THW;\n    return vec3<i32>(t / THW, MT * (r / TW), MT * (r % TW));\n}".to_string();
+    }
+    format!(
+        "fn tile_origin(t: i32) -> vec3<i32> {{\n    let r = t % THW;\n    let f = r / (THW / {phases});   // the phase: rows f / {dw} + {dh} i, columns f % {dw} + {dw} j\n    \
+         let q = r % (THW / {phases});\n    return vec3<i32>(t / THW, f / {dw} + {dh} * MT * (q / TW), f % {dw} + {dw} * MT * (q % TW));\n}}",
+        phases = dh * dw
+    )
+}
+
 /// The filter transform of one filter: `u{lane}_{xi}` = (G g G^T)[xi] for each plane xi,
 /// g's nine values read from `w[src{lane} + ..]` where `ok{lane}` (zero elsewhere), times
 /// `scale` where given.
@@ -670,13 +704,15 @@ pub(super) fn filter_transform(tr: &Transforms, lane: &str, scale: Option<&str>)
 /// rows `ih{lane}`.. and columns `iw{lane}`.. of x from `xb{lane}` on (zero outside the
 /// image, or read as `mode` maps the padding, and zero where `tok{lane}` is false), times
 /// `scale` where given.
-pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>, mode: PaddingMode) -> String {
+pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>, mode: PaddingMode, dilation: (u32, u32)) -> String {
     let times = scale.map_or(String::new(), |s| format!(" * {s}"));
     let p = tr.bt.len();
     let pad = PadIndex(mode);
+    // A dilated problem's patch takes every DH-th row and DW-th column (`Tiling::tiles`).
+    let (dh, dw) = (dilation.0 as usize, dilation.1 as usize);
     let mut s = String::new();
     for a in 0..p {
-        let row = format!("ih{lane} + {a}");
+        let row = format!("ih{lane} + {}", a * dh);
         writeln!(s, "    let r{lane}{a} = tok{lane} && {};", pad.row_ok(&row)).unwrap();
         if !mode.is_zeros() {
             // xb includes the patch's first row and column; the mode's rows replace them.
@@ -684,7 +720,7 @@ pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>, 
         }
     }
     for b in 0..p {
-        let col = format!("iw{lane} + {b}");
+        let col = format!("iw{lane} + {}", b * dw);
         writeln!(s, "    let c{lane}{b} = {};", pad.col_ok(&col)).unwrap();
         if !mode.is_zeros() {
             writeln!(s, "    let cc{lane}{b} = ({} - iw{lane}) * XSW;", pad.col(&col)).unwrap();
@@ -693,7 +729,7 @@ pub(super) fn input_transform(tr: &Transforms, lane: &str, scale: Option<&str>, 
     for a in 0..p {
         for b in 0..p {
             let ok = format!("r{lane}{a} && c{lane}{b}");
-            let at = if mode.is_zeros() { format!("xb{lane} + {a} * XSH + {b} * XSW") } else { format!("xb{lane} + rr{lane}{a} + cc{lane}{b}") };
+            let at = if mode.is_zeros() { format!("xb{lane} + {} * XSH + {} * XSW", a * dh, b * dw) } else { format!("xb{lane} + rr{lane}{a} + cc{lane}{b}") };
             writeln!(s, "    let d{lane}{a}{b} = select(0.0, f32(x[select(0, {at}, {ok})]){times}, {ok});").unwrap();
         }
     }
@@ -725,7 +761,7 @@ fn right_product(s: &mut String, ind: &str, l: &[Vec<f64>], rows: usize, y: impl
 
 fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
     let t = v.tiling_for(shape, cap);
-    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, false, false)?;
+    let Passes { mut vars, chunking: Chunking { tp, chunks }, tr, gemm, finish, nhwc } = passes(&v.name(), &t, shape, cap, false, false, true)?;
     let p2 = t.p2() as u64;
     let threads = v.threads();
     let (tx, ty) = (v.bm / v.tm, v.bn / v.tn);
@@ -769,7 +805,7 @@ fn generate(v: &WinoGemm, shape: &ConvShape, cap: u64) -> Result<Kernel> {
 
     // The transforms, each plane's value stored at its own place in U's or V's workspace.
     let mut filter = filter_transform(&tr, "", None);
-    let mut input = input_transform(&tr, "", None, shape.padding_mode);
+    let mut input = input_transform(&tr, "", None, shape.padding_mode, shape.dilation);
     for xi in 0..p2 {
         writeln!(filter, "        {u_buf}[dst + {}] = u_{xi};", xi * cp * np).unwrap();
         writeln!(input, "    ws[dst + {xi} * CP * TP] = v_{xi};").unwrap();
@@ -965,6 +1001,7 @@ mod tests {
 
     #[test]
     fn computes_only_3x3_stride_1_and_bounded_workspaces() {
+        // Dilated ones too, as their dilation's phases (`Tiling::tiles`).
         let ok = shape([2, 16, 9, 8], [32, 16, 3, 3], 1, 1, 1);
         let strided = shape([2, 16, 9, 8], [32, 16, 3, 3], 2, 1, 1);
         let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
@@ -980,7 +1017,8 @@ mod tests {
             assert!(!v.suits(&ok) || v.bn == 32, "{}", v.name());
             assert_eq!(v.generate(&ok).unwrap().chunks, 1);
             assert!(v.computes(&huge) && v.generate(&huge).unwrap().chunks > 1, "{}", v.name());
-            for s in [&strided, &dilated, &five, &wide] {
+            assert!(v.computes(&dilated), "{}", v.name());
+            for s in [&strided, &five, &wide] {
                 assert!(!v.suits(s) && !v.computes(s));
                 assert!(v.generate(s).unwrap_err().to_string().contains("cannot run on this shape"));
             }
