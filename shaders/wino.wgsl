@@ -54,8 +54,8 @@ const PW: i32 = {{PW}};
 const CG: i32 = {{CG}};
 const KG: i32 = {{KG}};
 const MT: i32 = {{MT}};            // output tile side
-const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / MT)
-const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW
+const TW: i32 = {{TILES_W}};       // tiles per output row: ceil(OW / MT) (of a dilation phase: ceil(ceil(OW / DW) / MT))
+const THW: i32 = {{TILES_HW}};     // tiles per image: ceil(OH / MT) * TW (DH * DW phases of ceil(ceil(OH / DH) / MT) * TW)
 const TILES: i32 = {{TILES}};      // N * THW
 const BT: i32 = {{BT}};
 const BN: i32 = {{BN}};
@@ -179,8 +179,8 @@ fn redo_direct(t0: i32, tx: i32, n0: i32, ty: i32, g: i32, pad0: f32) {
         let tile = t0 + tx + i * TX;
         let n = n0 + 4 * ty + 4 * TY * (j / 4) + j % 4;
         let img = tile / THW;
-        let oh = MT * ((tile % THW) / TW) + a;
-        let ow = MT * ((tile % THW) % TW) + b;
+        let oh = {{REDO_OH}};
+        let ow = {{REDO_OW}};
         if (tile < TILES && n < KG && oh < OH && ow < OW) {
             let k = g * KG + n;
             let yi = ystore(img * YSN + k * YSK + (oh * OW + ow) * YSP);

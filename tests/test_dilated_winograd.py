@@ -1,5 +1,5 @@
-"""Dilated 3x3 convolutions at stride 1 in the Winograd-GEMM family: the output's dilation
-phases (rows a, a + d, ...; columns b, b + d, ...) are stride-1 3x3 problems on x's rows and
+"""Dilated 3x3 convolutions at stride 1 in the Winograd families that run on every adapter
+(`wgemm`, and the fused `wino`): the output's dilation phases (rows a, a + d, ...; columns b, b + d, ...) are stride-1 3x3 problems on x's rows and
 columns of that phase, which F(2x2, 3x3) and F(4x4, 3x3) tiles compute. Every result against
 float64 on poisoned outputs: several dilations (square, one axis only, larger than the image
 part), paddings, both layouts, float16, the fused epilogue, the padding modes, and NaN/Inf
@@ -14,7 +14,7 @@ import convtune
 from convtune.reference import conv2d_reference
 from reference import nhwc
 
-VARIANTS = ["wgemm_m2_b32x32x8_t4x4", "wgemm_m4_b32x32x8_t4x4"]
+VARIANTS = ["wgemm_m2_b32x32x8_t4x4", "wgemm_m4_b32x32x8_t4x4", "wino_t32x32_c4_r1x4", "wino_t32x32_c2_r1x4_m4"]
 SHAPES = [
     # (n, c, h, w), k, dilation, padding
     ((2, 8, 13, 11), 16, 2, 2),

@@ -81,12 +81,10 @@ impl Wino {
         self.p() * self.p()
     }
 
-    /// (tiles per output row, tiles per image, tiles in all images).
+    /// (tiles per output row, tiles per image, tiles in all images): a dilated problem's
+    /// phases tiled alike, as the Winograd-GEMM family's (`winogemm::tiles`).
     fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
-        let m = self.m as u64;
-        let tw = (shape.ow() as u64).div_ceil(m);
-        let thw = (shape.oh() as u64).div_ceil(m) * tw;
-        (tw, thw, shape.n as u64 * thw)
+        super::winogemm::tiles(self.m, shape)
     }
 
     /// The grid: (workgroups along the tiles, along one group's channels, in all).
@@ -101,10 +99,10 @@ impl Wino {
         self.xis() as u64 * shape.cg() as u64 * shape.k as u64 * 4
     }
 
-    /// Whether the shape is a 3x3, stride 1, dilation 1 convolution, the only one
-    /// F(mxm, 3x3) computes.
+    /// Whether the shape is a 3x3 convolution at stride 1, dilated ones as their dilation's
+    /// phases (`winogemm::applies_dilated`).
     fn applies(shape: &ConvShape) -> bool {
-        (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && shape.dilation == (1, 1)
+        super::winogemm::applies_dilated(shape)
     }
 }
 
@@ -269,12 +267,24 @@ pub(super) fn lincomb(coeffs: &[f64], name: impl Fn(usize) -> String) -> String 
 }
 
 /// Decodes tile `tile` (`TILES - 1` at most, flagged `{tag}ok` when in range) into `{tag}tile`
-/// and the top-left output row `{tag}oh` and column `{tag}ow` of its mxm outputs.
-fn write_tile_position(s: &mut String, tag: &str, tile: &str) {
+/// and the top-left output row `{tag}oh` and column `{tag}ow` of its mxm outputs (a dilated
+/// problem's tiles go phase by phase, their outputs `dilation` apart).
+fn write_tile_position(s: &mut String, tag: &str, tile: &str, dilation: (u32, u32)) {
     writeln!(s, "    let {tag}ok = {tile} < TILES;").unwrap();
     writeln!(s, "    let {tag}tile = min({tile}, TILES - 1);").unwrap();
-    writeln!(s, "    let {tag}oh = MT * (({tag}tile % THW) / TW);").unwrap();
-    writeln!(s, "    let {tag}ow = MT * (({tag}tile % THW) % TW);").unwrap();
+    let [oh, ow] = tile_corner(&format!("{tag}tile"), dilation, ["0", "0"]);
+    writeln!(s, "    let {tag}oh = {oh};\n    let {tag}ow = {ow};").unwrap();
+}
+
+/// Output row and column `within` (row, column) of tile `tile`'s top-left output.
+fn tile_corner(tile: &str, (dh, dw): (u32, u32), within: [&str; 2]) -> [String; 2] {
+    let plus = |w: &str| if w == "0" { String::new() } else { format!(" + {w}") };
+    if (dh, dw) == (1, 1) {
+        return [format!("MT * (({tile} % THW) / TW){}", plus(within[0])), format!("MT * (({tile} % THW) % TW){}", plus(within[1]))];
+    }
+    let phase = format!("(THW / {})", dh * dw);
+    let (f, q) = (format!("(({tile} % THW) / {phase})"), format!("(({tile} % THW) % {phase})"));
+    [format!("{f} / {dw} + {dh} * (MT * ({q} / TW){})", plus(within[0])), format!("{f} % {dw} + {dw} * (MT * ({q} % TW){})", plus(within[1]))]
 }
 
 fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
@@ -289,6 +299,9 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     }
     let threads = v.threads();
     let (p, xis, mat) = (v.p(), v.xis(), matrices(v.m));
+    // A dilated problem's patches take every DH-th row and DW-th column of x.
+    let (dh, dw) = shape.dilation;
+    let dilated = (dh, dw) != (1, 1);
     let (tx, ty) = (v.bt / v.tt, v.bn / v.tk);
     let (tiles_w, tiles_hw, tiles) = v.tiles(shape);
     let (t_blocks, n_blocks, blocks) = v.grid(shape);
@@ -304,13 +317,13 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
         let s = &mut v_setup;
         writeln!(s, "    let vt{i} = (lid + {}) % BT;", i * threads).unwrap();
         writeln!(s, "    let vc{i} = (lid + {}) / BT;", i * threads).unwrap();
-        write_tile_position(s, &format!("v{i}"), &format!("t0 + vt{i}"));
+        write_tile_position(s, &format!("v{i}"), &format!("t0 + vt{i}"), shape.dilation);
         writeln!(s, "    let vin{i} = v{i}ok && vc{i} < BC;").unwrap();
         writeln!(s, "    let vih{i} = v{i}oh - PH;").unwrap();
         writeln!(s, "    let viw{i} = v{i}ow - PW;").unwrap();
         writeln!(s, "    let vbase{i} = (v{i}tile / THW) * XSN + g * CG * XSC + vih{i} * XSH + viw{i} * XSW;").unwrap();
         for a in 0..p {
-            let row = format!("vih{i} + {a}");
+            let row = format!("vih{i} + {}", a * dh);
             writeln!(s, "    let vrok{i}_{a} = vin{i} && {};", pad.row_ok(&row)).unwrap();
             if modes {
                 // vbase includes the patch's first row and column; the mode's rows replace them.
@@ -318,7 +331,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
             }
         }
         for b in 0..p {
-            let col = format!("viw{i} + {b}");
+            let col = format!("viw{i} + {}", b * dw);
             writeln!(s, "    let vcok{i}_{b} = {};", pad.col_ok(&col)).unwrap();
             if modes {
                 writeln!(s, "    let vcol{i}_{b} = ({} - viw{i}) * XSW;", pad.col(&col)).unwrap();
@@ -366,7 +379,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
             for b in 0..p {
                 writeln!(s, "            {{").unwrap();
                 writeln!(s, "                let ok = cok && vrok{i}_{a} && vcok{i}_{b};").unwrap();
-                let at = if modes { format!("xb + vrow{i}_{a} + vcol{i}_{b}") } else { format!("xb + {a} * XSH + {b} * XSW") };
+                let at = if modes { format!("xb + vrow{i}_{a} + vcol{i}_{b}") } else { format!("xb + {} * XSH + {} * XSW", a * dh, b * dw) };
                 writeln!(s, "                d{i}_{a}{b} = select(0.0, f32(x[select(0, {at}, ok)]), ok);").unwrap();
                 writeln!(s, "            }}").unwrap();
             }
@@ -449,11 +462,13 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let mut store = String::new();
     for i in 0..v.tt {
         let s = &mut store;
-        write_tile_position(s, &format!("s{i}"), &format!("t0 + tx + {}", i * tx));
+        write_tile_position(s, &format!("s{i}"), &format!("t0 + tx + {}", i * tx), shape.dilation);
         writeln!(s, "    let sy{i} = (s{i}tile / THW) * YSN + (s{i}oh * OW + s{i}ow) * YSP;").unwrap();
-        for a in 1..m {
-            writeln!(s, "    let srow{i}_{a} = s{i}oh + {a} < OH;").unwrap();
-            writeln!(s, "    let scol{i}_{a} = s{i}ow + {a} < OW;").unwrap();
+        // A dilated problem's short phases have tiles past the output's edge: their first
+        // outputs are guarded too.
+        for a in u32::from(!dilated)..m {
+            writeln!(s, "    let srow{i}_{a} = s{i}oh + {} < OH;", a * dh).unwrap();
+            writeln!(s, "    let scol{i}_{a} = s{i}ow + {} < OW;", a * dw).unwrap();
         }
     }
     for j in 0..v.tk {
@@ -475,10 +490,10 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
                     let sum = lincomb(col, |c| format!("m{a}{c}"));
                     let guards: Vec<String> = [(a, "srow"), (b, "scol")]
                         .iter()
-                        .filter(|(d, _)| *d > 0)
+                        .filter(|(d, _)| *d > 0 || dilated)
                         .map(|(d, what)| format!("{what}{i}_{d}"))
                         .collect();
-                    let put = store_stmt(shape, &format!("sy{i} + k * YSK + ({a} * OW + {b}) * YSP"), "v", "k");
+                    let put = store_stmt(shape, &format!("sy{i} + k * YSK + ({} * OW + {}) * YSP", a as u32 * dh, b as u32 * dw), "v", "k");
                     let body = format!("let v = {sum}; bad = bad || nonfinite(v); {put}");
                     if guards.is_empty() {
                         writeln!(s, "            {{ {body} }}").unwrap();
@@ -517,6 +532,9 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
     vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation)));
+    let [redo_oh, redo_ow] = tile_corner("tile", shape.dilation, ["a", "b"]);
+    vars.push(("REDO_OH", redo_oh));
+    vars.push(("REDO_OW", redo_ow));
     vars.push(("PAD_INDEX", pad.wgsl()));
     vars.extend([
         ("TILES_W", tiles_w.to_string()),
@@ -601,10 +619,12 @@ mod tests {
         for v in Wino::space() {
             let ok = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
             assert!(v.computes(&ok));
+            // Dilated ones too, as their dilation's phases.
+            let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(2, 2), (2, 2), 1, None).unwrap();
+            assert!(v.computes(&dilated));
             let strided = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (2, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
-            let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
             let five = ConvShape::new([2, 16, 9, 8], [32, 16, 5, 5], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, None).unwrap();
-            for s in [strided, dilated, five] {
+            for s in [strided, five] {
                 assert!(!v.suits(&s) && !v.computes(&s));
                 assert!(v.generate(&s).unwrap_err().to_string().contains("cannot run on this shape"));
             }

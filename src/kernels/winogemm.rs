@@ -158,11 +158,7 @@ impl Tiling {
     /// stride-1 problem on x's rows and columns of that phase: each phase is tiled alike, its
     /// rows per tile row.
     pub fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
-        let m = self.m as u64;
-        let (dh, dw) = (shape.dilation.0 as u64, shape.dilation.1 as u64);
-        let tw = (shape.ow() as u64).div_ceil(dw).div_ceil(m);
-        let thw = dh * dw * (shape.oh() as u64).div_ceil(dh).div_ceil(m) * tw;
-        (tw, thw, shape.n as u64 * thw)
+        tiles(self.m, shape)
     }
 
     /// The GEMMs' padded sizes: (tiles TP, input channels CP, output channels NP).
@@ -235,6 +231,16 @@ impl Tiling {
         // The round trips scale with the bytes of V's and M's values.
         ROUND_TRIP * (v * self.value_bytes as f64 + m * self.m_bytes as f64) / 4.0 + TRANSFORM_ADD * 2.0 * p * (v + m + u) + SETUP * outputs + PASSES * chunking.chunks as f64
     }
+}
+
+/// m x m output tiles of `shape`: (tiles per output row, tiles per image, tiles in all
+/// images), a dilated problem's phases tiled alike (`Tiling::tiles`).
+pub(super) fn tiles(m: u32, shape: &ConvShape) -> (u64, u64, u64) {
+    let m = m as u64;
+    let (dh, dw) = (shape.dilation.0 as u64, shape.dilation.1 as u64);
+    let tw = (shape.ow() as u64).div_ceil(dw).div_ceil(m);
+    let thw = dh * dw * (shape.oh() as u64).div_ceil(dh).div_ceil(m) * tw;
+    (tw, thw, shape.n as u64 * thw)
 }
 
 /// Whether the shape is a 3x3, stride 1, dilation 1 convolution, the only one F(mxm, 3x3)
