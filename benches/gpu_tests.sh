@@ -20,7 +20,9 @@ for s in $(seq 0 $((n - 1))); do
   (
     mapfile -t ids < "$out/ids_$s.txt"
     [ ${#ids[@]} -gt 0 ] || exit 0
-    CONVTUNE_CACHE_DIR=$(mktemp -d) timeout "$limit" "$py" -m pytest -q -p no:cacheprovider -rfE "${ids[@]}" > "$out/log_$s.txt" 2>&1
+    # SIGINT at the limit: pytest stops as on Ctrl-C and still prints its summary (counts and
+    # failures so far); SIGKILL 30 s later if a test does not let go.
+    CONVTUNE_CACHE_DIR=$(mktemp -d) timeout -s INT -k 30 "$limit" "$py" -m pytest -q -p no:cacheprovider -rfE "${ids[@]}" > "$out/log_$s.txt" 2>&1
     echo "exit status $?" >> "$out/log_$s.txt"
   ) &
 done
