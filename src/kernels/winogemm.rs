@@ -1,6 +1,6 @@
 //! The non-fused Winograd family, F(mxm, 3x3) with m = 2, 4 or 6, on FMA units: 3x3 filters
-//! at stride 1 and dilation 1 only. Three passes over two workspaces, as ncnn's Vulkan
-//! winograd shaders (transform_input, gemm, transform_output) do:
+//! at stride 1, dilated ones as their dilation's phases (`tiles`). Three passes over two
+//! workspaces, as ncnn's Vulkan winograd shaders (transform_input, gemm, transform_output) do:
 //!
 //! - `prologue` transforms the filters, U = G g G^T, and the input patches, V = B^T d B, into
 //!   workspace 5 (its workgroups split between the two jobs), both zero-padded to whole GEMM
