@@ -1,8 +1,9 @@
 //! The Winograd family, F(mxm, 3x3) with m = 2 or 4: 3x3 filters at stride 1 (dilated ones
 //! as their dilation's phases, `winogemm::tiles`). A prologue transforms the filters (U = G g
-//! G^T, p*p values per (k, c), p = m + 2) into workspace; the main kernel transforms pxp input patches (V = B^T d B) as it stages them,
-//! runs the p*p element-wise GEMMs over the input channels with register tiles, and applies
-//! the inverse transform (A^T M A) and the epilogue in its store. Per mxm outputs and input
+//! G^T, p*p values per (k, c), p = m + 2) into workspace; the main kernel transforms pxp
+//! input patches (V = B^T d B) as it stages them, runs the p*p element-wise GEMMs over the
+//! input channels with register tiles, and applies the inverse transform (A^T M A) and the
+//! epilogue in its store. Per mxm outputs and input
 //! channel: 16 multiply-adds for 2x2 and 36 for 4x4, where the direct method does 36 and 144.
 
 use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
