@@ -212,3 +212,46 @@ def test_a_detached_tuning_past_the_switch_over_leaves_its_bucket_one_kernel(tmp
     assert fifth[0].startswith("size-generic") and fifth[1] == winner, r.stdout
     # Three sizes tuned (two before the switch-over, the bucket's first): not the fourth.
     assert int(lines["jobs"]) == 3, r.stdout
+
+
+SOAK = """
+import numpy as np, convtune
+from convtune.reference import conv2d_reference
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+rng = np.random.default_rng(2)
+w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+start = None
+for i in range(160):  # one layer at a new size on every call
+    x = rng.standard_normal((1 + i % 2, 4, 6 + i % 23, 7 + (i * 5) % 31)).astype(np.float32)
+    y = convtune.conv2d(x, w, padding=1)
+    if i % 20 == 0:
+        want = conv2d_reference(x, w, padding=1)
+        assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max(), i
+    if i == 59:
+        start = rss_mb()
+convtune.wait_tuning()
+s = convtune.memory_stats()
+print(s["generic_kernels"], s["kernels_cached"], round(rss_mb() - start, 1), len(convtune.tuning_status()["done"]))
+"""
+
+
+def test_a_short_soak_at_default_settings_stays_within_its_bounds(tmp_path):
+    """160 sizes of one layer at the default switch-over (16 sizes), `auto` mode with detached
+    runs (the GPU default) on a tiny budget: past the switch-over new sizes tune once per
+    size bucket and share a handful of modules, and memory stops growing."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CONVTUNE_TUNE="auto", CONVTUNE_TUNE_DETACH="1", CONVTUNE_TUNE_BUDGET="0.05",
+               CONVTUNE_CACHE_DIR=str(tmp_path), CONVTUNE_PROGRESS="0")
+    env.pop("CONVTUNE_GENERIC_AFTER", None)
+    r = subprocess.run([sys.executable, "-c", SOAK], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    generic, kept, grown_mb, tuned = r.stdout.split()
+    assert 1 <= int(generic) <= 8, r.stdout
+    assert int(kept) <= 16 + int(generic), r.stdout  # one layer's 16 exact sizes at most, and the modules' runs
+    # Sixteen sizes before the switch-over and one per bucket after it: not one per size.
+    assert int(tuned) <= 16 + 12, r.stdout
+    assert float(grown_mb) < 20, r.stdout
