@@ -120,8 +120,9 @@ impl Engine {
         self.inner.kernel_cache_stats()
     }
 
-    /// Size-generic kernels compiled so far: one per layer (and variant) that has met more
-    /// than `CONVTUNE_GENERIC_AFTER` input sizes (docs/limits.md).
+    /// Size-generic kernels held: one per layer (and variant and code form) that has met more
+    /// than `CONVTUNE_GENERIC_AFTER` input sizes, 256 at most and 16 a layer, the least
+    /// recently used dropped first (docs/limits.md).
     pub fn generic_kernels(&self) -> usize {
         self.inner.generic_modules()
     }
