@@ -189,17 +189,21 @@ print("jobs:", len(done))
 """
 
 
-def test_a_detached_tuning_past_the_switch_over_leaves_its_bucket_one_kernel(tmp_path):
-    """`auto` mode with detached runs (the GPU default): the first size of a bucket past the
-    switch-over leaves the bucket what it ran while tuning (its next sizes neither tune nor
-    compile), and the winner once the run ends."""
+@pytest.mark.parametrize("mode", ["auto", "background"])
+def test_a_detached_tuning_past_the_switch_over_leaves_its_bucket_one_kernel(tmp_path, mode):
+    """`auto` mode with detached runs (the GPU default), and the background mode: the first
+    size of a bucket past the switch-over leaves the bucket what it ran while tuning (its
+    next sizes neither tune nor compile), and the winner once the run ends."""
     import os
     import subprocess
     import sys
 
     script = tmp_path / "scenario.py"
     script.write_text(GENERIC_DETACHED)
-    env = dict(os.environ, CONVTUNE_TUNE="auto", CONVTUNE_TUNE_DETACH="1", CONVTUNE_TUNE_BUDGET="0.01",
+    # The background mode's bucket runs the default rule's pick while it waits: a budget that
+    # times a few candidates makes the winner another variant.
+    budget = "0.01" if mode == "auto" else "0.5"
+    env = dict(os.environ, CONVTUNE_TUNE=mode, CONVTUNE_TUNE_DETACH="1", CONVTUNE_TUNE_BUDGET=budget,
                CONVTUNE_GENERIC_AFTER="2", CONVTUNE_CACHE_DIR=str(tmp_path), CONVTUNE_PROGRESS="0")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
@@ -210,6 +214,8 @@ def test_a_detached_tuning_past_the_switch_over_leaves_its_bucket_one_kernel(tmp
     assert fourth == (fourth[0], third[1]) and fourth[0].startswith("size-generic"), r.stdout
     (_, winner), = eval(lines["tuned"])
     assert fifth[0].startswith("size-generic") and fifth[1] == winner, r.stdout
+    if mode == "background":
+        assert winner != third[1], r.stdout
     # Three sizes tuned (two before the switch-over, the bucket's first): not the fourth.
     assert int(lines["jobs"]) == 3, r.stdout
 
