@@ -29,6 +29,8 @@ import tempfile
 
 import numpy as np
 
+from convtune._shapes import Shape
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from first_call import network_convs  # noqa: E402
 from vs_cudnn import cuda_ms  # noqa: E402
@@ -38,14 +40,6 @@ CUDNN_MODE = {"highest": "fp32", "high": "tf32", "float16": "fp16"}
 
 def pair(v):
     return v[0] if v[0] == v[1] else tuple(v)
-
-
-def flops(xs, ws, stride, padding, dilation):
-    n, _, h, w = xs
-    k, cg, r, s = ws
-    oh = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
-    ow = (w + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
-    return 2.0 * n * oh * ow * k * cg * r * s
 
 
 def child(job: dict) -> dict:
@@ -128,7 +122,7 @@ def run_child(problems: list, mode: str) -> dict:
 def report(network: str, batch: int, mode: str, problems: list, ours: dict, theirs: list, worst: int) -> dict:
     rows = []
     for p, o, c in zip(problems, ours["problems"], theirs):
-        f = flops(p["x"], p["w"], p["stride"], p["padding"], p["dilation"])
+        f = Shape(tuple(p["x"]), tuple(p["w"]), tuple(p["stride"]), tuple(p["padding"]), tuple(p["dilation"]), p["groups"]).flops()
         rows.append(dict(p, ms=o["ms"], cudnn_ms=c, variant=o["variant"], source=o["source"], flops=f, ratio=o["ms"] / c))
     total = sum(r["count"] * r["ms"] for r in rows)
     total_cudnn = sum(r["count"] * r["cudnn_ms"] for r in rows)

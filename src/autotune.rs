@@ -387,10 +387,12 @@ fn choose_within(
             // kernel, which compiles in a moment where a tensor-core default can take seconds.
             // Past the size switch-over it is the bucket's until the winner comes
             // (`tune_job`), so that the bucket's next sizes neither tune nor compile.
-            let choice = match (late, tuner::reference_variant(&tuning_shape(engine, shape)?)) {
-                (Some(variant), _) => Choice { variant, source: Source::Interim, families, report: None, warnings: Vec::new() },
-                (None, r) if families.allows(r.family()) => Choice { variant: r, source: Source::Fallback, families, report: None, warnings: Vec::new() },
-                _ => default_choice(engine, shape, precision, families, Source::Queued, Vec::new())?,
+            let choice = match late {
+                Some(variant) => Choice { variant, source: Source::Interim, families, report: None, warnings: Vec::new() },
+                None => match tuner::reference_variant(&tuning_shape(engine, shape)?) {
+                    r if families.allows(r.family()) => Choice { variant: r, source: Source::Fallback, families, report: None, warnings: Vec::new() },
+                    _ => default_choice(engine, shape, precision, families, Source::Queued, Vec::new())?,
+                },
             };
             engine.layers.keep_variant(shape, precision, choice.variant, crate::generic::after());
             Ok(Some(choice))

@@ -715,7 +715,7 @@ impl Engine {
     /// `generic::after()` sizes and the variant's module takes this size (`generic`); `None`
     /// where the call compiles its exact-size kernel as before.
     fn generic_run(&self, variant: &Variant, shape: &ConvShape, workspace: u64) -> Option<Arc<Compiled>> {
-        let other = self.layers.note(shape, crate::generic::after())?;
+        self.layers.note(shape, crate::generic::after())?;
         let kernel = variant.generate_within(shape, workspace).ok()?;
         if kernel.chunks != 1 || kernel.wprep.is_some() {
             return None;
@@ -724,7 +724,7 @@ impl Engine {
         let module = match self.layers.module(variant, shape, workspace, skeleton) {
             Some(m) => m?,
             None => {
-                let m = self.generic_module(variant, &kernel, shape, &other, workspace).map(Arc::new);
+                let m = self.generic_module(variant, &kernel, shape, workspace).map(Arc::new);
                 self.layers.keep_module(variant, shape, workspace, skeleton, m.clone());
                 m?
             }
@@ -733,10 +733,10 @@ impl Engine {
         Some(Arc::new(module.compiled.for_size(&kernel, module.generic.binding, dims)))
     }
 
-    /// The size-generic module of `variant` made from `kernel` (one size) and `other`
-    /// (another size of its layer); `None` where the two differ in more than sizes, or it
-    /// fails to compile (the layer then keeps compiling per size).
-    fn generic_module(&self, variant: &Variant, kernel: &crate::codegen::Kernel, shape: &ConvShape, other: &ConvShape, workspace: u64) -> Option<GenericModule> {
+    /// The size-generic module of `variant` made from `kernel` (one size) and other sizes of
+    /// its layer; `None` where they differ in more than sizes, or it fails to compile (the
+    /// layer then keeps compiling per size).
+    fn generic_module(&self, variant: &Variant, kernel: &crate::codegen::Kernel, shape: &ConvShape, workspace: u64) -> Option<GenericModule> {
         // The layer's other sizes and sizes that differ from this one in N, H and W all, so
         // that every constant that follows from them shows (one size alone may agree with
         // this one on a count by chance); those whose generator picks other code are skipped
@@ -748,7 +748,6 @@ impl Engine {
         let (n, h, w) = (shape.n, shape.h, shape.w);
         let (sh, sw) = shape.stride;
         let probes = [
-            *other,
             ConvShape { n: n + 1, h: h + 1, w: w + 1, ..*shape },
             ConvShape { n: 2 * n + 1, h: 2 * h + 3, w: 2 * w + 5, ..*shape },
             ConvShape { n: n + 2, h: h + 4, w: w + 4, ..*shape },
@@ -761,7 +760,7 @@ impl Engine {
         let kept = self.layers.kept(shape);
         let sources: Vec<String> = probes
             .iter()
-            .chain(kept.iter().filter(|k| *k != shape && *k != other))
+            .chain(kept.iter().filter(|k| *k != shape))
             .filter_map(|p| variant.generate_within(p, workspace).ok())
             .map(|k| k.source)
             .collect();
@@ -772,7 +771,7 @@ impl Engine {
         Some(GenericModule { generic, compiled })
     }
 
-    /// Size-generic modules compiled so far.
+    /// Size-generic modules held.
     pub fn generic_modules(&self) -> usize {
         self.layers.modules()
     }

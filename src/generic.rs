@@ -6,9 +6,10 @@
 //! N, H and W); everything else is the same text. The generic module is the source of one
 //! size with those constants, and every constant computed from them, replaced by reads of
 //! a small buffer of the call's sizes (binding 7, the epilogue's residual, in kernels that
-//! take none; else binding 4, the run words, in kernels that need none). A call of another size uses it only where its own generated source
-//! differs from the module's in those constants' values alone, which it reads from that
-//! source: the kernel computes exactly what the exact-size kernel would.
+//! take none; else binding 4, the run words, in kernels that need none). A call of another
+//! size uses it only where its own generated source differs from the module's in those
+//! constants' values alone, which it reads from that source: the kernel computes exactly
+//! what the exact-size kernel would.
 
 use crate::kernels::Variant;
 use crate::params::ConvShape;
@@ -36,11 +37,11 @@ fn decl_of_line(line: usize, text: &str) -> Option<Decl> {
     Some(Decl { line, name: name.trim().to_string(), ty: ty.trim().to_string(), expr: expr.to_string() })
 }
 
-/// A function-scope `const NAME...` line (indented): its name and the line.
-fn local_const(line: &str) -> Option<(String, &str)> {
+/// The name a function-scope `const NAME...` line (indented) declares.
+fn local_const(line: &str) -> Option<String> {
     let rest = line.strip_prefix(char::is_whitespace)?.trim_start().strip_prefix("const ")?;
     let (name, _) = rest.split_once(':').or_else(|| rest.split_once('='))?;
-    Some((name.trim().to_string(), line))
+    Some(name.trim().to_string())
 }
 
 /// An integer literal's value as the buffer's word: i32, or a u32's bits.
@@ -181,9 +182,7 @@ impl Generic {
         loop {
             let more: Vec<String> = a
                 .iter()
-                .filter_map(|l| local_const(l))
-                .filter(|(name, l)| !local.contains(name) && runtime.iter().chain(&local).any(|n| mentions(l, n)))
-                .map(|(name, _)| name)
+                .filter_map(|l| local_const(l).filter(|name| !local.contains(name) && runtime.iter().chain(&local).any(|n| mentions(l, n))))
                 .collect();
             if more.is_empty() {
                 break;
@@ -222,7 +221,7 @@ impl Generic {
             } else if runtime.iter().chain(&local).any(|n| mentions(l, n)) {
                 let l = set.iter().fold(l.to_string(), |l, (n, with)| substitute(&l, n, with));
                 lines.push(match local_const(&l) {
-                    Some((name, _)) if local.contains(&name) => l.replacen("const ", "let ", 1),
+                    Some(name) if local.contains(&name) => l.replacen("const ", "let ", 1),
                     _ => l,
                 });
             } else {

@@ -238,9 +238,9 @@ const SAMPLING_SHARE: f64 = 0.125;
 /// Runs a candidate's measurement takes at least on a CPU adapter, in units of its run: the
 /// validating run (with its first-run compile), the warm-up and `PRUNE_AFTER` samples. On
 /// lavapipe a ranked candidate timed whatever the budget said could take a second a run
-/// (the README demo's first shape: p95 3.8 s on a 1 s budget): there, past the default and
-/// the first ranked one, it is started only where the default's run time, scaled by the cost
-/// model, and the first-run compile say it ends within the budget.
+/// (the README demo's first shape: p95 3.8 s on a 1 s budget): there it is started only
+/// where the default's run time, scaled by the cost model, and the first-run compile say it
+/// ends within the budget.
 const CPU_MEASURE_RUNS: f64 = 1.0 + PRUNE_AFTER as f64;
 
 /// Knobs of a tuning run.
@@ -285,9 +285,8 @@ struct Candidate {
     faulty: bool,
     /// Timed even when the budget is spent.
     must: bool,
-    /// From the ranked list past its first (not the default, another mode's winner or the
-    /// likeliest other kernel): on a CPU adapter its `must` gives way to the budget
-    /// (`CPU_MEASURE_RUNS`).
+    /// From the ranked list (not the default or another mode's winner): on a CPU adapter its
+    /// `must` gives way to the budget (`CPU_MEASURE_RUNS`).
     ranked: bool,
 }
 

@@ -3,8 +3,8 @@
 //! G^T, p*p values per (k, c), p = m + 2) into workspace; the main kernel transforms pxp
 //! input patches (V = B^T d B) as it stages them, runs the p*p element-wise GEMMs over the
 //! input channels with register tiles, and applies the inverse transform (A^T M A) and the
-//! epilogue in its store. Per mxm outputs and input
-//! channel: 16 multiply-adds for 2x2 and 36 for 4x4, where the direct method does 36 and 144.
+//! epilogue in its store. Per mxm outputs and input channel: 16 multiply-adds for 2x2 and 36
+//! for 4x4, where the direct method does 36 and 144.
 
 use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
 use super::padding::{self, PadIndex};
@@ -273,19 +273,8 @@ pub(super) fn lincomb(coeffs: &[f64], name: impl Fn(usize) -> String) -> String 
 fn write_tile_position(s: &mut String, tag: &str, tile: &str, dilation: (u32, u32)) {
     writeln!(s, "    let {tag}ok = {tile} < TILES;").unwrap();
     writeln!(s, "    let {tag}tile = min({tile}, TILES - 1);").unwrap();
-    let [oh, ow] = tile_corner(&format!("{tag}tile"), dilation, ["0", "0"]);
+    let [oh, ow] = super::winogemm::tile_corner(&format!("{tag}tile"), dilation, ["0", "0"]);
     writeln!(s, "    let {tag}oh = {oh};\n    let {tag}ow = {ow};").unwrap();
-}
-
-/// Output row and column `within` (row, column) of tile `tile`'s top-left output.
-fn tile_corner(tile: &str, (dh, dw): (u32, u32), within: [&str; 2]) -> [String; 2] {
-    let plus = |w: &str| if w == "0" { String::new() } else { format!(" + {w}") };
-    if (dh, dw) == (1, 1) {
-        return [format!("MT * (({tile} % THW) / TW){}", plus(within[0])), format!("MT * (({tile} % THW) % TW){}", plus(within[1]))];
-    }
-    let phase = format!("(THW / {})", dh * dw);
-    let (f, q) = (format!("(({tile} % THW) / {phase})"), format!("(({tile} % THW) % {phase})"));
-    [format!("{f} / {dw} + {dh} * (MT * ({q} / TW){})", plus(within[0])), format!("{f} % {dw} + {dw} * (MT * ({q} % TW){})", plus(within[1]))]
 }
 
 fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
@@ -533,7 +522,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
     vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation)));
-    let [redo_oh, redo_ow] = tile_corner("tile", shape.dilation, ["a", "b"]);
+    let [redo_oh, redo_ow] = super::winogemm::tile_corner("tile", shape.dilation, ["a", "b"]);
     vars.push(("REDO_OH", redo_oh));
     vars.push(("REDO_OW", redo_ow));
     vars.push(("PAD_INDEX", pad.wgsl()));

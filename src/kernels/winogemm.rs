@@ -674,18 +674,26 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
 }
 
 /// `tile_origin(t)`: tile t's image and first output row and column. A dilated problem's
-/// tiles go phase by phase (`Tiling::tiles`), each phase's outputs DH rows and DW columns
-/// apart.
+/// tiles go phase by phase (`tiles`), each phase's outputs DH rows and DW columns apart.
 fn tile_origin(shape: &ConvShape) -> String {
-    let (dh, dw) = shape.dilation;
-    if (dh, dw) == (1, 1) {
+    if shape.dilation == (1, 1) {
         return "fn tile_origin(t: i32) -> vec3<i32> {\n    let r = t % THW;\n    return vec3<i32>(t / THW, MT * (r / TW), MT * (r % TW));\n}".to_string();
     }
-    format!(
-        "fn tile_origin(t: i32) -> vec3<i32> {{\n    let r = t % THW;\n    let f = r / (THW / {phases});   // the phase: rows f / {dw} + {dh} i, columns f % {dw} + {dw} j\n    \
-         let q = r % (THW / {phases});\n    return vec3<i32>(t / THW, f / {dw} + {dh} * MT * (q / TW), f % {dw} + {dw} * MT * (q % TW));\n}}",
-        phases = dh * dw
-    )
+    let [oh, ow] = tile_corner("t", shape.dilation, ["0", "0"]);
+    format!("fn tile_origin(t: i32) -> vec3<i32> {{\n    return vec3<i32>(t / THW, {oh}, {ow});\n}}")
+}
+
+/// Output row and column `within` (row, column) of tile `tile`'s top-left output (WGSL
+/// expressions): a dilated problem's tiles go phase by phase (`tiles`), their outputs
+/// `dilation` apart.
+pub(super) fn tile_corner(tile: &str, (dh, dw): (u32, u32), within: [&str; 2]) -> [String; 2] {
+    let plus = |w: &str| if w == "0" { String::new() } else { format!(" + {w}") };
+    if (dh, dw) == (1, 1) {
+        return [format!("MT * (({tile} % THW) / TW){}", plus(within[0])), format!("MT * (({tile} % THW) % TW){}", plus(within[1]))];
+    }
+    let phase = format!("(THW / {})", dh * dw);
+    let (f, q) = (format!("(({tile} % THW) / {phase})"), format!("(({tile} % THW) % {phase})"));
+    [format!("{f} / {dw} + {dh} * (MT * ({q} / TW){})", plus(within[0])), format!("{f} % {dw} + {dw} * (MT * ({q} % TW){})", plus(within[1]))]
 }
 
 /// The filter transform of one filter: `u{lane}_{xi}` = (G g G^T)[xi] for each plane xi,
