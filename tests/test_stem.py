@@ -127,9 +127,11 @@ def test_groups_and_long_reductions_are_refused(xs, ws, kw):
 
 
 def test_the_tuner_offers_it_on_stems_only(tuning_env):
-    """Its likeliest variant is timed on a 3-channel stem (each family's first candidate is),
-    and it is no candidate where the reduction is deep."""
-    stem = convtune.tune((1, 3, 32, 32), (16, 3, 3, 3), padding=1, budget=0.3)
+    """Its likeliest variant is timed on a 3-channel stem (each family's first candidate comes
+    early; on a CPU adapter only the default is timed whatever the budget, so the budget
+    leaves room for a few first-run compiles), and it is no candidate where the reduction is
+    deep."""
+    stem = convtune.tune((1, 3, 32, 32), (16, 3, 3, 3), padding=1, budget=2.0)
     deep = convtune.tune((1, 64, 16, 16), (64, 64, 3, 3), padding=1, budget=0.3)
     assert any(c["name"].startswith("stem_") and c["status"] == "ok" for c in stem.candidates)
     assert not any(c["name"].startswith("stem_") for c in deep.candidates)
