@@ -64,7 +64,7 @@ fn prologue(
         let c = (i / NP) % CP;
         let g = i / (NP * CP);
         let ok = n < KG && c < CG;
-        let src = select(0, ((g * KG + n) * CG + c) * 9, ok);
+        let src = select(0, ((g * KG + n) * CG + c) * {{R}} * {{S}}, ok);
         let dst = (g * P2 * CP + c) * NP + n;
         // h = G g (p x 3), then U = h G^T (p x p), G as in src/kernels/winogemm.rs.
 {{FILTER_TRANSFORM}}

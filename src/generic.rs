@@ -491,7 +491,6 @@ mod tests {
 #[cfg(test)]
 mod family_tests {
     use super::*;
-    use crate::kernels::Variant;
     use crate::params::{ConvShape, Padding};
 
     /// The Vulkan backend's translation: naga's SPIR-V writer has failed (panicked) on
@@ -515,18 +514,29 @@ mod family_tests {
     fn generic_modules_of_real_variants_validate() {
         use crate::params::Layout;
         use crate::dtype::DType;
-        // 3x3 and 1x1 layers, both layouts, float32 and float16 data.
-        let forms = [(8, 16, 3, Layout::Nchw, DType::F32), (48, 32, 3, Layout::Nhwc, DType::F16), (64, 32, 1, Layout::Nchw, DType::F16), (32, 64, 1, Layout::Nhwc, DType::F32)];
+        // 3x3 and 1x1 layers, both layouts, float32 and float16 data; then, for the Winograd
+        // families only, a dilated 3x3 and a 5x5.
+        let forms = [
+            (8, 16, 3, 1, Layout::Nchw, DType::F32),
+            (48, 32, 3, 1, Layout::Nhwc, DType::F16),
+            (64, 32, 1, 1, Layout::Nchw, DType::F16),
+            (32, 64, 1, 1, Layout::Nhwc, DType::F32),
+            (32, 32, 3, 2, Layout::Nhwc, DType::F16),
+            (16, 32, 5, 1, Layout::Nchw, DType::F32),
+        ];
         let mut taken: HashMap<&str, (usize, usize)> = HashMap::new();
-        for (v, (c, k, r, layout, dtype)) in crate::kernels::all_variants().into_iter().flat_map(|v| forms.map(|f| (v, f))) {
-            let pad = r / 2;
+        for (v, (c, k, r, d, layout, dtype)) in crate::kernels::all_variants().into_iter().flat_map(|v| forms.map(|f| (v, f))) {
+            let pad = d * (r / 2);
             let layer = |n: usize, h: usize, w: usize| ConvShape {
                 layout,
                 dtype,
-                ..ConvShape::new([n, c, h, w], [k, c, r, r], (1, 1), Padding::Explicit(pad as i64, pad as i64), (1, 1), 1, Some(k)).unwrap()
+                ..ConvShape::new([n, c, h, w], [k, c, r, r], (1, 1), Padding::Explicit(pad as i64, pad as i64), (d as i64, d as i64), 1, Some(k)).unwrap()
             };
             // The FMA direct family, hundreds of variants, on the first form only.
-            if v.family() == "direct" && (c, layout) != (forms[0].0, forms[0].3) {
+            if v.family() == "direct" && (c, layout) != (forms[0].0, forms[0].4) {
+                continue;
+            }
+            if (d > 1 || r == 5) && !v.family().starts_with('w') {
                 continue;
             }
             let (a, b) = (layer(1, 13, 11), layer(2, 21, 17));

@@ -1,6 +1,6 @@
 """The non-fused Winograd family on tensor cores (wcoop: F(2x2); float16 data, float32 data
 in "high", scaled, and in "highest" on the split pair): every variant on 3x3 stride-1 shapes (several images, odd output
-sizes, padding 0 to 2, groups, C and K off the tile sizes), with the fused epilogue, in both
+sizes, padding 0 to 2, groups, C and K off the tile sizes, dilated ones), with the fused epilogue, in both
 layouts, pixel shuffle, in chunks, and with Inf, NaN, values past float16's range and float32
 values of any range, against the float64 reference with poisoned outputs (conftest). Lavapipe has no cooperative matrices: there only the listing, the WGSL and
 the refusals run; the rest runs on a GPU with tensor cores."""
@@ -45,8 +45,8 @@ def test_family_is_listed_and_named_by_its_knobs():
 
 
 @pytest.mark.parametrize("kw, ws, dtype, why", [
-    (dict(stride=2, padding=1), (4, 8, 3, 3), "float16", "stride 1 and dilation 1"),
-    (dict(dilation=2, padding=2), (4, 8, 3, 3), "float32", "stride 1 and dilation 1"),
+    (dict(stride=2, padding=1), (4, 8, 3, 3), "float16", "at stride 1"),
+    (dict(stride=2, padding=2, dilation=2), (4, 8, 3, 3), "float32", "at stride 1"),
     (dict(padding=1), (4, 8, 5, 5), "float16", "3x3 filters"),
 ])
 def test_what_it_cannot_compute_is_refused(kw, ws, dtype, why):
@@ -71,11 +71,14 @@ def test_it_serves_high_and_float16_but_not_highest(tuning_env, monkeypatch):
         assert {convtune.variant_knobs(c["name"])["split"] for c in report.candidates} == {split}, kw
 
 
-# x (NCHW), w, keywords: odd output sizes, padding 0 to 2, groups, C and K off every tile.
+# x (NCHW), w, keywords: odd output sizes, padding 0 to 2, groups, C and K off every tile,
+# dilated layers (their dilation's phases, one shorter than the others; one axis only).
 CASES = [
     ((3, 37, 11, 7), (41, 37, 3, 3), dict(padding=0)),
     ((2, 48, 9, 13), (20, 24, 3, 3), dict(padding=(2, 1), groups=2)),
     ((1, 64, 17, 16), (72, 64, 3, 3), dict(padding=1)),
+    ((2, 24, 13, 11), (16, 24, 3, 3), dict(padding=2, dilation=2)),
+    ((1, 16, 17, 19), (24, 16, 3, 3), dict(padding=(3, 1), dilation=(3, 1))),
 ]
 
 

@@ -110,13 +110,15 @@ def test_every_variant_computes_float16(variant):
     assert err <= 4 * 2.0**-11, (variant, layout, err)
 
 
-# Dilated 3x3 layers are taken (tests/test_dilated_winograd.py).
+# Dilated 3x3 layers are taken (tests/test_dilated_winograd.py), and 5x5 ones by F(2x2)
+# (tests/test_winograd_5x5.py).
 @pytest.mark.parametrize("kw, ws", [
     (dict(stride=2, padding=1), (4, 3, 3, 3)),
-    (dict(padding=1), (4, 3, 5, 5)),
+    (dict(padding=1), (4, 3, 7, 7)),
+    (dict(stride=2, padding=1), (4, 3, 5, 5)),
     (dict(padding=1), (4, 3, 3, 1)),
 ])
-def test_shapes_other_than_3x3_stride_1_are_refused(kw, ws):
+def test_shapes_other_than_3x3_and_5x5_stride_1_are_refused(kw, ws):
     x = np.ones((1, 3, 9, 9), np.float32)
     w = np.ones(ws, np.float32)
     with pytest.raises(ValueError, match="cannot run on this shape"):

@@ -46,9 +46,10 @@ impl PadIndex {
 
 
 /// The shared direct-method sum (`shaders/direct_sum.wgsl`, the Winograd families' re-sum of
-/// non-finite outputs) with its padding read as `mode` says and taps `dilation` apart.
-pub fn direct_sum(mode: PaddingMode, dilation: (u32, u32)) -> String {
-    let sum = super::DIRECT_SUM.trim_end();
+/// non-finite outputs) over a `side` x `side` filter, its padding read as `mode` says and taps
+/// `dilation` apart.
+pub fn direct_sum(mode: PaddingMode, dilation: (u32, u32), side: usize) -> String {
+    let sum = super::DIRECT_SUM.trim_end().replace("KSIDE", &side.to_string());
     let tap = |d: u32, t: &str| if d == 1 { t.to_string() } else { format!("{t} * {d}") };
     let (row, col) = (format!("oh - PH + {}", tap(dilation.0, "r")), format!("ow - PW + {}", tap(dilation.1, "q")));
     let p = PadIndex(mode);

@@ -521,7 +521,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let words_per_block = threads.div_ceil(32) as u64;
     let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
-    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation)));
+    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation, 3)));
     let [redo_oh, redo_ow] = super::winogemm::tile_corner("tile", shape.dilation, ["a", "b"]);
     vars.push(("REDO_OH", redo_oh));
     vars.push(("REDO_OW", redo_ow));

@@ -1,4 +1,5 @@
-//! The non-fused Winograd family on tensor cores, F(2x2, 3x3): wgemm's three
+//! The non-fused Winograd family on tensor cores, F(2x2, 3x3), dilated layers too (as their
+//! dilation's phases, `winogemm::tiles`): wgemm's three
 //! passes (`winogemm`: the transforms, their points and accuracy, the chunks, `finish`) with
 //! U and V stored as f16, two per u32, and the batched GEMMs M = V U on cooperative
 //! matrices, the coop family's products (`coop::gemm_step`) on tiles staged from 16-byte
@@ -16,7 +17,7 @@
 //! transforms round more still.
 
 use super::cost::{multiprocessor_fill, parallel_efficiency};
-use super::winogemm::{applies, filter_transform, input_transform, passes, Passes, Tiling};
+use super::winogemm::{applies_dilated, filter_transform, input_transform, passes, Passes, Tiling};
 use super::{coop, Family, KernelVariant};
 use crate::codegen::{render, Kernel, MAX_WORKSPACE};
 use crate::dtype::DType;
@@ -62,7 +63,7 @@ const STAGE: f64 = 4.0;
 impl WinoCoop {
     fn tiling(&self) -> Tiling {
         let parts = self.parts() as u64;
-        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 * parts, m_bytes: 4 * parts, u_apart: true }
+        Tiling { m: self.m, r: 3, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 2 * parts, m_bytes: 4 * parts, u_apart: true }
     }
 
     /// f16 parts of each transformed value (hi, and lo for the split pair).
@@ -148,10 +149,11 @@ impl KernelVariant for WinoCoop {
         matches!((self.split, precision), (1, Precision::High) | (3, Precision::Highest))
     }
 
-    /// 3x3 at stride 1 and dilation 1, where U and one GEMM tile's V and M fit the default
-    /// workspace bound (larger problems run in chunks of tiles).
+    /// 3x3 at stride 1, dilated too (their dilation's phases, `winogemm::tiles`), where U
+    /// and one GEMM tile's V and M fit the default workspace bound (larger problems run in
+    /// chunks of tiles).
     fn computes(&self, shape: &ConvShape) -> bool {
-        applies(shape) && self.tiling().chunking(shape, MAX_WORKSPACE).is_some()
+        applies_dilated(shape) && self.tiling().chunking(shape, MAX_WORKSPACE).is_some()
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {

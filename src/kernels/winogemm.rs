@@ -136,6 +136,8 @@ pub(super) struct Chunking {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Tiling {
     pub m: u32,
+    /// The filter's side r of F(m x m, r x r): 3, or 5 on the FMA family.
+    pub r: u32,
     pub bm: u32,
     pub bn: u32,
     pub bk: u32,
@@ -145,8 +147,9 @@ pub(super) struct Tiling {
 }
 
 impl Tiling {
+    /// The transformed tile's side, m + r - 1.
     pub fn p(&self) -> u32 {
-        self.m + 2
+        self.m + self.r - 1
     }
 
     pub fn p2(&self) -> u32 {
@@ -243,28 +246,33 @@ pub(super) fn tiles(m: u32, shape: &ConvShape) -> (u64, u64, u64) {
     (tw, thw, shape.n as u64 * thw)
 }
 
-/// Whether the shape is a 3x3, stride 1, dilation 1 convolution, the only one F(mxm, 3x3)
-/// computes.
-pub(super) fn applies(shape: &ConvShape) -> bool {
-    (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && shape.dilation == (1, 1)
+/// Whether the shape is a 3x3 at stride 1, dilated or not (a dilated one not scattered): its
+/// dilation's phases are stride-1 3x3 problems (`Tiling::tiles`).
+pub(super) fn applies_dilated(shape: &ConvShape) -> bool {
+    (shape.r, shape.s) == (3, 3) && stride_one(shape)
 }
 
-/// `applies`, or a dilated 3x3 at stride 1 (not scattered): its dilation's phases are
-/// stride-1 3x3 problems (`Tiling::tiles`).
-pub(super) fn applies_dilated(shape: &ConvShape) -> bool {
-    (shape.r, shape.s) == (3, 3) && shape.stride == (1, 1) && (shape.dilation == (1, 1) || shape.scatter.is_none())
+/// `applies_dilated`, or the same with 5x5 filters: what F(m x m, r x r) on FMA units takes.
+pub(super) fn applies_fma(shape: &ConvShape) -> bool {
+    shape.r == shape.s && (shape.r == 3 || shape.r == 5) && stride_one(shape)
+}
+
+/// Stride 1, and dilation 1 or no scatter (a dilated problem's phases are tiled alike).
+fn stride_one(shape: &ConvShape) -> bool {
+    shape.stride == (1, 1) && (shape.dilation == (1, 1) || shape.scatter.is_none())
 }
 
 impl WinoGemm {
-    pub(super) fn tiling(&self) -> Tiling {
-        Tiling { m: self.m, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4, m_bytes: 4, u_apart: false }
+    /// The tiling on `shape`: F(m x m, r x r) for its r x r filters.
+    pub(super) fn tiling(&self, shape: &ConvShape) -> Tiling {
+        Tiling { m: self.m, r: shape.r, bm: self.bm, bn: self.bn, bk: self.bk, value_bytes: 4, m_bytes: 4, u_apart: false }
     }
 
     /// The tiling a kernel on `shape` runs with: U in a binding of its own (so a weight Tensor
     /// keeps it) wherever that takes no more chunks than U sharing V's binding (V and M then
     /// share the other: the EDSR body at 720p would take 8 chunks instead of 4).
     fn tiling_for(&self, shape: &ConvShape, cap: u64) -> Tiling {
-        let t = self.tiling();
+        let t = self.tiling(shape);
         let apart = Tiling { u_apart: true, ..t };
         match (t.chunking(shape, cap), apart.chunking(shape, cap)) {
             (Some(a), Some(b)) if b.chunks <= a.chunks => apart,
@@ -272,28 +280,24 @@ impl WinoGemm {
         }
     }
 
-    fn p2(&self) -> u32 {
-        self.tiling().p2()
-    }
-
     fn threads(&self) -> u32 {
         (self.bm / self.tm) * (self.bn / self.tn)
     }
 
     fn tiles(&self, shape: &ConvShape) -> (u64, u64, u64) {
-        self.tiling().tiles(shape)
+        self.tiling(shape).tiles(shape)
     }
 
     fn padded(&self, shape: &ConvShape) -> (u64, u64, u64) {
-        self.tiling().padded(shape)
+        self.tiling(shape).padded(shape)
     }
 
     fn workspace(&self, shape: &ConvShape, tp: u64) -> [u64; 2] {
-        self.tiling().workspace(shape, tp)
+        self.tiling(shape).workspace(shape, tp)
     }
 
     fn chunking(&self, shape: &ConvShape, cap: u64) -> Option<Chunking> {
-        self.tiling().chunking(shape, cap)
+        self.tiling(shape).chunking(shape, cap)
     }
 
     /// Registers per invocation, as gemm counts them.
@@ -368,10 +372,11 @@ impl KernelVariant for WinoGemm {
         self.m <= 4 || precision == Precision::High
     }
 
-    /// 3x3 at stride 1, dilated too, where U and one GEMM tile's V and M fit the default
+    /// 3x3 at stride 1, dilated too, and 5x5 likewise with F(2x2) (F(4x4, 5x5)'s seven points
+    /// round as F(6x6, 3x3)'s do), where U and one GEMM tile's V and M fit the default
     /// workspace bound (larger problems run in chunks of tiles).
     fn computes(&self, shape: &ConvShape) -> bool {
-        applies_dilated(shape) && self.chunking(shape, MAX_WORKSPACE).is_some()
+        applies_fma(shape) && (shape.r == 3 || self.m == 2) && self.chunking(shape, MAX_WORKSPACE).is_some()
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -392,18 +397,18 @@ impl KernelVariant for WinoGemm {
             return f64::INFINITY;
         };
         let tp = chunking.tp * chunking.chunks as u64;
-        let fmas = self.p2() as f64 * (tp * np * cp * shape.groups as u64) as f64;
+        let fmas = self.tiling(shape).p2() as f64 * (tp * np * cp * shape.groups as u64) as f64;
         let (tm, tn) = (self.tm as f64, self.tn as f64);
         let per_fma = 1.0
             + SHARED_LOAD * (tm + tn) / (tm * tn)
             + GLOBAL_LOAD * (1.0 / self.bm as f64 + 1.0 / self.bn as f64)
             + GEMM_BARRIER * 2.0 / (self.bk as f64 * tm * tn);
-        let workgroups = self.tiling().gemm_workgroups(shape, chunking.tp);
+        let workgroups = self.tiling(shape).gemm_workgroups(shape, chunking.tp);
         let gemm = fmas * per_fma
             / parallel_efficiency(workgroups * self.threads() as u64)
             / register_occupancy(self.registers()).sqrt()
             / multiprocessor_fill(workgroups);
-        gemm + self.tiling().overhead(shape, chunking)
+        gemm + self.tiling(shape).overhead(shape, chunking)
     }
 
     fn generate(&self, shape: &ConvShape) -> Result<Kernel> {
@@ -415,17 +420,19 @@ impl KernelVariant for WinoGemm {
     }
 }
 
-/// Interpolation points of F(mxm, 3x3), infinity implicit (the last row of B^T and G, the
-/// last column of A^T).
-fn points(m: u32) -> &'static [f64] {
-    match m {
-        2 => &[0.0, 1.0, -1.0],
-        4 => &[0.0, 1.0, -1.0, 0.5, -2.0],
+/// The finite interpolation points of F(mxm, rxr), m + r - 2 of them, infinity implicit (the
+/// last row of B^T and G, the last column of A^T): F(2x2, 3x3)'s three, F(4x4, 3x3)'s and
+/// F(2x2, 5x5)'s five (one B^T for both), F(6x6, 3x3)'s seven.
+fn points(finite: u32) -> &'static [f64] {
+    match finite {
+        3 => &[0.0, 1.0, -1.0],
+        5 => &[0.0, 1.0, -1.0, 0.5, -2.0],
         _ => &[0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5],
     }
 }
 
-/// B^T (p x p), G (p x 3) and A^T (m x p) of F(mxm, 3x3), by Toom-Cook at `points(m)`.
+/// B^T (p x p), G (p x r) and A^T (m x p) of F(mxm, rxr), p = m + r - 1, by Toom-Cook at
+/// `points(m + r - 2)`.
 #[derive(Debug)]
 pub(super) struct Transforms {
     bt: Vec<Vec<f64>>,
@@ -438,9 +445,9 @@ pub(super) struct Transforms {
 /// sum_j A^T[i][j] G[j][k] B^T[j][l] must be [l == i + k]; the product of A^T's and G's
 /// terms depends on s = i + k only, E[s][j], so B^T = E^-1. Its entries are dyadic for
 /// these points: they are snapped to multiples of 1/64 to undo the inversion's rounding.
-fn transforms(m: u32) -> Transforms {
-    let a = points(m);
-    let (p, r) = (a.len() + 1, 3usize);
+fn transforms(m: u32, r: u32) -> Transforms {
+    let a = points(m + r - 2);
+    let (p, r) = (a.len() + 1, r as usize);
     let mut f: Vec<f64> = (0..p - 1).map(|j| (0..p - 1).filter(|&l| l != j).map(|l| a[j] - a[l]).product()).collect();
     f[0] = f[0].abs();
     let at: Vec<Vec<f64>> = (0..m as usize)
@@ -493,16 +500,18 @@ fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
 }
 
 /// Why a Winograd variant named `name` cannot run on `shape`.
-pub(super) fn refusal(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, dilated: bool) -> Error {
+pub(super) fn refusal(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, fma: bool) -> Error {
     let m = t.m;
-    let why = if applies(shape) || (dilated && applies_dilated(shape)) {
+    let why = if fma && applies_fma(shape) && shape.r == 5 && m != 2 {
+        format!("5x5 filters take F(2x2, 5x5) only (F({m}x{m}, 5x5)'s transforms round past float32's bounds)")
+    } else if applies_dilated(shape) || (fma && applies_fma(shape)) {
         format!(
             "its transformed filters and the transformed inputs of {} tiles need more than {cap} bytes of \
              workspace (the largest binding it may take here)",
             t.bm
         )
     } else {
-        format!("Winograd F({m}x{m}, 3x3) takes 3x3 filters at stride 1 and {}", if dilated { "any dilation" } else { "dilation 1" })
+        format!("Winograd F({m}x{m}, rxr) takes {} at stride 1, any dilation", if fma { "3x3 (or, with m = 2, 5x5) filters" } else { "3x3 filters" })
     };
     Error::invalid(format!("variant {name} cannot run on this shape ({}): {why}", shape.label()))
 }
@@ -527,16 +536,17 @@ pub(super) struct Passes {
 /// does).
 /// `split`: M holds the products' f32 sums and, after them, the split pair's correction
 /// terms, 2^11 times smaller, which `finish` adds.
-/// `dilated`: the family takes dilated problems (`applies_dilated`).
-pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool, split: bool, dilated: bool) -> Result<Passes> {
-    let takes = if dilated { applies_dilated(shape) } else { applies(shape) };
+/// `fma`: the FMA family's passes, which take 5x5 filters too (`applies_fma`; the filter's
+/// side is the tiling's r); the tensor-core family's take 3x3 ones (`applies_dilated`).
+pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool, split: bool, fma: bool) -> Result<Passes> {
+    let takes = shape.r == t.r && if fma { applies_fma(shape) && (t.r == 3 || t.m == 2) } else { applies_dilated(shape) };
     let chunking = if takes { t.chunking(shape, cap) } else { None };
     let Some(chunking @ Chunking { tp, chunks }) = chunking else {
-        return Err(refusal(name, t, shape, cap, dilated));
+        return Err(refusal(name, t, shape, cap, fma));
     };
     let (dh, dw) = (shape.dilation.0 as usize, shape.dilation.1 as usize);
     let (m, p, p2) = (t.m as usize, t.p() as usize, t.p2());
-    let tr = transforms(t.m);
+    let tr = transforms(t.m, t.r);
     let (tiles_w, tiles_hw, tiles) = t.tiles(shape);
     let (_, cp, np) = t.padded(shape);
     // Tiles finish decodes per chunk: all of them in one chunk, else the chunk's (padded).
@@ -635,7 +645,7 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     };
     let gemm = t.gemm_workgroups(shape, tp);
     let mut vars = shape_vars(shape, name);
-    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation)));
+    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation, t.r as usize)));
     vars.push(("TILE_ORIGIN", tile_origin(shape)));
     // The re-sum's outputs of a tile, its dilation apart.
     vars.push(("DIL_ROWS", if dh == 1 { String::new() } else { format!(" * {dh}") }));
@@ -697,19 +707,19 @@ pub(super) fn tile_corner(tile: &str, (dh, dw): (u32, u32), within: [&str; 2]) -
 }
 
 /// The filter transform of one filter: `u{lane}_{xi}` = (G g G^T)[xi] for each plane xi,
-/// g's nine values read from `w[src{lane} + ..]` where `ok{lane}` (zero elsewhere), times
+/// g's r x r values read from `w[src{lane} + ..]` where `ok{lane}` (zero elsewhere), times
 /// `scale` where given.
 pub(super) fn filter_transform(tr: &Transforms, lane: &str, scale: Option<&str>) -> String {
     let times = scale.map_or(String::new(), |s| format!(" * {s}"));
-    let p = tr.g.len();
+    let (p, side) = (tr.g.len(), tr.g[0].len());
     let mut s = String::new();
-    for r in 0..3 {
-        for c in 0..3 {
-            writeln!(s, "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]){times}, ok{lane});", 3 * r + c).unwrap();
+    for r in 0..side {
+        for c in 0..side {
+            writeln!(s, "        let g{lane}{r}{c} = select(0.0, f32(w[src{lane} + {}]){times}, ok{lane});", side * r + c).unwrap();
         }
     }
     let h = |a: usize, c: usize| format!("h{lane}{a}{c}");
-    left_product(&mut s, "        ", &tr.g, 3, |r, c| format!("g{lane}{r}{c}"), h);
+    left_product(&mut s, "        ", &tr.g, side, |r, c| format!("g{lane}{r}{c}"), h);
     right_product(&mut s, "        ", &tr.g, p, h, |a, b| format!("u{lane}_{}", p * a + b));
     s
 }
@@ -968,24 +978,24 @@ mod tests {
         (0..rows.len()).map(|a| apply(rows, &cols.iter().map(|c| c[a]).collect::<Vec<_>>())).collect()
     }
 
-    /// One tile of F(mxm, 3x3) in float64 through the matrices the generator writes out,
-    /// against the direct 3x3 correlation of the patch.
+    /// One tile of F(mxm, rxr) in float64 through the matrices the generator writes out,
+    /// against the direct rxr correlation of the patch.
     #[test]
     fn transforms_compute_one_tile_exactly() {
-        for m in [2usize, 4, 6] {
-            let tr = transforms(m as u32);
-            let p = m + 2;
-            assert_eq!((tr.bt.len(), tr.g.len(), tr.at.len()), (p, p, m));
+        for (m, r) in [(2usize, 3usize), (4, 3), (6, 3), (2, 5), (4, 5)] {
+            let tr = transforms(m as u32, r as u32);
+            let p = m + r - 1;
+            assert_eq!((tr.bt.len(), tr.g.len(), tr.g[0].len(), tr.at.len()), (p, p, r, m));
             let d: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| ((a * 7 + b * 3) % 11) as f64 - 5.25).collect()).collect();
-            let g = vec![vec![0.5, -1.0, 2.0], vec![1.5, 0.25, -0.75], vec![-2.0, 1.0, 3.0]];
+            let g: Vec<Vec<f64>> = (0..r).map(|a| (0..r).map(|b| ((a * 5 + b * 2) % 7) as f64 * 0.75 - 2.0).collect()).collect();
             let u = sandwich(&tr.g, &g);
             let v = sandwich(&tr.bt, &d);
             let prod: Vec<Vec<f64>> = (0..p).map(|a| (0..p).map(|b| u[a][b] * v[a][b]).collect()).collect();
             let y = sandwich(&tr.at, &prod);
             for a in 0..m {
                 for b in 0..m {
-                    let want: f64 = (0..3).flat_map(|r| (0..3).map(move |s| (r, s))).map(|(r, s)| d[a + r][b + s] * g[r][s]).sum();
-                    assert!((y[a][b] - want).abs() < 1e-9, "m={m}: y[{a}][{b}] = {}, want {want}", y[a][b]);
+                    let want: f64 = (0..r).flat_map(|i| (0..r).map(move |j| (i, j))).map(|(i, j)| d[a + i][b + j] * g[i][j]).sum();
+                    assert!((y[a][b] - want).abs() < 1e-9, "F({m}, {r}): y[{a}][{b}] = {}, want {want}", y[a][b]);
                 }
             }
         }
@@ -997,29 +1007,33 @@ mod tests {
     fn transforms_are_the_published_ones() {
         // Infinity's row of B^T has the opposite sign of Lavin's, whose A^T has -1 in its
         // column where this one has +1: the same products.
-        let t2 = transforms(2);
+        let t2 = transforms(2, 3);
         assert_eq!(t2.bt, vec![vec![1.0, 0.0, -1.0, 0.0], vec![0.0, 1.0, 1.0, 0.0], vec![0.0, -1.0, 1.0, 0.0], vec![0.0, -1.0, 0.0, 1.0]]);
-        let t4 = transforms(4);
+        let t4 = transforms(4, 3);
         assert_eq!(t4.bt[0], vec![1.0, -1.5, -2.0, 1.5, 1.0, 0.0]);
         assert_eq!(t4.bt[4], vec![0.0, 0.5, -1.0, -0.5, 1.0, 0.0]);
         assert_eq!(t4.bt[5], vec![0.0, 1.0, -1.5, -2.0, 1.5, 1.0]);
         assert!((t4.g[1][0] - 1.0 / 3.0).abs() < 1e-15 && (t4.g[3][0] + 16.0 / 15.0).abs() < 1e-15);
         assert_eq!(t4.at[3], vec![0.0, 1.0, -1.0, 0.125, -8.0, 1.0]);
-        let t6 = transforms(6);
+        let t6 = transforms(6, 3);
         assert_eq!(t6.bt[0], vec![1.0, 0.0, -5.25, 0.0, 5.25, 0.0, -1.0, 0.0]);
         assert_eq!(t6.bt[3], vec![0.0, 0.5, 0.25, -2.5, -1.25, 2.0, 1.0, 0.0]);
         assert_eq!(t6.bt[7], vec![0.0, -1.0, 0.0, 5.25, 0.0, -5.25, 0.0, 1.0]);
         assert!((t6.g[5][0] - 32.0 / 45.0).abs() < 1e-15 && (t6.g[1][1] + 2.0 / 9.0).abs() < 1e-15);
         assert_eq!(t6.at[5], vec![0.0, 1.0, -1.0, 32.0, -32.0, 1.0 / 32.0, -1.0 / 32.0, 1.0]);
+        // F(2x2, 5x5) at F(4x4, 3x3)'s points: the same B^T.
+        assert_eq!(transforms(2, 5).bt, t4.bt);
     }
 
     #[test]
-    fn computes_only_3x3_stride_1_and_bounded_workspaces() {
+    fn computes_only_3x3_and_5x5_stride_1_and_bounded_workspaces() {
         // Dilated ones too, as their dilation's phases (`Tiling::tiles`).
         let ok = shape([2, 16, 9, 8], [32, 16, 3, 3], 1, 1, 1);
         let strided = shape([2, 16, 9, 8], [32, 16, 3, 3], 2, 1, 1);
         let dilated = ConvShape::new([2, 16, 9, 8], [32, 16, 3, 3], (1, 1), Padding::Explicit(1, 1), (2, 2), 1, None).unwrap();
-        let five = shape([2, 16, 9, 8], [32, 16, 5, 5], 1, 1, 1);
+        let five = shape([2, 16, 9, 8], [32, 16, 5, 5], 1, 2, 1);
+        let seven = shape([2, 16, 9, 8], [32, 16, 7, 7], 1, 3, 1);
+        let five_by_three = shape([2, 16, 9, 8], [32, 16, 5, 3], 1, 1, 1);
         // 8 x 256 x 112 x 112: V alone is over 128 MiB for every m; it runs in chunks.
         let huge = shape([8, 256, 112, 112], [256, 256, 3, 3], 1, 1, 1);
         // 2048 -> 2048 channels: U alone is 256 MiB or more for every m, nothing to chunk.
@@ -1032,7 +1046,12 @@ mod tests {
             assert_eq!(v.generate(&ok).unwrap().chunks, 1);
             assert!(v.computes(&huge) && v.generate(&huge).unwrap().chunks > 1, "{}", v.name());
             assert!(v.computes(&dilated), "{}", v.name());
-            for s in [&strided, &five, &wide] {
+            // 5x5 with F(2x2) only: F(4x4, 5x5) would round as F(6x6, 3x3) does.
+            assert_eq!(v.computes(&five), v.m == 2, "{}", v.name());
+            if v.m == 2 {
+                assert_eq!(v.generate(&five).unwrap().chunks, 1);
+            }
+            for s in [&strided, &seven, &five_by_three, &wide] {
                 assert!(!v.suits(s) && !v.computes(s));
                 assert!(v.generate(s).unwrap_err().to_string().contains("cannot run on this shape"));
             }
@@ -1060,7 +1079,7 @@ mod tests {
                 assert_eq!(c.tp % v.bm as u64, 0);
                 assert!(c.tp * c.chunks as u64 >= tiles && c.tp * (c.chunks as u64 - 1) < tiles);
                 // The dispatches are one chunk's.
-                assert_eq!(k.workgroups, c.tp / v.bm as u64 * (64u64.div_ceil(v.bn as u64)) * v.p2() as u64);
+                assert_eq!(k.workgroups, c.tp / v.bm as u64 * (64u64.div_ceil(v.bn as u64)) * v.tiling(&edsr).p2() as u64);
                 if let Err(e) = crate::codegen::validate(&k.source) {
                     panic!("{}: {e}", v.name());
                 }
@@ -1128,7 +1147,7 @@ mod tests {
         let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
         let s = ConvShape::new_transposed([2, 4, 23, 20], [4, 3, 6, 6], (2, 2), (1, 2), (1, 0), (1, 1), 1, Some(3)).unwrap();
         let low = s.lowered().unwrap();
-        assert!(applies(&low) && low.scatter.is_some_and(|sc| sc.crops()), "{}", low.label());
+        assert!(applies_dilated(&low) && low.dilation == (1, 1) && low.scatter.is_some_and(|sc| sc.crops()), "{}", low.label());
         let x = random_data(s.x_len() as usize, 4);
         let w = random_data(s.w_len() as usize, 5);
         let b = random_data(3, 6);
