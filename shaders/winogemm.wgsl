@@ -1,8 +1,9 @@
-// convtune: non-fused Winograd F(mxm, 3x3) convolution, m = {{MT}} (3x3 filters, stride 1,
-// dilation 1), in three passes over workspace, as ncnn's Vulkan winograd shaders do.
+// convtune: non-fused Winograd F(mxm, rxr) convolution, m = {{MT}}, r = {{R}} (stride 1; a dilated
+// problem as its dilation's phases), in three passes over workspace, as ncnn's Vulkan
+// winograd shaders do.
 //
 // Each mxm block of outputs ("tile") of one image comes from the pxp input patch above it
-// (p = m + 2 = {{P}}): with d that patch and g a 3x3 filter, the tile is
+// (p = m + r - 1 = {{P}}): with d that patch and g an rxr filter, the tile is
 // A^T [(G g G^T) * (B^T d B)] A, where * multiplies elementwise. Summing the products over
 // a group's input channels before the inverse transform makes the reduction p*p = {{P2}}
 // independent GEMMs, one per element xi of the transformed tile and group g:
@@ -66,7 +67,7 @@ fn prologue(
         let ok = n < KG && c < CG;
         let src = select(0, ((g * KG + n) * CG + c) * {{R}} * {{S}}, ok);
         let dst = (g * P2 * CP + c) * NP + n;
-        // h = G g (p x 3), then U = h G^T (p x p), G as in src/kernels/winogemm.rs.
+        // h = G g (p x r), then U = h G^T (p x p), G as in src/kernels/winogemm.rs.
 {{FILTER_TRANSFORM}}
         return;
     }

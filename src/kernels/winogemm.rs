@@ -1,5 +1,8 @@
-//! The non-fused Winograd family, F(mxm, 3x3) with m = 2, 4 or 6, on FMA units: 3x3 filters
-//! at stride 1, dilated ones as their dilation's phases (`tiles`). Three passes over two
+//! The non-fused Winograd family, F(mxm, 3x3) with m = 2, 4 or 6 and F(2x2, 5x5), on FMA
+//! units: 3x3 and 5x5 filters at stride 1, dilated ones as their dilation's phases (`tiles`).
+//! F(2x2, 5x5) takes F(4x4, 3x3)'s points (one B^T for both; 3.3e-6 of max |y| at C = 256,
+//! tests/test_winograd_5x5.py); F(4x4, 5x5) would take F(6x6, 3x3)'s seven, whose rounding
+//! passes "highest"'s bound, and is not generated. Three passes over two
 //! workspaces, as ncnn's Vulkan winograd shaders (transform_input, gemm, transform_output) do:
 //!
 //! - `prologue` transforms the filters, U = G g G^T, and the input patches, V = B^T d B, into
