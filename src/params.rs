@@ -518,32 +518,34 @@ impl ConvShape {
     }
 
     /// The plain convolution that computes this transposed one by stride phases, or `None`
-    /// where there is none (not transposed, dilated, or padding so large that the lowered
-    /// conv would need negative padding). Output row oy = Y * st + i - p (0 <= i < st) sums
-    /// x[Y - a'] * w[i + a' * st] over a' < ceil(R / st): per phase, a stride-1 conv of x
-    /// with the taps i, i + st, ... flipped. Stacking the st_h * st_w phases as output
-    /// channels makes one conv of stride 1 with a ceil(R/st) x ceil(S/st) kernel (taps past
-    /// R or S are zero), whose store scatters each phase to its rows and columns
-    /// ([`Scatter`]). Every family computes it; its weights are w rearranged
+    /// where there is none (not transposed, dilated at a stride past 1, or padding so large
+    /// that the lowered conv would need negative padding). Output row oy = Y * st + i - p
+    /// (0 <= i < st) sums x[Y - a'] * w[i + a' * st] over a' < ceil(R / st): per phase, a
+    /// stride-1 conv of x with the taps i, i + st, ... flipped. Stacking the st_h * st_w
+    /// phases as output channels makes one conv of stride 1 with a ceil(R/st) x ceil(S/st)
+    /// kernel (taps past R or S are zero), whose store scatters each phase to its rows and
+    /// columns ([`Scatter`]). At stride 1 a dilation d stays one: the flipped taps d apart,
+    /// the padding d * (R - 1) - p. Every family computes it; its weights are w rearranged
     /// (`kernels::phases`).
     pub fn lowered(&self) -> Option<ConvShape> {
         self.transposed?;
-        if self.dilation != (1, 1) {
+        if self.dilation != (1, 1) && self.stride != (1, 1) {
             return None;
         }
         // Per axis: kernel taps, padding before and after, the grid's offset, given the
-        // input extent, stride, padding taken off and output extent.
-        let axis = |len: u32, st: u32, p: u32, taps: u32, out: u32| -> Option<(u32, u32, u32, u32)> {
+        // input extent, stride, padding taken off, output extent and dilation (1 where the
+        // stride is past 1).
+        let axis = |len: u32, st: u32, p: u32, taps: u32, out: u32, d: u32| -> Option<(u32, u32, u32, u32)> {
             let a = taps.div_ceil(st);
             let first = p / st;
-            let pad = (a - 1).checked_sub(first)?;
+            let pad = (d * (a - 1)).checked_sub(first)?;
             let rows = (out - 1 + p) / st - first + 1;
-            let pad_end = (rows + a - 1).saturating_sub(pad + len);
+            let pad_end = (rows + d * (a - 1)).saturating_sub(pad + len);
             Some((a, pad, pad_end, p - first * st))
         };
         let (oh, ow) = (self.oh(), self.ow());
-        let (r, ph, ph_end, off_h) = axis(self.h, self.stride.0, self.pad.0, self.r, oh)?;
-        let (s, pw, pw_end, off_w) = axis(self.w, self.stride.1, self.pad.1, self.s, ow)?;
+        let (r, ph, ph_end, off_h) = axis(self.h, self.stride.0, self.pad.0, self.r, oh, self.dilation.0)?;
+        let (s, pw, pw_end, off_w) = axis(self.w, self.stride.1, self.pad.1, self.s, ow, self.dilation.1)?;
         let phases = self.stride.0 * self.stride.1;
         // A pixel shuffle after it refines each phase into r * r finer ones: the scatter then
         // works on the shuffled output's grid.

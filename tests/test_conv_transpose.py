@@ -161,6 +161,62 @@ def test_lowered_form_on_other_families(variant):
     compare(got, to(want), half, f"{variant} {layout} {kw}")
 
 
+# Stride-1 dilated transposed problems lower to a dilated convolution (taps flipped, padding
+# d * (R - 1) - p, one phase): the FMA sample, every Winograd variant (their dilation phases).
+DILATED_RUN = sorted(set(LOWERED_RUN) | {v for v in _FMA if v.startswith(_WINOGRAD)})
+DILATED_CASES = [
+    ((2, 6, 9, 8), (6, 4, 3, 3), dict(dilation=2, padding=1, groups=2)),
+    ((1, 5, 8, 10), (5, 6, 3, 3), dict(dilation=(3, 2), padding=(2, 1), output_padding=(1, 1))),
+    ((1, 4, 9, 9), (4, 4, 5, 5), dict(dilation=2, padding=3)),
+]
+
+
+@pytest.mark.parametrize("variant", DILATED_RUN)
+def test_dilated_stride_1_lowered_form(variant):
+    i = DILATED_RUN.index(variant)
+    layout = "NHWC" if i % 2 else "NCHW"
+    half = F16 and i % 3 == 0
+    dt = np.float16 if half else np.float32
+    rng = np.random.default_rng(400 + i)
+    ran = 0
+    for xs, ws, kw in DILATED_CASES:
+        x = rng.standard_normal(xs).astype(dt)
+        w = (rng.standard_normal(ws) / 6).astype(dt)
+        k = ws[1] * kw.get("groups", 1)
+        b = rng.standard_normal(k).astype(np.float32)
+        conv = conv_transpose2d_reference(x, w, **kw)
+        z = rng.standard_normal(conv.shape).astype(dt)
+        want = apply_epilogue(conv, b, z=z, alpha2=0.5, activation="relu")
+        to = nhwc if layout == "NHWC" else (lambda a: a)
+        try:
+            got = convtune.conv_transpose2d(to(x), w, bias=b, z=to(z), alpha2=0.5, activation="relu", layout=layout,
+                                            variant=variant, **kw)
+        except ValueError as e:
+            # Winograd variants take 3x3 (and F(2x2) 5x5) filters only.
+            if "cannot run on this shape" not in str(e) and "the adapter allows" not in str(e):
+                raise
+            continue
+        ran += 1
+        compare(got, to(want), half, f"{variant} {layout} {kw}")
+    if not ran:
+        pytest.skip(f"{variant} takes none of these shapes on this adapter")
+
+
+def test_dilated_stride_1_lowered_form_keeps_non_finite_values_where_the_reference_has_them():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 4, 10, 9)).astype(np.float32)
+    x[0, 1, 2, 3], x[0, 2, 7, 5], x[0, 3, 4, 8] = np.inf, np.nan, -np.inf
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    kw = dict(dilation=2, padding=1)
+    want = conv_transpose2d_reference(x.astype(np.float64), w.astype(np.float64), **kw)
+    for v in ("wgemm_m4_b32x32x8_t4x4", "wino_t32x32_c4_r1x4", "gemm_b32x32x8_t4x4", LOWERED[0]):
+        got = convtune.conv_transpose2d(x, w, variant=v, **kw).astype(np.float64)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), v
+        assert np.array_equal(np.isposinf(got), np.isposinf(want)) and np.array_equal(np.isneginf(got), np.isneginf(want)), v
+        finite = np.isfinite(want)
+        assert np.abs(got[finite] - want[finite]).max() <= 1e-5 * np.abs(want[finite]).max(), v
+
+
 TC = convtune.adapter_info()["features"]["tensor_cores"]
 # (Layouts 3 and 4 are sampled below: their window tiles need stride-1 lowered forms.)
 COOP_SAMPLE = [v for v in convtune.variant_space()
@@ -203,6 +259,18 @@ def test_lowered_form_on_tensor_cores(variant):
     else:
         xs, ws, kw = (2, 32, 6, 7), (32, 16, 4, 4), dict(stride=2, padding=1)
     check_decoder(variant, 200 + i, xs, ws, kw, 12, layout, half, precision, run_or_skip_tensor_core)
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", COOP_SAMPLE[::2] + [v for v in convtune.variant_space() if v.startswith("wcoop_")][::3])
+def test_dilated_stride_1_lowered_form_on_tensor_cores(variant):
+    knobs = convtune.variant_knobs(variant)
+    i = convtune.variant_space().index(variant)
+    layout = "NHWC" if knobs.get("layout", i % 2) > 0 else "NCHW"
+    half = knobs.get("layout") == 2 or i % 2 == 0
+    precision = "highest" if knobs["split"] == 3 else "high"
+    check_decoder(variant, 500 + i % 97, (2, 32, 9, 8), (32, 16, 3, 3), dict(dilation=2, padding=1, output_padding=1),
+                  12, layout, half, precision, run_or_skip_tensor_core)
 
 
 # Every third window tile (layouts 3 and 4), on the lowered form's stride-1 conv.
@@ -424,9 +492,9 @@ def test_introspection_names_the_transposed_problem():
 def test_forced_variant_of_another_family_is_refused():
     x = np.ones((1, 4, 5, 5), np.float32)
     w = np.ones((4, 4, 3, 3), np.float32)
-    # Dilated transposed problems have no lowered form: tconv only.
+    # Dilated transposed problems past stride 1 have no lowered form: tconv only.
     with pytest.raises(ValueError, match="cannot run on this shape"):
-        convtune.conv_transpose2d(x, w, dilation=2, variant="gemm_b64x64x8_t4x4")
+        convtune.conv_transpose2d(x, w, stride=2, dilation=2, variant="gemm_b64x64x8_t4x4")
     with pytest.raises(ValueError, match="cannot run on this shape"):
         convtune.conv2d(x, w, variant="tconv_wg64x1_k1w1")
 

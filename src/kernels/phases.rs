@@ -143,10 +143,10 @@ fn resum_sum(at: i32, k: i32) -> f32 {{
     var acc = 0.0;
     for (var c = 0; c < {cg}; c = c + 1) {{
         for (var a = 0; a < {ka}; a = a + 1) {{
-            let ih = oh - {ph} + a;
+            let ih = oh - {ph} + a * {dh};
             if (rh + ({ka} - 1 - a) * {sh} < {kr} && ih >= 0 && ih < {h}) {{
                 for (var b = 0; b < {kb}; b = b + 1) {{
-                    let iw = ow - {pw} + b;
+                    let iw = ow - {pw} + b * {dw};
                     if (rw + ({kb} - 1 - b) * {sw} < {ks} && iw >= 0 && iw < {w}) {{
                         let xi = img * {xsn} + (g * {cg} + c) * {xsc} + ih * {xsh} + iw * {xsw};
                         let wi = ((k * {cg} + c) * {ka} + a) * {kb} + b;
@@ -166,6 +166,9 @@ fn resum_sum(at: i32, k: i32) -> f32 {{
         kb = s.s,
         ph = s.pad.0,
         pw = s.pad.1,
+        // A stride-1 transposed problem's dilation stays in its lowered form.
+        dh = s.dilation.0,
+        dw = s.dilation.1,
         h = s.h,
         w = s.w,
         sh = pq_h / q,

@@ -260,9 +260,10 @@ pub(super) fn applies_fma(shape: &ConvShape) -> bool {
     shape.r == shape.s && (shape.r == 3 || shape.r == 5) && stride_one(shape)
 }
 
-/// Stride 1, and dilation 1 or no scatter (a dilated problem's phases are tiled alike).
+/// Stride 1 (a dilated problem's phases are tiled alike; a dilated scatter is a stride-1
+/// transposed problem's, one phase: `ConvShape::lowered`).
 fn stride_one(shape: &ConvShape) -> bool {
-    shape.stride == (1, 1) && (shape.dilation == (1, 1) || shape.scatter.is_none())
+    shape.stride == (1, 1) && (shape.dilation == (1, 1) || shape.scatter.is_none_or(|sc| sc.phases == (1, 1)))
 }
 
 impl WinoGemm {
@@ -597,7 +598,7 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
             }
             let put = match shape.scatter {
                 Some(sc) => {
-                    let pixel = format!("po + vec3<i32>(0, {}, {})", a as u32 * sc.phases.0, b as u32 * sc.phases.1);
+                    let pixel = format!("po + vec3<i32>(0, {}, {})", (a * dh) as u32 * sc.phases.0, (b * dw) as u32 * sc.phases.1);
                     scatter_store_stmt(shape, &pixel, "cq", "v", "k")
                 }
                 None => store_stmt(shape, &format!("yb + ({} * OW + {}) * YSP", a * dh, b * dw), "v", "k"),
