@@ -469,7 +469,9 @@ impl ConvShape {
         if shape.oh() as u64 * r as u64 > i32::MAX as u64 || shape.ow() as u64 * r as u64 > i32::MAX as u64 {
             return Err(Error::invalid(format!("pixel_shuffle={r} makes the output too large")));
         }
-        if shape.is_transposed() && shape.lowered().is_none() {
+        // A dilated transposed problem's lowered form (stride 1) has no room for the shuffle's
+        // phases beside its dilation's.
+        if shape.is_transposed() && (shape.lowered().is_none() || shape.dilation != (1, 1)) {
             return Err(Error::invalid(format!(
                 "pixel_shuffle={r} on a transposed convolution needs dilation 1 and padding within \
                  the kernel's reach (it runs in the convolution's lowered form); got dilation {:?}, \
