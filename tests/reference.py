@@ -204,6 +204,18 @@ def check_same_non_finites(got, want) -> np.ndarray:
     return np.isfinite(want)
 
 
+def forced_conv(rng, x_shape, w_shape, variant: str, layout: str = "NCHW", dt=np.float32, **call):
+    """x and w of standard normal values (w over its side), and `variant`'s result in NCHW
+    order as float64, ``call`` passed to ``conv2d``."""
+    import convtune
+
+    x = rng.standard_normal(x_shape).astype(dt)
+    w = (rng.standard_normal(w_shape) / w_shape[-1]).astype(dt)
+    got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, layout=layout, variant=variant, **call)
+    got = np.asarray(got, np.float64)
+    return x, w, got.transpose(0, 3, 1, 2) if layout == "NHWC" else got
+
+
 def nhwc(a) -> np.ndarray:
     """An (N, C, H, W) array as a C-contiguous (N, H, W, C) one."""
     return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))

@@ -12,7 +12,7 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference
-from reference import nhwc
+from reference import forced_conv, nhwc
 
 VARIANTS = ["wgemm_m2_b32x32x8_t4x4", "wgemm_m4_b32x32x8_t4x4", "wino_t32x32_c4_r1x4", "wino_t32x32_c2_r1x4_m4"]
 SHAPES = [
@@ -26,13 +26,7 @@ SHAPES = [
 
 
 def run(rng, x_shape, k, dilation, padding, variant, layout="NCHW", dt=np.float32, **call):
-    c = x_shape[1]
-    x = rng.standard_normal(x_shape).astype(dt)
-    w = (rng.standard_normal((k, c, 3, 3)) / 3).astype(dt)
-    got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, padding=padding, dilation=dilation, layout=layout,
-                          variant=variant, **call)
-    got = np.asarray(got, np.float64)
-    return x, w, got.transpose(0, 3, 1, 2) if layout == "NHWC" else got
+    return forced_conv(rng, x_shape, (k, x_shape[1], 3, 3), variant, layout, dt, padding=padding, dilation=dilation, **call)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

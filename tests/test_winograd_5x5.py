@@ -11,7 +11,7 @@ import pytest
 
 import convtune
 from convtune.reference import conv2d_reference
-from reference import nhwc
+from reference import forced_conv, nhwc
 
 VARIANTS = ["wgemm_m2_b32x32x8_t4x4", "wgemm_m2_b64x64x8_t4x4"]
 SHAPES = [
@@ -25,12 +25,7 @@ SHAPES = [
 
 
 def run(rng, x_shape, k, padding, dilation, variant, layout="NCHW", dt=np.float32, **call):
-    x = rng.standard_normal(x_shape).astype(dt)
-    w = (rng.standard_normal((k, x_shape[1], 5, 5)) / 5).astype(dt)
-    got = convtune.conv2d(nhwc(x) if layout == "NHWC" else x, w, padding=padding, dilation=dilation, layout=layout,
-                          variant=variant, **call)
-    got = np.asarray(got, np.float64)
-    return x, w, got.transpose(0, 3, 1, 2) if layout == "NHWC" else got
+    return forced_conv(rng, x_shape, (k, x_shape[1], 5, 5), variant, layout, dt, padding=padding, dilation=dilation, **call)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
