@@ -85,6 +85,9 @@ pub enum Source {
     Interim,
     /// The reference kernel, where nothing was validated within the budget.
     Fallback,
+    /// The reference kernel at once, the problem's run queued behind another problem's
+    /// (`auto` mode on GPUs): the call does not wait a budget for a run that has not begun.
+    Behind,
     /// A layer past the size switch-over: the kernel its sizes share (`generic`).
     Generic,
 }
@@ -99,6 +102,7 @@ impl Source {
             Source::Queued => "default, tuning in the background",
             Source::Interim => "best within the budget, tuning goes on in the background",
             Source::Fallback => "reference kernel, tuning goes on in the background",
+            Source::Behind => "reference kernel, tuning queued behind another problem's",
             Source::Generic => "size-generic: the layer's kernel for every size",
         }
     }
@@ -372,6 +376,12 @@ fn choose_within(
         }
     }
     let families = families.clone();
+    // A run queued behind another problem's (a network's next layer while the last one's run
+    // goes on past its budget) would leave the call waiting its whole budget for a run that
+    // has not begun: a network's first pass took a budget per layer (ResNet-50: 35-53 s on an
+    // H200), each layer then running the reference kernel all the same. It takes that at once.
+    let behind = background::ahead_of(&key);
+    let until = if behind { Instant::now() } else { until };
     match run.wait(until, progress)? {
         Waited::Done(Ok(report)) => {
             let variant = report.winner_variant()?;
@@ -390,7 +400,10 @@ fn choose_within(
             let choice = match late {
                 Some(variant) => Choice { variant, source: Source::Interim, families, report: None, warnings: Vec::new() },
                 None => match tuner::reference_variant(&tuning_shape(engine, shape)?) {
-                    r if families.allows(r.family()) => Choice { variant: r, source: Source::Fallback, families, report: None, warnings: Vec::new() },
+                    r if families.allows(r.family()) => {
+                        let source = if behind { Source::Behind } else { Source::Fallback };
+                        Choice { variant: r, source, families, report: None, warnings: Vec::new() }
+                    }
                     _ => default_choice(engine, shape, precision, families, Source::Queued, Vec::new())?,
                 },
             };

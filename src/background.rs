@@ -217,6 +217,14 @@ pub struct TuningStatus {
     pub done: Vec<TuningDone>,
 }
 
+/// Whether the worker has a job other than `key` running or queued before it (`key` queued
+/// or not).
+pub fn ahead_of(key: &str) -> bool {
+    with_state(|st| {
+        st.running.as_deref().is_some_and(|r| r != key) || st.queue.iter().take_while(|j| j.key != key).next().is_some()
+    })
+}
+
 pub fn status() -> TuningStatus {
     if forked() {
         return TuningStatus::default();

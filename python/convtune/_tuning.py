@@ -95,7 +95,8 @@ class Explanation:
     ``cache`` (a stored tuning result) or ``tuned`` (tuned by this call); while a problem is
     tuned on the background worker, ``default, tuning in the background`` (background mode)
     or, in auto mode on GPUs once the budget is spent, ``best within the budget, ...`` (the
-    fastest candidate validated so far) or ``reference kernel, ...``; and ``size-generic:
+    fastest candidate validated so far) or ``reference kernel, ...`` (also at once, where the
+    problem's run is queued behind another problem's); and ``size-generic:
     ...`` for a new size of a layer that has met many (``CONVTUNE_GENERIC_AFTER``). ``family`` is the
     variant's kernel family, ``precision`` the mode it was chosen for, and ``tensor_cores``
     is ``"available"`` or says why the tensor-core family cannot run on this adapter.
