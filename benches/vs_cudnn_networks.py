@@ -58,6 +58,9 @@ def child(job: dict) -> dict:
         x = rng.standard_normal(xs).astype(np.float32)
         w = (rng.standard_normal(ws) / np.sqrt(fan_in)).astype(np.float32)
         kw = dict(stride=pair(p["stride"]), padding=pair(p["padding"]), dilation=pair(p["dilation"]), groups=p["groups"])
+        # A transposed problem (`layer_classes.py`): w is (C, K / groups, R, S).
+        if p.get("transposed"):
+            kw.update(output_padding=pair(p["output_padding"]))
         if mode == "float16":
             x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16)
             w = w.astype(np.float16)
@@ -66,15 +69,19 @@ def child(job: dict) -> dict:
         else:
             call = dict(kw, precision=mode)
             spec_kw = dict(kw, precision=mode)
-        layers.append((x, w, call, spec_kw, p["count"]))
+        conv = convtune.conv2d
+        if p.get("transposed"):
+            conv = convtune.conv_transpose2d
+            spec_kw = dict(spec_kw, transposed=True)
+        layers.append((x, w, call, spec_kw, p["count"], conv))
     t0 = time.perf_counter()
-    for x, w, call, _, count in layers:
+    for x, w, call, _, count, conv in layers:
         for _ in range(count):
-            convtune.conv2d(x, w, **call)
+            conv(x, w, **call)
     first_pass = time.perf_counter() - t0
     convtune.wait_tuning()
     out = []
-    for x, w, _, spec_kw, _ in layers:
+    for x, w, _, spec_kw, _, _ in layers:
         e = convtune.explain(x.shape, w.shape, **spec_kw)
         _, times = convtune.time_variant(x.shape, w.shape, variant=e.variant, reps=30, warmup=5, **spec_kw)
         out.append({"variant": e.variant, "source": e.source, "ms": statistics.median(times) * 1e3})
@@ -90,6 +97,10 @@ def cudnn_ms(p: dict, mode: str) -> float:
     x = torch.from_numpy(rng.standard_normal(p["x"]).astype(np.float32)).cuda()
     w = torch.from_numpy(rng.standard_normal(p["w"]).astype(np.float32)).cuda()
     kw = dict(stride=tuple(p["stride"]), padding=tuple(p["padding"]), dilation=tuple(p["dilation"]), groups=p["groups"])
+    conv = F.conv2d
+    if p.get("transposed"):
+        conv = F.conv_transpose2d
+        kw.update(output_padding=tuple(p["output_padding"]))
     tf32 = mode == "high"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -97,7 +108,7 @@ def cudnn_ms(p: dict, mode: str) -> float:
         x = x.half().to(memory_format=torch.channels_last)
         w = w.half().to(memory_format=torch.channels_last)
     with torch.no_grad():
-        ms = cuda_ms(lambda: F.conv2d(x, w, **kw))
+        ms = cuda_ms(lambda: conv(x, w, **kw))
     torch.backends.cudnn.allow_tf32 = False
     return ms
 
