@@ -189,6 +189,9 @@ pub struct Engine {
     pub spin: Duration,
     /// Held by the one thread polling the device at a time (`wait::spin`).
     pub poller: Mutex<()>,
+    /// The queue's submissions, grouped across threads (`submit`); each carries its
+    /// work-done flag where waits poll.
+    pub submits: crate::submit::Batcher<Option<Arc<AtomicBool>>>,
     /// Threads waiting for the GPU now: only a lone waiter polls (`wait::Waiting`).
     pub waiting: std::sync::atomic::AtomicU32,
     /// The process that opened the device: a forked child has the parent's handles but
@@ -645,6 +648,7 @@ impl Engine {
             in_flight: Mutex::new(HashMap::new()),
             spin: spin_time(cpu),
             poller: Mutex::new(()),
+            submits: Default::default(),
             waiting: std::sync::atomic::AtomicU32::new(0),
             pid: std::process::id(),
             last_tuned: Mutex::new(None),

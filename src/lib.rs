@@ -121,6 +121,7 @@ mod resident;
 mod runner;
 mod settings;
 mod sizes;
+mod submit;
 mod split;
 mod tensor;
 mod timing;

@@ -48,12 +48,12 @@ pub struct Submitted {
     done: Option<Arc<AtomicBool>>,
 }
 
-/// Submits `commands` and asks to be told when they are done: the callback, asked for right
-/// after the submission, fires once it (and anything another thread submitted in between)
-/// is done, so a wait for an older submission never waits for newer ones.
+/// Submits `commands`, with what other threads submit at the same moment (`submit`), and
+/// asks to be told when they are done: the callback, asked for right after the submission,
+/// fires once it (and anything submitted before it) is done.
 pub fn submit(engine: &Engine, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Submitted {
-    let idx = engine.queue.submit(commands);
-    Submitted { idx, done: (!engine.spin.is_zero()).then(|| work_done_flag(engine)) }
+    let (idx, done) = engine.submits.submit(&engine.queue, commands, || (!engine.spin.is_zero()).then(|| work_done_flag(engine)));
+    Submitted { idx, done }
 }
 
 /// A flag set once all work submitted so far is done.
