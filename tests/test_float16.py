@@ -209,3 +209,22 @@ def test_float16_dtype_keyword_and_arrays_name_the_same_problem():
     b = convtune.explain(np.ones((1, 4, 6, 6), np.float16), np.ones((2, 4, 3, 3), np.float16))
     assert a.shape == b.shape and a.shape.endswith("f16")
     assert not convtune.explain((1, 4, 6, 6), (2, 4, 3, 3)).shape.endswith("f16")
+
+
+@needs_f16
+@pytest.mark.parametrize("variant", ["direct_wg1x64_u1_k1w2", "direct_wg2x32_u0_k1w4", "direct_wg8x8_u0_k1w4"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_depthwise_float16_on_channel_fastest_and_pixel_fastest_workgroups(variant, layout):
+    """Depthwise layers (MobileNet's) in float16: workgroups whose lanes go along channels
+    (neighbouring bytes in NHWC) and along pixels, with the epilogue, stride 1 and 2."""
+    rng = np.random.default_rng(abs(hash((variant, layout))) % 2**32)
+    for xs, kw in (((2, 72, 9, 11), dict(padding=1)), ((1, 40, 12, 13), dict(stride=2, padding=1))):
+        c = xs[1]
+        x, w, b = half_inputs(rng, xs, (c, 1, 3, 3))
+        conv = conv2d_reference(x, w, groups=c, **kw)
+        z = rng.standard_normal(conv.shape).astype(np.float16)
+        want = apply_epilogue(conv, b, z=z, alpha2=0.5, activation="relu")
+        t = nhwc if layout == "NHWC" else np.asarray
+        got = convtune.conv2d(t(x), w, bias=b, z=t(z), alpha2=0.5, activation="relu", groups=c, layout=layout,
+                              variant=variant, **kw)
+        check_half(got, t(want), f"{variant} {layout} {xs} {kw}")

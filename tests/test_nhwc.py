@@ -20,6 +20,10 @@ VARIANTS = FMA_SAMPLE + [
     "direct_wg16x16_u2_k4w1",
     "direct_wg8x8_u2_k8w4",
     "direct_wg32x2_u1_k4w2",
+    # Channel-fastest workgroups (lanes on neighbouring channel tiles): one pixel column a
+    # workgroup, or two.
+    "direct_wg1x64_u1_k1w2",
+    "direct_wg2x32_u0_k2w4",
 ]
 
 CASES = [

@@ -36,7 +36,11 @@ const NHWC_STORE_SECTOR: f64 = 200.0;
 /// Invocations in a subgroup, as on NVIDIA GPUs; for ranking only.
 const SUBGROUP: u32 = 32;
 
-const WG: [(u32, u32); 8] = [(64, 1), (128, 1), (256, 1), (32, 2), (16, 4), (32, 4), (8, 8), (16, 16)];
+/// Lanes go along x first: (x, 1) shapes put a subgroup's lanes on neighbouring pixels,
+/// (1, y) and (2, y) on neighbouring channel tiles, which in NHWC are neighbouring bytes: a
+/// depthwise layer's 32 lanes read 32 channels of one pixel where an (8, 8) workgroup's read
+/// 4 channels of 8 pixels, C elements apart.
+const WG: [(u32, u32); 10] = [(64, 1), (128, 1), (256, 1), (32, 2), (16, 4), (32, 4), (8, 8), (16, 16), (1, 64), (2, 32)];
 const UNROLL: [u32; 4] = [0, 1, 2, 4];
 const TK: [u32; 4] = [1, 2, 4, 8];
 const TW: [u32; 3] = [1, 2, 4];
