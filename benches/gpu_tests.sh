@@ -41,6 +41,10 @@ for s in range(n):
     for l in lines:
         if l.startswith(("FAILED", "ERROR")):
             print("  " + l)
+    # The failures' assertion lines too (a machine that sends back few files keeps them).
+    errs = [l for l in lines if l.startswith("E  ")]
+    for l in errs[:12]:
+        print("    " + l[:300])
     for k_n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary):
         total[k] = total.get(k, 0) + int(k_n)
 print("TOTAL", total)
