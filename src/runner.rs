@@ -503,7 +503,7 @@ fn submit_once(
             c.fill(&engine.device, &mut enc, buf, kernel.dtype);
         }
         encode(engine, &mut enc, kernel, bg, None)?;
-        let done = wait::submit(engine, [enc.finish()]);
+        let done = wait::submit(engine, [enc.finish()])?;
         bg.keep_weights();
         Ok(done)
     })?
@@ -603,7 +603,7 @@ impl DeviceTensors {
             let mut enc = engine.device.create_command_encoder(&Default::default());
             checker.compare(&engine.device, &mut enc, &self.y, reference, &stats, self.shape.dtype);
             wait::submit(engine, [enc.finish()])
-        })?;
+        })??;
         wait(engine, &idx)?;
         let mut raw = [0u8; 16];
         read_buffer(engine, &stats, &mut raw)?;
@@ -682,7 +682,7 @@ impl DeviceTensors {
             encode(engine, &mut enc, kernel, &bg, Some((&qs, 2 * i)))?;
         }
         enc.resolve_query_set(&qs, 0..count, &resolve, 0);
-        let idx = wait::submit(engine, [enc.finish()]);
+        let idx = wait::submit(engine, [enc.finish()])?;
         bg.keep_weights();
         wait(engine, &idx)?;
         let mut raw = vec![0u8; count as usize * 8];

@@ -17,10 +17,10 @@ struct Batch<T> {
     pending: Vec<wgpu::CommandBuffer>,
     /// Tickets handed out (one per `submit` call) and the last one whose buffers were
     /// submitted or failed to be; the ticket ranges (first, last) of submissions that
-    /// failed (a panic in the driver's submit: none in practice).
+    /// failed, with why (a GPU error at submission, or a panic in it).
     issued: u64,
     submitted: u64,
-    failed: Vec<(u64, u64)>,
+    failed: Vec<(u64, u64, String)>,
     /// The latest submission's index and token.
     last: Option<Done<T>>,
     /// A thread is submitting (with the lock let go).
@@ -47,39 +47,45 @@ impl<T: Clone> Batcher<T> {
         self.batch.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Submits `commands` to `queue`, with whatever other threads left meanwhile, and returns
-    /// the index of the submission that carried them and the token `after` gave right
-    /// after it (`after` runs once per submission, on the submitting thread: a work-done
-    /// callback, asked for right after the submission, covers every buffer in it). Panics
-    /// where the submission that carried them panicked (on another thread too): the call's
-    /// Python edge turns that into an error.
-    pub fn submit(&self, queue: &wgpu::Queue, commands: impl IntoIterator<Item = wgpu::CommandBuffer>, after: impl Fn() -> T) -> Done<T> {
+    /// Submits `commands` with whatever other threads left meanwhile, through `run` (called
+    /// on the submitting thread with every buffer of the submission: it submits them and
+    /// returns the index with a token, e.g. a work-done flag asked for right after, which
+    /// covers every buffer in it), and returns what the submission that carried them
+    /// returned. A submission's failure (`run`'s error: a GPU error caught at submission,
+    /// which an error scope of the submitting thread alone would see; or a panic) is every
+    /// carried call's error.
+    pub fn submit(
+        &self,
+        commands: impl IntoIterator<Item = wgpu::CommandBuffer>,
+        run: impl FnOnce(Vec<wgpu::CommandBuffer>) -> Result<Done<T>, String>,
+    ) -> Result<Done<T>, String> {
         let mut b = self.lock();
         b.pending.extend(commands);
         b.issued += 1;
         let ticket = b.issued;
+        let mut run = Some(run);
         loop {
             if b.submitted >= ticket {
-                if b.failed.iter().any(|&(first, last)| (first..=last).contains(&ticket)) {
-                    drop(b);
-                    panic!("the GPU submission that carried this call's work failed on another thread");
+                if let Some((_, _, why)) = b.failed.iter().find(|(first, last, _)| (*first..=*last).contains(&ticket)) {
+                    return Err(why.clone());
                 }
                 // The latest submission carried this call's buffers or came after it: waiting
                 // for it (or its token) covers them.
-                return b.last.clone().expect("a submission was made");
+                return Ok(b.last.clone().expect("a submission was made"));
             }
             if !b.leading {
-                b.leading = true;
-                let commands = std::mem::take(&mut b.pending);
-                let (first, upto) = (b.submitted + 1, b.issued);
-                drop(b);
-                // However the submission ends, the threads it carried hear of it.
-                let ended = Leading { batcher: self, first, upto };
-                let idx = queue.submit(commands);
-                let token = after();
-                ended.done((idx, token));
-                b = self.lock();
-                continue;
+                if let Some(run) = run.take() {
+                    b.leading = true;
+                    let commands = std::mem::take(&mut b.pending);
+                    let (first, upto) = (b.submitted + 1, b.issued);
+                    drop(b);
+                    // However the submission ends, the threads it carried hear of it.
+                    let ended = Leading { batcher: self, first, upto };
+                    let outcome = run(commands);
+                    ended.done(outcome);
+                    b = self.lock();
+                    continue;
+                }
             }
             b = self.changed.wait(b).unwrap_or_else(|e| e.into_inner());
         }
@@ -95,9 +101,12 @@ struct Leading<'a, T: Clone> {
 }
 
 impl<T: Clone> Leading<'_, T> {
-    fn done(self, last: Done<T>) {
+    fn done(self, outcome: Result<Done<T>, String>) {
         let mut b = self.batcher.lock();
-        b.last = Some(last);
+        match outcome {
+            Ok(last) => b.last = Some(last),
+            Err(why) => b.failed.push((self.first, self.upto, why)),
+        }
         b.submitted = self.upto;
         b.leading = false;
         drop(b);
@@ -110,7 +119,7 @@ impl<T: Clone> Drop for Leading<'_, T> {
     fn drop(&mut self) {
         let mut b = self.batcher.lock();
         b.submitted = self.upto;
-        b.failed.push((self.first, self.upto));
+        b.failed.push((self.first, self.upto, "the GPU submission that carried this call's work panicked".into()));
         b.leading = false;
         drop(b);
         self.batcher.changed.notify_all();
@@ -137,7 +146,9 @@ mod tests {
             for _ in 0..16 {
                 s.spawn(|| {
                     for _ in 0..50 {
-                        let (idx, n) = batcher.submit(&e.queue, [commands(&e)], || made.fetch_add(1, Ordering::SeqCst) + 1);
+                        let (idx, n) = batcher
+                            .submit([commands(&e)], |all| Ok((e.queue.submit(all), made.fetch_add(1, Ordering::SeqCst) + 1)))
+                            .unwrap();
                         assert!(n >= 1);
                         e.device.poll(wgpu::PollType::Wait { submission_index: Some(idx), timeout: Some(std::time::Duration::from_secs(60)) }).unwrap();
                     }
@@ -149,14 +160,17 @@ mod tests {
         eprintln!("800 calls from 16 threads in {made} submissions");
     }
 
-    /// A submission that unwinds fails the calls it carried and leaves the batcher usable.
+    /// A submission that fails or unwinds fails the calls it carried and leaves the batcher
+    /// usable.
     #[test]
     fn a_failed_submission_leaves_it_usable() {
         let e = crate::device::engine().expect("a Vulkan adapter (lavapipe in CI)");
         let batcher: Batcher<u32> = Batcher::default();
-        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batcher.submit(&e.queue, [commands(&e)], || panic!("injected"))));
-        assert!(failed.is_err());
-        let (_, token) = batcher.submit(&e.queue, [commands(&e)], || 7);
+        let failed = batcher.submit([commands(&e)], |_| Err("refused".into()));
+        assert_eq!(failed.unwrap_err(), "refused");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batcher.submit([commands(&e)], |_| panic!("injected"))));
+        assert!(unwound.is_err());
+        let (_, token) = batcher.submit([commands(&e)], |all| Ok((e.queue.submit(all), 7))).unwrap();
         assert_eq!(token, 7);
     }
 }

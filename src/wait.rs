@@ -50,10 +50,22 @@ pub struct Submitted {
 
 /// Submits `commands`, with what other threads submit at the same moment (`submit`), and
 /// asks to be told when they are done: the callback, asked for right after the submission,
-/// fires once it (and anything submitted before it) is done.
-pub fn submit(engine: &Engine, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Submitted {
-    let (idx, done) = engine.submits.submit(&engine.queue, commands, || (!engine.spin.is_zero()).then(|| work_done_flag(engine)));
-    Submitted { idx, done }
+/// fires once it (and anything submitted before it) is done. A GPU error at submission is
+/// caught on the submitting thread and is the error of every call the submission carried.
+pub fn submit(engine: &Engine, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Result<Submitted> {
+    let (idx, done) = engine
+        .submits
+        .submit(commands, |all| {
+            let scope = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let idx = engine.queue.submit(all);
+            let done = (!engine.spin.is_zero()).then(|| work_done_flag(engine));
+            match pollster::block_on(scope.pop()) {
+                Some(e) => Err(format!("GPU error at submission: {e}")),
+                None => Ok((idx, done)),
+            }
+        })
+        .map_err(Error::Gpu)?;
+    Ok(Submitted { idx, done })
 }
 
 /// A flag set once all work submitted so far is done.
