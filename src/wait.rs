@@ -56,10 +56,12 @@ pub fn submit(engine: &Engine, commands: impl IntoIterator<Item = wgpu::CommandB
     let (idx, done) = engine
         .submits
         .submit(commands, |all| {
-            let scope = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let oom = engine.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let invalid = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
             let idx = engine.queue.submit(all);
             let done = (!engine.spin.is_zero()).then(|| work_done_flag(engine));
-            match pollster::block_on(scope.pop()) {
+            let (invalid, oom) = (pollster::block_on(invalid.pop()), pollster::block_on(oom.pop()));
+            match invalid.or(oom) {
                 Some(e) => Err(format!("GPU error at submission: {e}")),
                 None => Ok((idx, done)),
             }
