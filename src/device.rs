@@ -715,6 +715,13 @@ impl Engine {
         Ok(pipeline)
     }
 
+    /// `variant`'s size-generic module run on `shape` (as `pipeline` runs it once the layer
+    /// has switched over), whatever kernel of (variant, shape) is cached; `None` where it has
+    /// none.
+    pub fn generic_kernel(&self, variant: &Variant, shape: &ConvShape) -> Option<Arc<Compiled>> {
+        self.generic_run(variant, shape, self.max_workspace())
+    }
+
     /// A size-generic module's run on `shape` where its layer has met more than
     /// `generic::after()` sizes and the variant's module takes this size (`generic`); `None`
     /// where the call compiles its exact-size kernel as before.

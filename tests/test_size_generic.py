@@ -184,6 +184,9 @@ print("third:", call(20, 24))
 print("fourth:", call(21, 23))
 done = convtune.wait_tuning(timeout=300)
 print("tuned:", [(d["problem"], d["winner"]) for d in done if d["problem"].startswith("1x8x20x24 ")])
+ok = sorted((c for c in convtune.tune((1, 8, 20, 24), w.shape, padding=1).candidates if c["status"] == "ok"),
+            key=lambda c: c["runoff_ms"] or c["median_ms"])
+print("fastest:", [c["name"] for c in ok])
 print("fifth:", call(19, 25))
 print("jobs:", len(done))
 """
@@ -213,9 +216,14 @@ def test_a_detached_tuning_past_the_switch_over_leaves_its_bucket_one_kernel(tmp
     # The fourth size runs what the third ran meanwhile, as a size-generic kernel.
     assert fourth == (fourth[0], third[1]) and fourth[0].startswith("size-generic"), r.stdout
     (_, winner), = eval(lines["tuned"])
-    assert fifth[0].startswith("size-generic") and fifth[1] == winner, r.stdout
+    # The winner, or another of the three fastest whose size-generic module ran the bucket's
+    # first size faster (`autotune::bucket_variant`).
+    others = [v for v in eval(lines["fastest"]) if v != winner][:2]
+    assert fifth[0].startswith("size-generic") and fifth[1] in [winner] + others, r.stdout
     if mode == "background":
-        assert winner != third[1], r.stdout
+        # The tuning found another variant than the default pick the bucket ran meanwhile,
+        # and the bucket took the tuning's choice.
+        assert winner != third[1] and (fifth[1] != third[1] or third[1] in others), r.stdout
     # Three sizes tuned (two before the switch-over, the bucket's first): not the fourth.
     assert int(lines["jobs"]) == 3, r.stdout
 
