@@ -231,7 +231,7 @@ impl Generic {
         lines.push(String::new());
         let access = if binding == 7 { "read" } else { "read_write" };
         lines.push(format!("// Size-generic: the call's sizes.\n@group(0) @binding({binding}) var<storage, {access}> {DIMS}: array<u32>;"));
-        let source = lines.join("\n") + "\n";
+        let source = hoist_reads(&lines, base.len()).join("\n") + "\n";
         let values = base.iter().map(|d| word(&d.expr)).collect::<Option<_>>()?;
         Some(Generic { source, binding, names: base.into_iter().map(|d| d.name).collect(), template: exact.to_string(), values })
     }
@@ -255,6 +255,53 @@ impl Generic {
         }
         Some(values)
     }
+}
+
+/// `lines` with each function's reads of the sizes' buffer made once, at its start
+/// (`let convtune_dim3 = convtune_dims[3];`), not at every use: a read of a storage buffer
+/// between stores to another may not be merged with the last by a compiler that cannot rule
+/// out their aliasing. A value read at a constant index of the read-only binding at a
+/// function's start is as uniform as the read (barriers after size-dependent branches stay
+/// valid).
+fn hoist_reads(lines: &[String], words: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(lines.len() + 16);
+    let mut i = 0;
+    while i < lines.len() {
+        let l = &lines[i];
+        if !(l.starts_with("fn ") || l.starts_with("@compute")) {
+            out.push(l.clone());
+            i += 1;
+            continue;
+        }
+        // The signature up to the line that opens the body, then the body up to its closing
+        // brace at column 0.
+        let Some(open) = (i..lines.len()).find(|&j| lines[j].contains('{')) else {
+            out.extend(lines[i..].iter().cloned());
+            break;
+        };
+        // A body on the signature's line (a one-line function) keeps its reads.
+        if !lines[open].trim_end().ends_with('{') {
+            out.extend(lines[i..=open].iter().cloned());
+            i = open + 1;
+            continue;
+        }
+        let Some(close) = (open + 1..lines.len()).find(|&j| lines[j].starts_with('}')) else {
+            out.extend(lines[i..].iter().cloned());
+            break;
+        };
+        out.extend(lines[i..=open].iter().cloned());
+        let body = &lines[open + 1..close];
+        let used: Vec<usize> = (0..words).filter(|w| body.iter().any(|b| b.contains(&format!("{DIMS}[{w}]")))).collect();
+        for w in &used {
+            out.push(format!("    let {DIMS}{w} = {DIMS}[{w}];"));
+        }
+        for b in body {
+            out.push(used.iter().fold(b.clone(), |b, w| b.replace(&format!("{DIMS}[{w}]"), &format!("{DIMS}{w}"))));
+        }
+        out.push(lines[close].clone());
+        i = close + 1;
+    }
+    out
 }
 
 /// Distinct sizes a layer must meet before its new sizes run a size-generic module:
@@ -430,8 +477,11 @@ mod tests {
         assert_eq!(g.names, ["H", "N"]);
         assert!(!g.source.contains("const H:") && !g.source.contains("const HK:"));
         assert!(g.source.contains("const K: i32 = 8;"));
-        // Derived ones inline what they are computed from (reads at a uniform index).
-        assert!(g.source.contains("let a = i32(i32(convtune_dims[0]) * K) + i32(u32(convtune_dims[1]));"), "{}", g.source);
+        // Derived ones inline what they are computed from (reads at a uniform index, made
+        // once at the function's start).
+        assert!(g.source.contains(") {\n    let convtune_dims0 = convtune_dims[0];\n    let convtune_dims1 = convtune_dims[1];\n"), "{}", g.source);
+        assert!(g.source.contains("let a = i32(i32(convtune_dims0) * K) + i32(u32(convtune_dims1));"), "{}", g.source);
+        crate::codegen::validate(&g.source).unwrap();
         assert!(g.source.contains("@group(0) @binding(7) var<storage, read> convtune_dims: array<u32>;"));
         assert_eq!(g.values(&b), Some(vec![12, 3]));
         assert_eq!(g.values(A), Some(vec![10, 2]));
@@ -453,7 +503,7 @@ mod tests {
         let a = A.replace("    let a = HK + i32(N);", "    const T: i32 = (H + 3) / 4;\n    const U: i32 = T * 2;\n    const V: i32 = K * 2;\n    let a = U + V;");
         let b = a.replace("H: i32 = 10", "H: i32 = 12");
         let g = Generic::of(&a, &[&b]).unwrap();
-        assert!(g.source.contains("    let T: i32 = (i32(convtune_dims[0]) + 3) / 4;\n    let U: i32 = T * 2;\n    const V: i32 = K * 2;"), "{}", g.source);
+        assert!(g.source.contains("    let T: i32 = (i32(convtune_dims0) + 3) / 4;\n    let U: i32 = T * 2;\n    const V: i32 = K * 2;"), "{}", g.source);
         crate::codegen::validate(&g.source).unwrap();
         // Not where one must be known at compile time.
         let c = a.replace("    let a = U + V;", "    var t: array<f32, U>;\n    let a = U + V;");
