@@ -498,6 +498,28 @@ mod tests {
         assert!(Generic::of(&both, &[&both.replace("H: i32 = 10", "H: i32 = 12")]).is_none());
     }
 
+    /// Each function reads a size once, at its start; a one-line function keeps its read.
+    #[test]
+    fn reads_are_made_once_per_function() {
+        let lines: Vec<String> = [
+            "fn one(i: i32) -> i32 { return i * i32(convtune_dims[1]); }",
+            "fn two(",
+            "    i: i32,",
+            ") -> i32 {",
+            "    let a = i32(convtune_dims[0]) + i;",
+            "    return a * i32(convtune_dims[0]);",
+            "}",
+            "const K: i32 = 3;",
+        ]
+        .map(String::from)
+        .to_vec();
+        let out = hoist_reads(&lines, 2).join("\n");
+        assert_eq!(
+            out,
+            "fn one(i: i32) -> i32 { return i * i32(convtune_dims[1]); }\nfn two(\n    i: i32,\n) -> i32 {\n    let convtune_dims0 = convtune_dims[0];\n    let a = i32(convtune_dims0) + i;\n    return a * i32(convtune_dims0);\n}\nconst K: i32 = 3;"
+        );
+    }
+
     #[test]
     fn a_function_constant_computed_from_sizes_becomes_a_let() {
         let a = A.replace("    let a = HK + i32(N);", "    const T: i32 = (H + 3) / 4;\n    const U: i32 = T * 2;\n    const V: i32 = K * 2;\n    let a = U + V;");
