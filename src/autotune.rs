@@ -528,7 +528,7 @@ fn tune_job(
     // the fastest whose module runs faster.
     if let Ok(winner) = report.winner_variant() {
         let after = crate::generic::after();
-        let variant = if engine.layers.switched(shape, after) { bucket_variant(engine, shape, &report, winner) } else { winner };
+        let variant = if engine.layers.switched(shape, after) { bucket_variant(engine, shape, &report, winner, progress) } else { winner };
         engine.layers.prefer_variant(shape, precision, variant, after);
     }
     Ok(report)
@@ -539,8 +539,16 @@ fn tune_job(
 /// can lose a third of its exact kernel's speed where another's loses little (on an H200 the
 /// stem family's 3x3 ran 1.49x its exact kernel, the tensor-core tiles 1.01-1.36x:
 /// `benches/generic_speed.py`). Only where no caller waits (a worker's job): the modules
-/// compile and run here. The winner where none has a module or a timing fails.
-fn bucket_variant(engine: &Engine, shape: &ConvShape, report: &TuneReport, winner: Variant) -> Variant {
+/// compile and run here, each timing after `progress` (the job's gate: in the background
+/// mode, no timing while a convtune call runs). The winner where none has a module, a
+/// timing fails or the job is cancelled.
+fn bucket_variant(
+    engine: &Engine,
+    shape: &ConvShape,
+    report: &TuneReport,
+    winner: Variant,
+    progress: &mut dyn FnMut(&Progress) -> Result<()>,
+) -> Variant {
     let mut timed: Vec<(f64, Variant)> = report
         .candidates
         .iter()
@@ -554,7 +562,11 @@ fn bucket_variant(engine: &Engine, shape: &ConvShape, report: &TuneReport, winne
         return winner;
     };
     let mut best: Option<(f64, Variant)> = None;
-    for v in finalists {
+    for (i, v) in finalists.enumerate() {
+        let name = format!("{v} (size-generic)");
+        if progress(&Progress { done: i, total: 3, name: &name, best: None }).is_err() {
+            return winner;
+        }
         let Some(kernel) = engine.generic_kernel(&v, shape) else { continue };
         // One run first: a driver may finish compiling at the first dispatch.
         let Ok(mut times) = tensors.time(engine, &kernel, 1).and_then(|_| tensors.time(engine, &kernel, 10)) else { continue };
