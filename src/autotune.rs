@@ -569,9 +569,8 @@ fn bucket_variant(
         }
         let Some(kernel) = engine.generic_kernel(&v, shape) else { continue };
         // One run first: a driver may finish compiling at the first dispatch.
-        let Ok(mut times) = tensors.time(engine, &kernel, 1).and_then(|_| tensors.time(engine, &kernel, 10)) else { continue };
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
+        let Ok(times) = tensors.time(engine, &kernel, 1).and_then(|_| tensors.time(engine, &kernel, 10)) else { continue };
+        let Some(median) = crate::runner::median(&times) else { continue };
         if best.is_none_or(|(b, _)| median < b) {
             best = Some((median, v));
         }

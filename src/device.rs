@@ -726,7 +726,9 @@ impl Engine {
     /// `generic::after()` sizes and the variant's module takes this size (`generic`); `None`
     /// where the call compiles its exact-size kernel as before.
     fn generic_run(&self, variant: &Variant, shape: &ConvShape, workspace: u64) -> Option<Arc<Compiled>> {
-        self.layers.note(shape, crate::generic::after())?;
+        if !self.layers.note(shape, crate::generic::after()) {
+            return None;
+        }
         let kernel = variant.generate_within(shape, workspace).ok()?;
         if kernel.chunks != 1 || kernel.wprep.is_some() {
             return None;

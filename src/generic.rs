@@ -371,9 +371,9 @@ impl<M> Layers<M> {
         self.note(shape, 0);
     }
 
-    /// Notes that `shape` runs; once its layer has met more than `after` sizes, another size
-    /// of it (to make a generic module with).
-    pub fn note(&self, shape: &ConvShape, after: usize) -> Option<ConvShape> {
+    /// Notes that `shape` runs; whether its layer has met more than `after` sizes (then it
+    /// keeps at least one other, which a generic module is made with: `kept`).
+    pub fn note(&self, shape: &ConvShape, after: usize) -> bool {
         let mut sizes = lock(&self.sizes);
         if sizes.len() >= LAYERS_KEPT {
             sizes.clear();
@@ -386,7 +386,7 @@ impl<M> Layers<M> {
             }
             kept.push(*shape);
         }
-        (after > 0 && *count > after).then(|| kept.iter().rev().find(|s| *s != shape).copied()).flatten()
+        after > 0 && *count > after
     }
 
     /// The sizes of `shape`'s layer kept (the last few met).

@@ -196,11 +196,11 @@ def non_finite_inputs(rng: np.random.Generator, x_shape, w_shape):
     return x, w
 
 
-def check_same_non_finites(got, want) -> np.ndarray:
+def check_same_non_finites(got, want, context: str = "") -> np.ndarray:
     """Asserts that ``got`` holds NaN, +Inf and -Inf exactly where ``want`` does; returns the
     mask of ``want``'s finite elements, for comparing the rest within a bound."""
     for kind in (np.isnan, np.isposinf, np.isneginf):
-        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
+        np.testing.assert_array_equal(kind(got), kind(want), err_msg=f"{kind.__name__} {context}")
     return np.isfinite(want)
 
 

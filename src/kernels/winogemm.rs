@@ -260,6 +260,13 @@ pub(super) fn applies_fma(shape: &ConvShape) -> bool {
     shape.r == shape.s && (shape.r == 3 || shape.r == 5) && stride_one(shape)
 }
 
+/// Whether F(m x m, r x r) on FMA units computes the shape: `applies_fma`, 5x5 filters with
+/// m = 2 only (F(4x4, 5x5) would take F(6x6, 3x3)'s seven points, whose rounding passes
+/// "highest"'s bound).
+fn fma_computes(m: u32, shape: &ConvShape) -> bool {
+    applies_fma(shape) && (shape.r == 3 || m == 2)
+}
+
 /// Stride 1 (a dilated problem's phases are tiled alike; a dilated scatter is a stride-1
 /// transposed problem's, one phase: `ConvShape::lowered`).
 fn stride_one(shape: &ConvShape) -> bool {
@@ -380,7 +387,7 @@ impl KernelVariant for WinoGemm {
     /// round as F(6x6, 3x3)'s do), where U and one GEMM tile's V and M fit the default
     /// workspace bound (larger problems run in chunks of tiles).
     fn computes(&self, shape: &ConvShape) -> bool {
-        applies_fma(shape) && (shape.r == 3 || self.m == 2) && self.chunking(shape, MAX_WORKSPACE).is_some()
+        fma_computes(self.m, shape) && self.chunking(shape, MAX_WORKSPACE).is_some()
     }
 
     fn suits(&self, shape: &ConvShape) -> bool {
@@ -543,7 +550,7 @@ pub(super) struct Passes {
 /// `fma`: the FMA family's passes, which take 5x5 filters too (`applies_fma`; the filter's
 /// side is the tiling's r); the tensor-core family's take 3x3 ones (`applies_dilated`).
 pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled: bool, split: bool, fma: bool) -> Result<Passes> {
-    let takes = shape.r == t.r && if fma { applies_fma(shape) && (t.r == 3 || t.m == 2) } else { applies_dilated(shape) };
+    let takes = shape.r == t.r && if fma { fma_computes(t.m, shape) } else { applies_dilated(shape) };
     let chunking = if takes { t.chunking(shape, cap) } else { None };
     let Some(chunking @ Chunking { tp, chunks }) = chunking else {
         return Err(refusal(name, t, shape, cap, fma));
