@@ -562,12 +562,14 @@ fn bucket_variant(
         return winner;
     };
     let mut best: Option<(f64, Variant)> = None;
+    let mut tried = Vec::new();
     for (i, v) in finalists.enumerate() {
         let name = format!("{v} (size-generic)");
         if progress(&Progress { done: i, total: 3, name: &name, best: None }).is_err() {
             return winner;
         }
         let Some(kernel) = engine.generic_kernel(&v, shape) else { continue };
+        tried.push(v);
         // One run first: a driver may finish compiling at the first dispatch.
         let Ok(times) = tensors.time(engine, &kernel, 1).and_then(|_| tensors.time(engine, &kernel, 10)) else { continue };
         let Some(median) = crate::runner::median(&times) else { continue };
@@ -575,7 +577,11 @@ fn bucket_variant(
             best = Some((median, v));
         }
     }
-    best.map_or(winner, |(_, v)| v)
+    let pick = best.map_or(winner, |(_, v)| v);
+    for v in tried.iter().filter(|v| **v != pick) {
+        engine.drop_generic(v, shape);
+    }
+    pick
 }
 
 #[cfg(test)]

@@ -722,6 +722,15 @@ impl Engine {
         self.generic_run(variant, shape, self.max_workspace())
     }
 
+    /// Drops `variant`'s size-generic module of `shape`'s layer unless one of the layer's
+    /// buckets runs it (a bucket's timing's losers).
+    pub fn drop_generic(&self, variant: &Variant, shape: &ConvShape) {
+        let workspace = self.max_workspace();
+        if let Ok(kernel) = variant.generate_within(shape, workspace) {
+            self.layers.drop_module(variant, shape, workspace, crate::generic::skeleton(&kernel.source));
+        }
+    }
+
     /// A size-generic module's run on `shape` where its layer has met more than
     /// `generic::after()` sizes and the variant's module takes this size (`generic`); `None`
     /// where the call compiles its exact-size kernel as before.

@@ -425,6 +425,16 @@ impl<M> Layers<M> {
         }
     }
 
+    /// Drops the module of (variant, layer, code form) unless a bucket of the layer runs the
+    /// variant: a bucket's timing compiles its finalists, and only its pick need stay.
+    pub fn drop_module(&self, variant: &Variant, shape: &ConvShape, workspace: u64, skeleton: u64) {
+        let layer = layer_of(shape);
+        if lock(&self.variants).iter().any(|((l, ..), v)| *l == layer && v == variant) {
+            return;
+        }
+        self.modules.remove(&(*variant, layer, workspace, skeleton));
+    }
+
     /// Size-generic modules held (the least recently used past the kernel cache's default
     /// limits are dropped, to be made again when next needed).
     pub fn modules(&self) -> usize {

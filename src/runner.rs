@@ -496,6 +496,17 @@ fn submit_once(
     bg: &Bindings,
     poison: Option<&PooledBuffer>,
 ) -> Result<Submitted> {
+    submit_then(engine, kernel, bg, poison, |_| Ok(()))
+}
+
+/// `submit_once`, with what `then` records after the dispatch in the same submission.
+fn submit_then(
+    engine: &Engine,
+    kernel: &Compiled,
+    bg: &Bindings,
+    poison: Option<&PooledBuffer>,
+    then: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<()>,
+) -> Result<Submitted> {
     let checker = poison.map(|_| engine.checker()).transpose()?;
     scoped(engine, || -> Result<Submitted> {
         let mut enc = engine.device.create_command_encoder(&Default::default());
@@ -503,6 +514,7 @@ fn submit_once(
             c.fill(&engine.device, &mut enc, buf, kernel.dtype);
         }
         encode(engine, &mut enc, kernel, bg, None)?;
+        then(&mut enc)?;
         let done = wait::submit(engine, [enc.finish()])?;
         bg.keep_weights();
         Ok(done)
@@ -812,14 +824,19 @@ pub fn conv2d_timed<T: Elem>(
         ph.mark("upload");
         let maxima = folded(scaled.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.load(Ordering::Relaxed)));
         let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y, maxima, None)?;
-        let idx = submit_once(engine, &kernel, &bound, poison.then_some(&y))?;
+        let mut staged = None;
+        let idx = submit_then(engine, &kernel, &bound, poison.then_some(&y), |enc| {
+            staged = Some(transfer::stage_download::<T>(engine, &y, &y_runs, enc)?);
+            Ok(())
+        })?;
         xb.remap_upload();
         if let Some(zb) = &zb {
             zb.remap_upload();
         }
         ph.mark("submit");
         // Some drivers (lavapipe) block here until the kernel is done.
-        let download = transfer::start_download::<T>(engine, &y, &y_runs)?;
+        let staged = staged.ok_or_else(|| Error::Gpu("the read-back was not staged".into()))?;
+        let download = staged.start(engine, &y, idx.idx.clone())?;
         ph.mark("readback_submit");
         wait(engine, &idx)?;
         ph.mark("gpu_wait");

@@ -472,6 +472,46 @@ pub fn start_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, runs: &[(usi
     Ok(Download { plan, pending, elem: std::marker::PhantomData })
 }
 
+/// A read-back whose first chunk's copy is recorded into a kernel's own command encoder
+/// (`stage_download`): a small call then makes one submission instead of two, and each
+/// submission takes the queue's locks and runs its maintenance.
+pub struct Staged<T> {
+    plan: Vec<Chunk>,
+    first: Option<(PooledBuffer, u64)>,
+    elem: std::marker::PhantomData<T>,
+}
+
+/// Records the copy of `src`'s first chunk (laid out as `runs` on the host) into `enc`;
+/// `Staged::start` queues the others once `enc`'s submission is made.
+pub fn stage_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, runs: &[(usize, usize)], enc: &mut wgpu::CommandEncoder) -> Result<Staged<T>> {
+    let plan = chunks(runs, chunk_elems());
+    let first = match plan.first() {
+        Some(c) => {
+            let bytes = copy_bytes::<T>(c.len);
+            let staging = engine.pool.take(DOWNLOAD, bytes)?;
+            enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
+            Some((staging, bytes))
+        }
+        None => None,
+    };
+    Ok(Staged { plan, first, elem: std::marker::PhantomData })
+}
+
+impl<T: Elem> Staged<T> {
+    /// The download, once the submission that carried the first chunk's copy is `idx`.
+    pub fn start(self, engine: &Engine, src: &wgpu::Buffer, idx: wgpu::SubmissionIndex) -> Result<Download<T>> {
+        let mut pending = Vec::with_capacity(self.plan.len());
+        if let Some((staging, bytes)) = self.first {
+            let landing = Landing::map_read(&staging, bytes);
+            pending.push(Pending { staging, bytes, idx, landing });
+        }
+        for c in self.plan.iter().skip(1) {
+            pending.push(submit_download::<T>(engine, src, c)?);
+        }
+        Ok(Download { plan: self.plan, pending, elem: std::marker::PhantomData })
+    }
+}
+
 impl<T: Elem> Download<T> {
     /// Waits for the chunks in order on this thread and hands each, once mapped, to copy
     /// threads in pieces of `COPY_PIECE` bytes, which fill `out` while later chunks land.
@@ -544,11 +584,10 @@ struct Pending {
 fn submit_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> Result<Pending> {
     let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(DOWNLOAD, bytes)?;
-    let idx = scoped(engine, || {
-        let mut enc = engine.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
-        engine.queue.submit([enc.finish()])
-    })?;
+    let mut enc = engine.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
+    // Through the grouped submissions: other threads' read-backs and kernels go with it.
+    let idx = crate::wait::submit(engine, [enc.finish()])?.idx;
     let landing = Landing::map_read(&staging, bytes);
     Ok(Pending { staging, bytes, idx, landing })
 }
