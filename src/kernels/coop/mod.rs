@@ -184,7 +184,7 @@ impl KernelVariant for Coop {
         let tile_ok = match self.layout {
             4 => self.bk == 16 && WINDOW_ROW_TILES.contains(&tile),
             3 => TILES.contains(&tile) && !(self.bk == 16 && WINDOW_ROW_TILES.contains(&tile)),
-            _ => TILES.contains(&tile),
+            _ => TILES.contains(&tile) || SMALL_TILES.contains(&tile),
         };
         tile_ok
             && BK.contains(&self.bk)
@@ -321,7 +321,7 @@ impl KernelVariant for Coop {
 /// Every tile shape some layout takes, once each.
 fn all_tiles() -> Vec<(u32, u32, u32, u32)> {
     let mut tiles = TILES.to_vec();
-    for t in &WINDOW_ROW_TILES {
+    for t in WINDOW_ROW_TILES.iter().chain(&SMALL_TILES) {
         if !tiles.contains(t) {
             tiles.push(*t);
         }

@@ -46,6 +46,11 @@ pub(super) const TILES: [(u32, u32, u32, u32); 11] = [
     (256, 128, 4, 2),
     (128, 256, 2, 4),
 ];
+/// Small tiles for the gathering layouts (0 to 2): the layers of networks at small batch
+/// (M = N·OH·OW of 392 to 25,088 rows, 1x1 layers deep in K) give the tiles above a grid
+/// of a few dozen workgroups on 132 multiprocessors; 1 and 2 subgroups of 2x2 accumulators
+/// fill it (issue "real networks at small batch").
+pub(super) const SMALL_TILES: [(u32, u32, u32, u32); 3] = [(32, 32, 1, 1), (64, 32, 2, 1), (32, 64, 1, 2)];
 /// Layout 4's tiles (a kernel row per step; 16-term steps), which layout 3 does not take
 /// with 16-term steps: on the H200 each ran every 3x3 layer measured at most as long as the
 /// same tile on layout 3 (EDSR on 512x64, a 4x4 accumulator grid per subgroup that window
@@ -64,7 +69,8 @@ pub(super) const SPLITS: [u32; 3] = [1, 2, 4];
 /// TFLOP/s on 128x256 and 256x128 against 140 on 128x128, and split four ways batch 32 in
 /// 0.061 ms against 0.064 for the 128x128 tile split two ways (`benches/results/HISTORY.md`, "Split-K
 /// on 4x4 grids").
-pub(super) const SPLIT_TILES: [(u32, u32, u32, u32); 4] = [(128, 64, 2, 2), (128, 128, 2, 4), (256, 128, 4, 2), (128, 256, 2, 4)];
+pub(super) const SPLIT_TILES: [(u32, u32, u32, u32); 7] =
+    [(128, 64, 2, 2), (128, 128, 2, 4), (256, 128, 4, 2), (128, 256, 2, 4), (64, 64, 2, 2), (64, 32, 2, 1), (32, 64, 1, 2)];
 /// The window tiles split-K is offered for (over channel blocks): the 4-subgroup 4x4 grid,
 /// which runs two workgroups per multiprocessor (32,256,14,14 in float16 at batch 64 in
 /// 1.25x batch 32's time), so a grid of up to one workgroup per multiprocessor leaves half
