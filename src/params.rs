@@ -448,8 +448,8 @@ impl ConvShape {
     }
 
     /// The same problem with its output depth-to-space shuffled by `r` (1: none). K must be
-    /// divisible by r^2; a transposed problem takes it where it has a lowered form (no
-    /// dilation), the shuffle then folded into that form's scatter.
+    /// divisible by r^2; a transposed problem takes it where it has a lowered form (dilated
+    /// at stride 1 only), the shuffle then folded into that form's scatter.
     pub fn with_pixel_shuffle(self, r: i64) -> Result<Self> {
         if r < 1 {
             return Err(Error::invalid(format!("pixel_shuffle must be >= 1, got {r}")));
@@ -469,14 +469,12 @@ impl ConvShape {
         if shape.oh() as u64 * r as u64 > i32::MAX as u64 || shape.ow() as u64 * r as u64 > i32::MAX as u64 {
             return Err(Error::invalid(format!("pixel_shuffle={r} makes the output too large")));
         }
-        // A dilated transposed problem's lowered form (stride 1) has no room for the shuffle's
-        // phases beside its dilation's.
-        if shape.is_transposed() && (shape.lowered().is_none() || shape.dilation != (1, 1)) {
+        if shape.is_transposed() && shape.lowered().is_none() {
             return Err(Error::invalid(format!(
-                "pixel_shuffle={r} on a transposed convolution needs dilation 1 and padding within \
-                 the kernel's reach (it runs in the convolution's lowered form); got dilation {:?}, \
-                 padding {:?}",
-                self.dilation, self.pad
+                "pixel_shuffle={r} on a transposed convolution needs dilation 1 where the stride \
+                 is past 1, and padding within the kernel's reach (it runs in the convolution's \
+                 lowered form); got stride {:?}, dilation {:?}, padding {:?}",
+                self.stride, self.dilation, self.pad
             )));
         }
         Ok(shape)

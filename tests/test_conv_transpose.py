@@ -411,6 +411,32 @@ def test_pixel_shuffle_after_the_transposed_convolution_is_refused_where_it_cann
         convtune.conv_transpose2d(x, w, stride=2, pixel_shuffle=2, variant="tconv_wg64x1_k1w1")
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pixel_shuffle_after_a_dilated_stride_one_transposed_convolution(layout):
+    # At stride 1 a dilated transposed convolution lowers (the flipped taps d apart), and the
+    # shuffle folds into that form's scatter as it does undilated: every family that takes
+    # the problem, against pixel_shuffle(conv_transpose2d(...)) in float64, outputs poisoned.
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((2, 8, 9, 7)).astype(np.float32)
+    w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    kw = dict(padding=2, dilation=2, output_padding=1, pixel_shuffle=2, layout=layout)
+    want = pixel_shuffle_reference(conv_transpose2d_reference(x, w, 1, 2, dilation=2, output_padding=1), 2)
+    to = nhwc if layout == "NHWC" else (lambda a: a)
+    check_close(convtune.conv_transpose2d(to(x), w, **kw), to(want), layout)
+    ran = set()
+    for name in swept(convtune.variant_space(), 3):
+        try:
+            got = convtune.conv_transpose2d(to(x), w, variant=name, **kw)
+        except ValueError as e:
+            assert "cannot run" in str(e) or "the adapter allows" in str(e), (name, e)
+            continue
+        check_close(got, to(want), f"{name} {layout}")
+        ran.add(name.split("_")[0])
+    assert {"direct", "gemm"} <= ran, ran
+    assert not any(n.startswith("tconv") for n in [convtune.default_variant(
+        to(x).shape, w.shape, 1, 2, 2, transposed=True, output_padding=1, pixel_shuffle=2, layout=layout)])
+
+
 def test_matches_a_stride_one_conv2d_with_the_flipped_weights():
     # A second witness besides the reference: at stride 1, conv_transpose2d is conv2d with
     # padding R - 1 - p and w flipped and swapped to (K, C, R, S).
