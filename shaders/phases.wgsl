@@ -3,7 +3,9 @@
 // (k', c, a, b), with k' = g * P * KG + n and n = phase * KG + kk (channels-last) or
 // kk * P + phase (channels-first; see Scatter in src/params.rs), is the transposed weight
 // (g * CG + c, kk, i + (A - 1 - a) * SH, j + (B - 1 - b) * SW) for the phase's row and
-// column residues i = phase / SW and j = phase % SW, or zero past the kernel's edge. With a
+// column residues i = phase / SW and j = phase % SW, or zero past the kernel's edge. A kernel
+// dilated at a stride past 1 is spread out to RE x SE taps, its weights DH and DW apart and
+// zeros between. With a
 // pixel shuffle by Q after it, n counts PQ = P * Q * Q finer phases of KGF = KG / (Q * Q)
 // channels each.
 {{ENABLES}}
@@ -23,6 +25,10 @@ const R: i32 = {{R}};
 const S: i32 = {{S}};
 const SH: i32 = {{SH}};
 const SW: i32 = {{SW}};
+const RE: i32 = {{RE}};
+const SE: i32 = {{SE}};
+const DH: i32 = {{DH}};
+const DW: i32 = {{DW}};
 
 @compute @workgroup_size(256, 1, 1)
 fn main(
@@ -50,8 +56,8 @@ fn main(
     let r = ph_h / Q + (A - 1 - a) * SH;
     let s = ph_w / Q + (B - 1 - b) * SW;
     var v = {{DT}}(0.0);
-    if (r < R && s < S) {
-        v = w[(((g * CG + c) * KG + kk) * R + r) * S + s];
+    if (r < RE && s < SE && r % DH == 0 && s % DW == 0) {
+        v = w[(((g * CG + c) * KG + kk) * R + r / DH) * S + s / DW];
     }
     lowered[e] = v;
 }

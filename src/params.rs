@@ -199,8 +199,12 @@ pub struct Scatter {
     pub inner: u32,
     /// The transposed convolution's kernel (R, S): where it is not a multiple of the stride,
     /// some phases' lowered taps are zero (`kernels::phases::live_taps`). A pixel shuffle's
-    /// form: the conv's own kernel.
+    /// form: the conv's own kernel. A transposed convolution dilated at a stride past 1 has
+    /// its kernel spread out: d * (R - 1) + 1 taps, every d-th a weight (`holes`).
     pub kernel: (u32, u32),
+    /// The spacing of the weights within `kernel`: the transposed convolution's dilation
+    /// where its stride is past 1 (the taps between are zeros), else 1.
+    pub holes: (u32, u32),
 }
 
 impl Scatter {
@@ -448,8 +452,8 @@ impl ConvShape {
     }
 
     /// The same problem with its output depth-to-space shuffled by `r` (1: none). K must be
-    /// divisible by r^2; a transposed problem takes it where it has a lowered form (dilated
-    /// at stride 1 only), the shuffle then folded into that form's scatter.
+    /// divisible by r^2; a transposed problem takes it where it has a lowered form, the
+    /// shuffle then folded into that form's scatter.
     pub fn with_pixel_shuffle(self, r: i64) -> Result<Self> {
         if r < 1 {
             return Err(Error::invalid(format!("pixel_shuffle must be >= 1, got {r}")));
@@ -471,10 +475,10 @@ impl ConvShape {
         }
         if shape.is_transposed() && shape.lowered().is_none() {
             return Err(Error::invalid(format!(
-                "pixel_shuffle={r} on a transposed convolution needs dilation 1 where the stride \
-                 is past 1, and padding within the kernel's reach (it runs in the convolution's \
-                 lowered form); got stride {:?}, dilation {:?}, padding {:?}",
-                self.stride, self.dilation, self.pad
+                "pixel_shuffle={r} on a transposed convolution needs padding within the kernel's \
+                 reach (it runs in the convolution's lowered form); got padding {:?} with kernel \
+                 {}x{}, dilation {:?}",
+                self.pad, self.r, self.s, self.dilation
             )));
         }
         Ok(shape)
@@ -525,13 +529,16 @@ impl ConvShape {
     /// phases as output channels makes one conv of stride 1 with a ceil(R/st) x ceil(S/st)
     /// kernel (taps past R or S are zero), whose store scatters each phase to its rows and
     /// columns ([`Scatter`]). At stride 1 a dilation d stays one: the flipped taps d apart,
-    /// the padding d * (R - 1) - p. Every family computes it; its weights are w rearranged
-    /// (`kernels::phases`).
+    /// the padding d * (R - 1) - p. Past stride 1 a dilated kernel is lowered as the kernel
+    /// spread out, d * (R - 1) + 1 taps with zeros between its weights (`Scatter::holes`):
+    /// phases the weights never reach have only zero taps, which the tensor-core tiles skip.
+    /// Every family computes it; its weights are w rearranged (`kernels::phases`).
     pub fn lowered(&self) -> Option<ConvShape> {
         self.transposed?;
-        if self.dilation != (1, 1) && self.stride != (1, 1) {
-            return None;
-        }
+        let strided = self.stride != (1, 1);
+        let spread = |d: u32, taps: u32| if strided { d * (taps - 1) + 1 } else { taps };
+        let (kr, ks) = (spread(self.dilation.0, self.r), spread(self.dilation.1, self.s));
+        let (holes, dilation) = if strided { (self.dilation, (1, 1)) } else { ((1, 1), self.dilation) };
         // Per axis: kernel taps, padding before and after, the grid's offset, given the
         // input extent, stride, padding taken off, output extent and dilation (1 where the
         // stride is past 1).
@@ -544,8 +551,8 @@ impl ConvShape {
             Some((a, pad, pad_end, p - first * st))
         };
         let (oh, ow) = (self.oh(), self.ow());
-        let (r, ph, ph_end, off_h) = axis(self.h, self.stride.0, self.pad.0, self.r, oh, self.dilation.0)?;
-        let (s, pw, pw_end, off_w) = axis(self.w, self.stride.1, self.pad.1, self.s, ow, self.dilation.1)?;
+        let (r, ph, ph_end, off_h) = axis(self.h, self.stride.0, self.pad.0, kr, oh, dilation.0)?;
+        let (s, pw, pw_end, off_w) = axis(self.w, self.stride.1, self.pad.1, ks, ow, dilation.1)?;
         let phases = self.stride.0 * self.stride.1;
         // A pixel shuffle after it refines each phase into r * r finer ones: the scatter then
         // works on the shuffled output's grid.
@@ -555,6 +562,7 @@ impl ConvShape {
             r,
             s,
             stride: (1, 1),
+            dilation,
             pad: (ph, pw),
             pad_end: (ph_end, pw_end),
             transposed: None,
@@ -572,7 +580,8 @@ impl ConvShape {
                 // skipping 0.061 ms, channels-first NCHW 0.105).
                 phase_major: self.layout == Layout::Nhwc || (q == 1 && (self.r % self.stride.0 != 0 || self.s % self.stride.1 != 0)),
                 inner: q,
-                kernel: (self.r, self.s),
+                kernel: (kr, ks),
+                holes,
             }),
             ..*self
         };
@@ -602,6 +611,7 @@ impl ConvShape {
                 phase_major: self.layout == Layout::Nhwc,
                 inner: 1,
                 kernel: (self.r, self.s),
+                holes: (1, 1),
             }),
             ..*self
         })

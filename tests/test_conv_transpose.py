@@ -167,17 +167,24 @@ def check_lowered_case(variant, rng, xs, ws, kw, layout, dt, activation):
 
 
 # Stride-1 dilated transposed problems lower to a dilated convolution (taps flipped, padding
-# d * (R - 1) - p, one phase): the FMA sample, every Winograd variant (their dilation phases).
+# d * (R - 1) - p, one phase), strided ones to their spread-out kernel's phases: the FMA
+# sample, every Winograd variant (their dilation phases).
 DILATED_RUN = sorted(set(LOWERED_RUN) | {v for v in _FMA if v.startswith(_WINOGRAD)})
 DILATED_CASES = [
     ((2, 6, 9, 8), (6, 4, 3, 3), dict(dilation=2, padding=1, groups=2)),
     ((1, 5, 8, 10), (5, 6, 3, 3), dict(dilation=(3, 2), padding=(2, 1), output_padding=(1, 1))),
     ((1, 4, 9, 9), (4, 4, 5, 5), dict(dilation=2, padding=3)),
+    # Past stride 1 the kernel is lowered spread out (zeros between its weights): dilation 2
+    # at stride 2 leaves three phases of four without a tap, 3 at 2 reaches every phase; a
+    # 5x5 dilated 2 at stride 2 lowers to 3x3 filters (the Winograd families take it).
+    ((2, 6, 7, 6), (6, 4, 3, 3), dict(stride=2, dilation=2, padding=1, output_padding=1, groups=2)),
+    ((1, 5, 6, 5), (5, 3, 3, 2), dict(stride=(2, 3), dilation=(3, 2), padding=(2, 1), output_padding=(1, 2))),
+    ((1, 4, 5, 6), (4, 4, 3, 3), dict(stride=2, dilation=2, padding=2)),
 ]
 
 
 @pytest.mark.parametrize("variant", DILATED_RUN)
-def test_dilated_stride_1_lowered_form(variant):
+def test_dilated_lowered_form(variant):
     i = DILATED_RUN.index(variant)
     layout = "NHWC" if i % 2 else "NCHW"
     half = F16 and i % 3 == 0
@@ -403,8 +410,8 @@ def test_pixel_shuffle_after_the_transposed_convolution_on_device_and_float16():
 
 def test_pixel_shuffle_after_the_transposed_convolution_is_refused_where_it_cannot_run():
     x, w = np.ones((1, 4, 5, 5), np.float32), np.ones((4, 8, 3, 3), np.float32)
-    with pytest.raises(ValueError, match="needs dilation 1"):
-        convtune.conv_transpose2d(x, w, stride=2, dilation=2, pixel_shuffle=2)
+    with pytest.raises(ValueError, match="needs padding within the kernel's reach"):
+        convtune.conv_transpose2d(x, w, stride=2, padding=4, pixel_shuffle=2)
     with pytest.raises(ValueError, match="pixel_shuffle=3 needs output channels K divisible by 3"):
         convtune.conv_transpose2d(x, w, stride=2, pixel_shuffle=3)
     with pytest.raises(ValueError, match="cannot run on this shape"):
@@ -496,8 +503,10 @@ def test_introspection_names_the_transposed_problem():
     # Other families compute it in its lowered form: the weight pass is a module of its own.
     src = convtune.wgsl("direct_wg64x1_u0_k1w1", xs, ws, 2, 1, transposed=True)
     assert "ystore" in src and "return -1;" in src
-    with pytest.raises(ValueError, match="cannot run on this shape.*dilation"):
-        convtune.wgsl("direct_wg64x1_u0_k1w1", xs, ws, 2, 1, 2, transposed=True)
+    # Dilated past stride 1 too, its kernel spread out (zeros between the weights).
+    assert "ystore" in convtune.wgsl("direct_wg64x1_u0_k1w1", xs, ws, 2, 1, 2, transposed=True)
+    with pytest.raises(ValueError, match="cannot run on this shape.*padding past its kernel's reach"):
+        convtune.wgsl("direct_wg64x1_u0_k1w1", xs, ws, 2, 4, transposed=True)
     with pytest.raises(ValueError, match="cannot run on this shape"):
         convtune.wgsl("tconv_wg64x1_k4w1", xs, ws, 2, 1)
     with pytest.raises(ValueError, match="output_padding needs transposed=True"):
@@ -511,9 +520,9 @@ def test_introspection_names_the_transposed_problem():
 def test_forced_variant_of_another_family_is_refused():
     x = np.ones((1, 4, 5, 5), np.float32)
     w = np.ones((4, 4, 3, 3), np.float32)
-    # Dilated transposed problems past stride 1 have no lowered form: tconv only.
+    # Padding past the kernel's reach leaves no lowered form: tconv only.
     with pytest.raises(ValueError, match="cannot run on this shape"):
-        convtune.conv_transpose2d(x, w, stride=2, dilation=2, variant="gemm_b64x64x8_t4x4")
+        convtune.conv_transpose2d(x, w, stride=2, padding=4, variant="gemm_b64x64x8_t4x4")
     with pytest.raises(ValueError, match="cannot run on this shape"):
         convtune.conv2d(x, w, variant="tconv_wg64x1_k1w1")
 

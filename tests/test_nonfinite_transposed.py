@@ -27,13 +27,17 @@ VARIANTS = swept([v for v in _SPACE if v.split("_")[0] in FAMILIES], 4) + swept(
     [v for v in _SPACE if v.startswith("gemm_") and convtune.variant_knobs(v).get("splits", 1) > 1], 2)
 
 # (x shape, w shape, keyword arguments): dead taps (3x3 and 5x5 past a stride multiple),
-# none (4x4 at stride 2), stride 1 (the Winograd families), groups, a pixel shuffle after.
+# none (4x4 at stride 2), stride 1 (the Winograd families), groups, a pixel shuffle after,
+# dilated at stride 2 (the kernel spread out: d 2 leaves whole phases without a tap, d 3
+# reaches every phase).
 CASES = [
     ((2, 8, 10, 10), (8, 4, 3, 3), dict(stride=2, padding=1, output_padding=1)),
     ((1, 6, 7, 9), (6, 5, 4, 4), dict(stride=2, padding=1)),
     ((1, 4, 6, 5), (4, 3, 5, 5), dict(stride=3, padding=2, output_padding=1, groups=2)),
     ((2, 5, 8, 8), (5, 4, 3, 3), dict(stride=1, padding=1)),
     ((1, 4, 6, 6), (4, 8, 3, 3), dict(stride=2, padding=1, output_padding=1, pixel_shuffle=2)),
+    ((1, 6, 7, 6), (6, 4, 3, 3), dict(stride=2, padding=2, dilation=2, output_padding=1)),
+    ((2, 4, 6, 5), (4, 6, 3, 3), dict(stride=2, padding=1, dilation=3)),
 ]
 
 

@@ -299,7 +299,7 @@ impl Variant {
             let why = if !shape.padding_mode.is_zeros() {
                 "padding modes other than 'zeros' are for plain convolutions, which every family but tconv runs"
             } else if shape.is_transposed() {
-                "a transposed convolution with dilation, or padding past its kernel's reach, runs on tconv only"
+                "a transposed convolution with padding past its kernel's reach runs on tconv only"
             } else {
                 "a plain convolution runs on every family but tconv"
             };

@@ -39,6 +39,10 @@ pub fn weight_prep(shape: &ConvShape, lowered: &ConvShape, variant: &str) -> Res
             ("Q", sc.inner.to_string()),
             ("A", lowered.r.to_string()),
             ("B", lowered.s.to_string()),
+            ("RE", sc.kernel.0.to_string()),
+            ("SE", sc.kernel.1.to_string()),
+            ("DH", sc.holes.0.to_string()),
+            ("DW", sc.holes.1.to_string()),
             ("PHASE_OF_N", phase.to_string()),
             ("CF_OF_N", cf.to_string()),
         ]);
@@ -72,7 +76,7 @@ pub fn live_taps(lowered: &ConvShape) -> Option<Vec<u32>> {
             for a in 0..a_n {
                 for b in 0..b_n {
                     let (r, s) = (ph_h / q + (a_n - 1 - a) * sh, ph_w / q + (b_n - 1 - b) * sw);
-                    if r < sc.kernel.0 && s < sc.kernel.1 {
+                    if r < sc.kernel.0 && s < sc.kernel.1 && r % sc.holes.0 == 0 && s % sc.holes.1 == 0 {
                         live |= 1 << (a * b_n + b);
                     }
                 }
@@ -144,10 +148,12 @@ fn resum_sum(at: i32, k: i32) -> f32 {{
     for (var c = 0; c < {cg}; c = c + 1) {{
         for (var a = 0; a < {ka}; a = a + 1) {{
             let ih = oh - {ph} + a * {dh};
-            if (rh + ({ka} - 1 - a) * {sh} < {kr} && ih >= 0 && ih < {h}) {{
+            let rt = rh + ({ka} - 1 - a) * {sh};
+            if (rt < {kr} && rt % {hh} == 0 && ih >= 0 && ih < {h}) {{
                 for (var b = 0; b < {kb}; b = b + 1) {{
                     let iw = ow - {pw} + b * {dw};
-                    if (rw + ({kb} - 1 - b) * {sw} < {ks} && iw >= 0 && iw < {w}) {{
+                    let st = rw + ({kb} - 1 - b) * {sw};
+                    if (st < {ks} && st % {hw} == 0 && iw >= 0 && iw < {w}) {{
                         let xi = img * {xsn} + (g * {cg} + c) * {xsc} + ih * {xsh} + iw * {xsw};
                         let wi = ((k * {cg} + c) * {ka} + a) * {kb} + b;
                         acc = acc + f32({x_at}) * f32({w_at});
@@ -175,6 +181,28 @@ fn resum_sum(at: i32, k: i32) -> f32 {{
         sw = pq_w / q,
         kr = sc.kernel.0,
         ks = sc.kernel.1,
+        hh = sc.holes.0,
+        hw = sc.holes.1,
+    )
+}
+
+/// The Winograd families' re-sum of non-finite outputs (`direct_sum`, see
+/// `padding::direct_sum`) over a `side` x `side` filter: for a lowered transposed
+/// convolution the live taps' sum ([`resum_wgsl`]), since its dead taps' zero weights times
+/// an Inf in x would make a NaN the transposed convolution does not have; else the plain
+/// direct sum.
+pub fn direct_sum(shape: &ConvShape, side: usize) -> String {
+    if !resums(shape) {
+        return super::padding::direct_sum(shape.padding_mode, shape.dilation, side);
+    }
+    let [ysn, ysk, ysp] = shape.y_strides();
+    format!(
+        "{}
+fn direct_sum(img: i32, g: i32, k: i32, oh: i32, ow: i32, pad0: f32) -> f32 {{
+    return resum_sum(img * {ysn} + k * {ysk} + (oh * {ow} + ow) * {ysp}, k);
+}}",
+        resum_wgsl(shape, &element("x", false), &element("w", false)),
+        ow = shape.ow(),
     )
 }
 

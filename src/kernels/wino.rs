@@ -7,7 +7,7 @@
 //! for 4x4, where the direct method does 36 and 144.
 
 use super::cost::{ceil_to, parallel_efficiency, residency, BARRIER, GATHER_LOAD, GLOBAL_LOAD, SHARED_LOAD};
-use super::padding::{self, PadIndex};
+use super::padding::PadIndex;
 use super::{Family, KernelVariant};
 use crate::codegen::{render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
@@ -521,7 +521,7 @@ fn generate(v: &Wino, shape: &ConvShape) -> Result<Kernel> {
     let words_per_block = threads.div_ceil(32) as u64;
     let mark_words = blocks * words_per_block;
     let mut vars = shape_vars(shape, &v.name());
-    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation, 3)));
+    vars.push(("DIRECT_SUM", super::phases::direct_sum(shape, 3)));
     let [redo_oh, redo_ow] = super::winogemm::tile_corner("tile", shape.dilation, ["a", "b"]);
     vars.push(("REDO_OH", redo_oh));
     vars.push(("REDO_OW", redo_ow));

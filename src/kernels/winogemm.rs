@@ -61,7 +61,7 @@
 use super::cost::{ceil_to, multiprocessor_fill, parallel_efficiency, register_occupancy, GLOBAL_LOAD, SHARED_LOAD};
 use super::gemm::{whole_vec4_slots, write_accumulators, write_inner};
 use super::wino::lincomb;
-use super::padding::{self, PadIndex};
+use super::padding::PadIndex;
 use super::{Family, KernelVariant};
 use crate::codegen::{render, scatter_store_stmt, shape_vars, store_stmt, Kernel, MAX_CHUNKS, MAX_WORKSPACE};
 use crate::error::{Error, Result};
@@ -656,7 +656,7 @@ pub(super) fn passes(name: &str, t: &Tiling, shape: &ConvShape, cap: u64, scaled
     };
     let gemm = t.gemm_workgroups(shape, tp);
     let mut vars = shape_vars(shape, name);
-    vars.push(("DIRECT_SUM", padding::direct_sum(shape.padding_mode, shape.dilation, t.r as usize)));
+    vars.push(("DIRECT_SUM", super::phases::direct_sum(shape, t.r as usize)));
     vars.push(("TILE_ORIGIN", tile_origin(shape)));
     // The re-sum's outputs of a tile, its dilation apart.
     vars.push(("DIL_ROWS", if dh == 1 { String::new() } else { format!(" * {dh}") }));
