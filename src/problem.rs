@@ -430,11 +430,14 @@ mod tests {
             let e = Conv2d::builder([1, 8, 6, 6], [k, 8, 3, 3]).pixel_shuffle(r).build().unwrap_err().to_string();
             assert!(e.contains("pixel_shuffle"), "{e}");
         }
-        // After a transposed convolution: its output shuffled, in its lowered form (no dilation).
+        // After a transposed convolution: its output shuffled, in its lowered form (dilated
+        // too); padding past the kernel's reach leaves none.
         let t = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3]).stride(2).transposed(0).pixel_shuffle(2).build().unwrap();
         assert_eq!(t.y_dims(), [1, 1, 22, 22]);
-        let e = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3]).dilation(2).transposed(0).pixel_shuffle(2).build().unwrap_err().to_string();
-        assert!(e.contains("pixel_shuffle") && e.contains("dilation 1"), "{e}");
+        let d = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3]).stride(2).dilation(2).transposed(0).pixel_shuffle(2).build().unwrap();
+        assert_eq!(d.y_dims(), [1, 1, 26, 26]);
+        let e = Conv2d::builder([1, 4, 5, 5], [4, 4, 3, 3]).stride(2).padding(4).transposed(0).pixel_shuffle(2).build().unwrap_err().to_string();
+        assert!(e.contains("pixel_shuffle") && e.contains("padding within the kernel's reach"), "{e}");
     }
 
     #[test]
