@@ -584,10 +584,14 @@ struct Pending {
 fn submit_download<T: Elem>(engine: &Engine, src: &wgpu::Buffer, c: &Chunk) -> Result<Pending> {
     let bytes = copy_bytes::<T>(c.len);
     let staging = engine.pool.take(DOWNLOAD, bytes)?;
-    let mut enc = engine.device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
-    // Through the grouped submissions: other threads' read-backs and kernels go with it.
-    let idx = crate::wait::submit(engine, [enc.finish()])?.idx;
+    // Recorded under this thread's error scopes (the submission's are the submitting
+    // thread's), then submitted with other threads' read-backs and kernels.
+    let commands = scoped(engine, || {
+        let mut enc = engine.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(src, (c.start * std::mem::size_of::<T>()) as u64, &staging, 0, bytes);
+        enc.finish()
+    })?;
+    let idx = crate::wait::submit(engine, [commands])?.idx;
     let landing = Landing::map_read(&staging, bytes);
     Ok(Pending { staging, bytes, idx, landing })
 }
