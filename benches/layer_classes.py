@@ -32,6 +32,7 @@ LAYERS = [
     ("transposed", (8, 256, 32, 32), (256, 256, 3, 3), 1, 2, 2, 1, 0),  # dilated, stride 1
     ("transposed", (8, 256, 16, 16), (256, 128, 3, 3), 2, 1, 1, 1, 1),  # a decoder's upsampler
     ("transposed", (16, 512, 8, 8), (512, 256, 4, 4), 2, 1, 1, 1, 0),  # DCGAN's generator, 512 -> 256
+    ("transposed", (8, 128, 32, 32), (128, 64, 3, 3), 2, 2, 2, 1, 1),  # dilated d2 at stride 2 (spread-out kernel)
 ]
 
 
