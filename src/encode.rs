@@ -7,7 +7,7 @@ use crate::host::expect_present;
 use crate::plan::Plan;
 use crate::pool::{PooledBuffer, View};
 use crate::runner::{self, Tensors};
-use crate::transfer::scoped;
+use crate::wait::scoped;
 
 /// The caller's buffers for one convolution: byte ranges (`buffer.slice(offset..)`) of
 /// buffers with [`wgpu::BufferUsages::STORAGE`], each starting at a multiple of the

@@ -9,8 +9,8 @@ use crate::pool::{PooledBuffer, View, INPUT_MAPPED};
 use crate::resident::Resident;
 use crate::split;
 use crate::timing::Phases;
-use crate::transfer::{self, scoped, MaxFold};
-use crate::wait::{self, wait, wait_all, Landing, Submitted};
+use crate::transfer::{self, MaxFold};
+use crate::wait::{self, scoped, wait, wait_all, Landing, Submitted};
 use crate::kernels::Variant;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -496,28 +496,29 @@ fn submit_once(
     bg: &Bindings,
     poison: Option<&PooledBuffer>,
 ) -> Result<Submitted> {
-    submit_then(engine, kernel, bg, poison, |_| Ok(()))
+    Ok(submit_then(engine, kernel, bg, poison, |_| Ok(()))?.0)
 }
 
-/// `submit_once`, with what `then` records after the dispatch in the same submission.
-fn submit_then(
+/// `submit_once`, with what `then` records after the dispatch in the same submission; also
+/// returns what `then` returned.
+fn submit_then<R>(
     engine: &Engine,
     kernel: &Compiled,
     bg: &Bindings,
     poison: Option<&PooledBuffer>,
-    then: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<()>,
-) -> Result<Submitted> {
+    then: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<R>,
+) -> Result<(Submitted, R)> {
     let checker = poison.map(|_| engine.checker()).transpose()?;
-    scoped(engine, || -> Result<Submitted> {
+    scoped(engine, || -> Result<(Submitted, R)> {
         let mut enc = engine.device.create_command_encoder(&Default::default());
         if let (Some(c), Some(buf)) = (&checker, poison) {
             c.fill(&engine.device, &mut enc, buf, kernel.dtype);
         }
         encode(engine, &mut enc, kernel, bg, None)?;
-        then(&mut enc)?;
+        let recorded = then(&mut enc)?;
         let done = wait::submit(engine, [enc.finish()])?;
         bg.keep_weights();
-        Ok(done)
+        Ok((done, recorded))
     })?
 }
 
@@ -824,10 +825,8 @@ pub fn conv2d_timed<T: Elem>(
         ph.mark("upload");
         let maxima = folded(scaled.then(|| xmax.load(Ordering::Relaxed)), Some(wmax.load(Ordering::Relaxed)));
         let bound = bindings(engine, &kernel, &xb, &weights.w, weights.bias.as_deref(), zb.as_ref(), &y, maxima, None)?;
-        let mut staged = None;
-        let idx = submit_then(engine, &kernel, &bound, poison.then_some(&y), |enc| {
-            staged = Some(transfer::stage_download::<T>(engine, &y, &y_runs, enc)?);
-            Ok(())
+        let (idx, staged) = submit_then(engine, &kernel, &bound, poison.then_some(&y), |enc| {
+            transfer::stage_download::<T>(engine, &y, &y_runs, enc)
         })?;
         xb.remap_upload();
         if let Some(zb) = &zb {
@@ -835,7 +834,6 @@ pub fn conv2d_timed<T: Elem>(
         }
         ph.mark("submit");
         // Some drivers (lavapipe) block here until the kernel is done.
-        let staged = staged.ok_or_else(|| Error::Gpu("the read-back was not staged".into()))?;
         let download = staged.start(engine, &y, idx.idx.clone())?;
         ph.mark("readback_submit");
         wait(engine, &idx)?;

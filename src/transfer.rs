@@ -16,7 +16,7 @@ use crate::pool::{PooledBuffer, DOWNLOAD, UPLOAD};
 use crate::settings::env_usize;
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU32, Ordering};
-use crate::wait::{wait_all, Landing};
+use crate::wait::{scoped, wait_all, Landing};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// KiB per chunk by default (4 MiB): large enough that a chunk's submission (tens of
@@ -191,23 +191,6 @@ fn spread_over<T: Send>(threads: usize, n: usize, work: impl Fn(usize) -> Result
         .into_iter()
         .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err(Error::Gpu("a copy job never ran".into()))))
         .collect()
-}
-
-/// Runs `f` inside out-of-memory and validation error scopes (per thread, so every copy
-/// thread opens its own) and turns what they caught into an error.
-pub fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
-    let oom = engine.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-    let val = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let out = f();
-    let val_err = pollster::block_on(val.pop());
-    let oom_err = pollster::block_on(oom.pop());
-    if let Some(e) = oom_err {
-        return Err(Error::OutOfMemory(e.to_string()));
-    }
-    if let Some(e) = val_err {
-        return Err(Error::from(e));
-    }
-    Ok(out)
 }
 
 /// Copies `runs` of `src` into `dst` (back to back from offset 0) through mapped staging

@@ -48,6 +48,23 @@ pub struct Submitted {
     done: Option<Arc<AtomicBool>>,
 }
 
+/// Runs `f` inside out-of-memory and validation error scopes (per thread, so every copy
+/// thread opens its own) and turns what they caught into an error.
+pub fn scoped<T>(engine: &Engine, f: impl FnOnce() -> T) -> Result<T> {
+    let oom = engine.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let val = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let out = f();
+    let val_err = pollster::block_on(val.pop());
+    let oom_err = pollster::block_on(oom.pop());
+    if let Some(e) = oom_err {
+        return Err(Error::OutOfMemory(e.to_string()));
+    }
+    if let Some(e) = val_err {
+        return Err(Error::from(e));
+    }
+    Ok(out)
+}
+
 /// Submits `commands`, with what other threads submit at the same moment (`submit`), and
 /// asks to be told when they are done: the callback, asked for right after the submission,
 /// fires once it (and anything submitted before it) is done. A GPU error at submission is
@@ -56,15 +73,8 @@ pub fn submit(engine: &Engine, commands: impl IntoIterator<Item = wgpu::CommandB
     let (idx, done) = engine
         .submits
         .submit(commands, |all| {
-            let oom = engine.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-            let invalid = engine.device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let idx = engine.queue.submit(all);
-            let done = (!engine.spin.is_zero()).then(|| work_done_flag(engine));
-            let (invalid, oom) = (pollster::block_on(invalid.pop()), pollster::block_on(oom.pop()));
-            match invalid.or(oom) {
-                Some(e) => Err(format!("GPU error at submission: {e}")),
-                None => Ok((idx, done)),
-            }
+            scoped(engine, || (engine.queue.submit(all), (!engine.spin.is_zero()).then(|| work_done_flag(engine))))
+                .map_err(|e| format!("GPU error at submission: {e}"))
         })
         .map_err(Error::Gpu)?;
     Ok(Submitted { idx, done })
