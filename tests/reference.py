@@ -216,6 +216,17 @@ def forced_conv(rng, x_shape, w_shape, variant: str, layout: str = "NCHW", dt=np
     return x, w, got.transpose(0, 3, 1, 2) if layout == "NHWC" else got
 
 
+def forced_conv_within(rng, x_shape, w_shape, variant: str, layout: str, bound: float, **call) -> None:
+    """``forced_conv`` on float32 data against the float64 reference of the same call:
+    the output's shape, and its largest error within ``bound`` of the reference's max |y|."""
+    from convtune.reference import conv2d_reference
+
+    x, w, got = forced_conv(rng, x_shape, w_shape, variant, layout, **call)
+    want = conv2d_reference(x.astype(np.float64), w.astype(np.float64), **call)
+    assert got.shape == want.shape, (got.shape, want.shape, variant, layout)
+    assert np.abs(got - want).max() <= bound * np.abs(want).max(), (variant, layout, call)
+
+
 def nhwc(a) -> np.ndarray:
     """An (N, C, H, W) array as a C-contiguous (N, H, W, C) one."""
     return np.ascontiguousarray(np.asarray(a).transpose(0, 2, 3, 1))
