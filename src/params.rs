@@ -522,8 +522,8 @@ impl ConvShape {
     }
 
     /// The plain convolution that computes this transposed one by stride phases, or `None`
-    /// where there is none (not transposed, dilated at a stride past 1, or padding so large
-    /// that the lowered conv would need negative padding). Output row oy = Y * st + i - p
+    /// where there is none (not transposed, or padding so large that the lowered conv would
+    /// need negative padding). Output row oy = Y * st + i - p
     /// (0 <= i < st) sums x[Y - a'] * w[i + a' * st] over a' < ceil(R / st): per phase, a
     /// stride-1 conv of x with the taps i, i + st, ... flipped. Stacking the st_h * st_w
     /// phases as output channels makes one conv of stride 1 with a ceil(R/st) x ceil(S/st)
@@ -531,8 +531,9 @@ impl ConvShape {
     /// columns ([`Scatter`]). At stride 1 a dilation d stays one: the flipped taps d apart,
     /// the padding d * (R - 1) - p. Past stride 1 a dilated kernel is lowered as the kernel
     /// spread out, d * (R - 1) + 1 taps with zeros between its weights (`Scatter::holes`):
-    /// phases the weights never reach have only zero taps, which the tensor-core tiles skip.
-    /// Every family computes it; its weights are w rearranged (`kernels::phases`).
+    /// phases the weights never reach have only zero taps. Every family computes the lowered
+    /// form (the tensor-core ones not yet a spread-out kernel: `kernels::Variant::target`);
+    /// its weights are w rearranged (`kernels::phases`).
     pub fn lowered(&self) -> Option<ConvShape> {
         self.transposed?;
         let strided = self.stride != (1, 1);
