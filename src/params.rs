@@ -531,9 +531,8 @@ impl ConvShape {
     /// columns ([`Scatter`]). At stride 1 a dilation d stays one: the flipped taps d apart,
     /// the padding d * (R - 1) - p. Past stride 1 a dilated kernel is lowered as the kernel
     /// spread out, d * (R - 1) + 1 taps with zeros between its weights (`Scatter::holes`):
-    /// phases the weights never reach have only zero taps. Every family computes the lowered
-    /// form (the tensor-core ones not yet a spread-out kernel: `kernels::Variant::target`);
-    /// its weights are w rearranged (`kernels::phases`).
+    /// phases the weights never reach have only zero taps, which the tensor-core tiles skip.
+    /// Every family computes the lowered form; its weights are w rearranged (`kernels::phases`).
     pub fn lowered(&self) -> Option<ConvShape> {
         self.transposed?;
         let strided = self.stride != (1, 1);

@@ -273,6 +273,22 @@ def test_dilated_stride_1_lowered_form_on_tensor_cores(variant):
                   12, layout, half, precision, run_or_skip_tensor_core)
 
 
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", COOP_SAMPLE[1::2] + [v for v in convtune.variant_space() if v.startswith("wcoop_")][1::3])
+def test_strided_dilated_lowered_form_on_tensor_cores(variant):
+    # Past stride 1 the lowered kernel is spread out: dilation 2 at stride 2 leaves three
+    # phases of four with no live tap (their outputs are the epilogue of zero), dilation 3
+    # reaches every phase with some taps dead.
+    knobs = convtune.variant_knobs(variant)
+    i = convtune.variant_space().index(variant)
+    layout = "NHWC" if knobs.get("layout", i % 2) > 0 else "NCHW"
+    half = knobs.get("layout") == 2 or i % 2 == 0
+    precision = "highest" if knobs["split"] == 3 else "high"
+    d = 2 + i % 2
+    check_decoder(variant, 700 + i % 97, (2, 32, 7, 6), (32, 16, 3, 3), dict(stride=2, dilation=d, padding=1, output_padding=1),
+                  12, layout, half, precision, run_or_skip_tensor_core)
+
+
 # Every third window tile (layouts 3 and 4), on the lowered form's stride-1 conv.
 WINDOW_SAMPLE = [v for v in convtune.variant_space()
                  if v.startswith("coop_") and convtune.variant_knobs(v)["layout"] >= 3][1::3]

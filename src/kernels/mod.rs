@@ -269,9 +269,7 @@ impl Variant {
         match (self.ops().transposed(), shape.is_transposed()) {
             (false, false) => Some(shape.shuffle_lowered().unwrap_or(*shape)),
             (true, true) => Some(*shape),
-            // The tensor-core families take a spread-out kernel (dilated past stride 1) once
-            // their GPU test run has covered it; the FMA families and tconv compute it.
-            (false, true) => shape.lowered().filter(|l| !(self.needs_tensor_cores() && spread(l))),
+            (false, true) => shape.lowered(),
             _ => None,
         }
     }
@@ -300,8 +298,6 @@ impl Variant {
         let Some(target) = self.target(shape) else {
             let why = if !shape.padding_mode.is_zeros() {
                 "padding modes other than 'zeros' are for plain convolutions, which every family but tconv runs"
-            } else if shape.lowered().is_some_and(|l| spread(&l)) {
-                "a transposed convolution dilated past stride 1 runs on the FMA families and tconv"
             } else if shape.is_transposed() {
                 "a transposed convolution with padding past its kernel's reach runs on tconv only"
             } else {
@@ -375,12 +371,6 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
     let v = Variant::Direct(direct::Direct { wg_x: 64, wg_y: 1, unroll, tk, tw: 1 });
     debug_assert!(v.fits(caps));
     v
-}
-
-/// Whether a lowered form runs a spread-out kernel (a transposed convolution dilated past
-/// stride 1: zeros between its weights).
-fn spread(lowered: &ConvShape) -> bool {
-    lowered.scatter.is_some_and(|sc| sc.holes != (1, 1))
 }
 
 /// A one-group problem with equal strides and paddings on both axes, for the families' tests.
