@@ -6,7 +6,8 @@ channels-last). Prints one row per layer and mode: both times, the ratio (lower 
 the kernel chosen.
 
 Usage (GPU machine, with torch): python benches/layer_classes.py [--modes highest high float16]
-    [--only dilated ...]
+    [--only dilated ...] [--nhwc]  (--nhwc: the float32 modes channels-last too, against cuDNN's
+    channels-last, so that float16 and float32 compare in one layout)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ LAYERS = [
     ("dilated", (1, 512, 64, 64), (512, 512, 3, 3), 1, 4, 4, 1),  # segmentation backbone, d4
     ("dilated", (1, 256, 64, 64), (256, 256, 3, 3), 1, 12, 12, 1),  # an ASPP head, d12
     ("depthwise", (32, 144, 56, 56), (144, 1, 3, 3), 1, 1, 1, 144),  # MobileNetV2, batch 32
+    ("depthwise", (32, 96, 112, 112), (96, 1, 3, 3), 2, 1, 1, 96),  # MobileNetV2's stride-2, batch 32
+    ("depthwise", (8, 240, 28, 28), (240, 1, 5, 5), 1, 2, 1, 240),  # EfficientNet-B0's 5x5, batch 8
     ("grouped", (8, 256, 56, 56), (256, 8, 3, 3), 1, 1, 1, 32),  # ResNeXt-50 32x4d
     ("transposed", (8, 256, 32, 32), (256, 256, 3, 3), 1, 2, 2, 1, 0),  # dilated, stride 1
     ("transposed", (8, 256, 16, 16), (256, 128, 3, 3), 2, 1, 1, 1, 1),  # a decoder's upsampler
@@ -52,6 +55,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", nargs="+", default=["highest", "high", "float16"])
     p.add_argument("--only", nargs="*", default=[], help="classes to run (5x5, dilated, depthwise, grouped, transposed)")
+    p.add_argument("--nhwc", action="store_true", help="float32 modes in NHWC (and cuDNN channels-last)")
     a = p.parse_args()
     import convtune
 
@@ -60,14 +64,15 @@ def main() -> int:
     print("| class | layer | mode | ours ms | cuDNN ms | ratio | kernel |")
     print("|---|---|---|---|---|---|---|")
     for mode in a.modes:
-        theirs = [cudnn_ms(q, mode) for q in probs]
-        ours = run_child(probs, mode)["problems"]
+        theirs = [cudnn_ms(q, mode, a.nhwc) for q in probs]
+        ours = run_child(probs, mode, a.nhwc)["problems"]
         for q, o, c in zip(probs, ours, theirs):
             k = q["w"][1] * q["groups"] if q.get("transposed") else q["w"][0]
             label = f"{'x'.join(map(str, q['x']))} k{k} {q['w'][2]}x{q['w'][3]} s{q['stride'][0]} d{q['dilation'][0]} g{q['groups']}"
             if q.get("transposed"):
                 label += f" T op{q['output_padding'][0]}"
-            print(f"| {q['class']} | {label} | {mode} | {o['ms']:.4f} | {c:.4f} | **{o['ms'] / c:.2f}** | `{o['variant']}` |", flush=True)
+            shown = mode if mode == "float16" or not a.nhwc else f"{mode} NHWC"
+            print(f"| {q['class']} | {label} | {shown} | {o['ms']:.4f} | {c:.4f} | **{o['ms'] / c:.2f}** | `{o['variant']}` |", flush=True)
     return 0
 
 

@@ -66,6 +66,10 @@ def child(job: dict) -> dict:
             w = w.astype(np.float16)
             call = dict(kw, layout="NHWC")
             spec_kw = dict(kw, layout="NHWC", dtype="float16")
+        elif job.get("nhwc"):
+            x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+            call = dict(kw, precision=mode, layout="NHWC")
+            spec_kw = dict(call)
         else:
             call = dict(kw, precision=mode)
             spec_kw = dict(kw, precision=mode)
@@ -88,7 +92,7 @@ def child(job: dict) -> dict:
     return {"first_pass_s": first_pass, "problems": out}
 
 
-def cudnn_ms(p: dict, mode: str) -> float:
+def cudnn_ms(p: dict, mode: str, nhwc: bool = False) -> float:
     import torch
     import torch.nn.functional as F
 
@@ -107,6 +111,9 @@ def cudnn_ms(p: dict, mode: str) -> float:
     if mode == "float16":
         x = x.half().to(memory_format=torch.channels_last)
         w = w.half().to(memory_format=torch.channels_last)
+    elif nhwc:
+        x = x.to(memory_format=torch.channels_last)
+        w = w.to(memory_format=torch.channels_last)
     with torch.no_grad():
         ms = cuda_ms(lambda: conv(x, w, **kw))
     torch.backends.cudnn.allow_tf32 = False
@@ -120,10 +127,12 @@ def problems_of(network: str, batch: int) -> list:
     ]
 
 
-def run_child(problems: list, mode: str) -> dict:
+def run_child(problems: list, mode: str, nhwc: bool = False) -> dict:
+    """``child`` in a fresh process with a fresh cache; ``nhwc``: float32 modes run
+    channels-last too (float16 always does)."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, CONVTUNE_CACHE_DIR=cache, CONVTUNE_PROGRESS="0")
-        job = json.dumps({"problems": problems, "mode": mode})
+        job = json.dumps({"problems": problems, "mode": mode, "nhwc": nhwc})
         r = subprocess.run([sys.executable, __file__, "--child", job], capture_output=True, text=True, env=env, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"child failed ({mode}): {r.stderr[-2000:]}")

@@ -87,11 +87,11 @@ mod tests {
     fn parses_names_in_list_order_and_rejects_unknown_ones() {
         let f = Families::parse(" GEMM, direct,,gemm ").unwrap();
         assert_eq!(f.allowed(), ["direct", "gemm"]);
-        assert_eq!(f.excluded(), ["stem", "coop", "wino", "tconv", "wgemm", "wcoop"]);
+        assert_eq!(f.excluded(), ["stem", "coop", "wino", "tconv", "wgemm", "wcoop", "dwise"]);
         assert_eq!(f.key().as_deref(), Some("direct,gemm"));
-        assert!(Families::parse("coop,gemm,wino,direct,stem,tconv,wgemm,wcoop").unwrap().key().is_none());
+        assert!(Families::parse("coop,gemm,wino,direct,stem,tconv,wgemm,wcoop,dwise").unwrap().key().is_none());
         let e = Families::parse("direct,winograd").unwrap_err().to_string();
-        assert!(e.contains("\"winograd\"") && e.contains("direct, stem, gemm, coop, wino, tconv, wgemm, wcoop"), "{e}");
+        assert!(e.contains("\"winograd\"") && e.contains("direct, stem, gemm, coop, wino, tconv, wgemm, wcoop, dwise"), "{e}");
         assert!(Families::parse(" , ").is_err());
     }
 }

@@ -1126,6 +1126,30 @@ pub(crate) mod tests {
         y
     }
 
+    /// `reference` for either layout: an NHWC problem's x is read, and its y written, in
+    /// NHWC order.
+    fn reference_in_layout(s: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+        if s.layout == Layout::Nchw {
+            return reference(s, x, w, b);
+        }
+        let (n, c, h, wd) = (s.n as usize, s.c as usize, s.h as usize, s.w as usize);
+        let mut xc = vec![0f32; x.len()];
+        for i in 0..n * h * wd {
+            for ch in 0..c {
+                xc[((i / (h * wd)) * c + ch) * h * wd + i % (h * wd)] = x[i * c + ch];
+            }
+        }
+        let yc = reference(&s.with_layout(Layout::Nchw), &xc, w, b);
+        let (k, p) = (s.k as usize, (s.oh() * s.ow()) as usize);
+        let mut y = vec![0f64; yc.len()];
+        for i in 0..n * p {
+            for ch in 0..k {
+                y[i * k + ch] = yc[((i / p) * k + ch) * p + i % p];
+            }
+        }
+        y
+    }
+
     pub(crate) fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
         let scale = want.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
         got.iter().zip(want).map(|(g, w)| (*g as f64 - w).abs() / scale).fold(0.0, f64::max)
@@ -1143,13 +1167,15 @@ pub(crate) mod tests {
             ConvShape::new_transposed([2, 6, 5, 4], [6, 2, 3, 2], (2, 3), (1, 0), (1, 2), (1, 2), 2, Some(4)).unwrap(),
             // One group (the stem family), strided and dilated.
             ConvShape::new([2, 3, 9, 7], [4, 3, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 1, Some(4)).unwrap(),
+            // Depthwise in NHWC (the dwise family), strided and dilated.
+            ConvShape::new([2, 8, 9, 7], [8, 1, 3, 2], (2, 1), Padding::Explicit(1, 2), (1, 2), 8, Some(8)).unwrap().with_layout(Layout::Nhwc),
         ];
         for v in swept_variants().into_iter().filter(|v| v.fits(&e.caps)) {
             let s = shapes.iter().find(|s| v.computes(s)).unwrap();
             let x = random_data(s.x_len() as usize, 1);
             let w = random_data(s.w_len() as usize, 2);
-            let b = random_data(4, 3);
-            let want = reference(s, &x, &w, Some(&b));
+            let b = random_data(s.k as usize, 3);
+            let want = reference_in_layout(s, &x, &w, Some(&b));
             let mut got = vec![0f32; s.y_len() as usize];
             conv2d(&e, s, &v, &x, &w, Some(&b), None, &mut got, true).unwrap();
             let err = max_rel_err(&got, &want);
@@ -1167,11 +1193,13 @@ pub(crate) mod tests {
             ConvShape::new([2, 6, 9, 7], [18, 3, 3, 3], (1, 1), Padding::Explicit(1, 2), (1, 1), 2, Some(18)).unwrap(),
             // Winograd's tiles (2, 4 and 6 wide) past a ragged 10 x 11 image, shuffled by 2.
             ConvShape::new([1, 8, 10, 11], [16, 8, 3, 3], (1, 1), Padding::Explicit(1, 1), (1, 1), 1, Some(16)).unwrap(),
+            ConvShape::new([2, 8, 9, 7], [8, 1, 3, 3], (1, 2), Padding::Explicit(1, 1), (1, 1), 8, Some(8)).unwrap().with_layout(Layout::Nhwc),
         ];
         let shapes = [
             shapes[0].with_pixel_shuffle(2).unwrap(),
             shapes[1].with_pixel_shuffle(3).unwrap(),
             shapes[2].with_pixel_shuffle(2).unwrap(),
+            shapes[3].with_pixel_shuffle(2).unwrap(),
         ];
         let mut ran = 0;
         // Each variant on the first shape it computes; Winograd's also on its own shapes.
@@ -1187,7 +1215,7 @@ pub(crate) mod tests {
             let x = random_data(s.x_len() as usize, 1);
             let w = random_data(s.w_len() as usize, 2);
             let b = random_data(s.k as usize, 3);
-            let conv = reference(s, &x, &w, Some(&b));
+            let conv = reference_in_layout(s, &x, &w, Some(&b));
             let mut want = vec![f64::NAN; conv.len()];
             conv.iter().enumerate().for_each(|(i, v)| want[s.y_store_index(i as u64) as usize] = *v);
             // Poisoned finite: max_rel_err would pass over a NaN left unwritten.

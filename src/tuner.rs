@@ -1269,12 +1269,12 @@ mod tests {
             }
         }
         assert!(ranked_candidates(&t, &caps).iter().any(|v| v.family() == "tconv"));
-        // Dilated past stride 1: its spread-out kernel's lowered form on the FMA families
-        // competes with tconv (the tensor-core families do not take it yet).
+        // Dilated past stride 1: its spread-out kernel's lowered form on the FMA and
+        // tensor-core families competes with tconv.
         let dilated = ConvShape::new_transposed([8, 64, 32, 32], [64, 64, 3, 3], (2, 2), (1, 1), (0, 0), (2, 2), 1, None).unwrap();
         let ranked = ranked_candidates(&dilated, &caps);
         assert!(ranked.iter().any(|v| v.family() == "tconv") && ranked.iter().any(|v| v.family() == "gemm"));
-        assert!(!ranked.iter().any(|v| v.needs_tensor_cores()));
+        assert!(ranked.iter().any(|v| v.needs_tensor_cores()));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod coop;
 pub mod cost;
 pub mod direct;
+pub mod dwise;
 pub mod gemm;
 pub mod implicit;
 pub mod padding;
@@ -227,6 +228,7 @@ families! {
     Tconv(tconv::Tconv),
     Wgemm(winogemm::WinoGemm),
     Wcoop(winocoop::WinoCoop),
+    Dwise(dwise::Dwise),
 }
 
 impl Variant {
