@@ -22,6 +22,9 @@ from tuning_support import (  # noqa: F401  (tuning_env is a fixture)
 )
 
 X, W, KW = SMALL
+# Every family, in the list's order; the rest when CONVTUNE_FAMILIES allows gemm only.
+ALL = ["direct", "stem", "gemm", "coop", "wino", "tconv", "wgemm", "wcoop", "dwise"]
+OTHERS = ", ".join(f for f in ALL if f != "gemm")
 
 
 def families_of(report):
@@ -42,13 +45,13 @@ def test_unknown_names_raise_value_error_naming_the_accepted_ones(tuning_env, mo
     for call in calls:
         with pytest.raises(ValueError, match="CONVTUNE_FAMILIES") as e:
             call()
-        assert "direct, stem, gemm, coop, wino, tconv, wgemm, wcoop" in str(e.value)
+        assert ", ".join(ALL) in str(e.value)
 
 
 def test_names_are_case_and_space_insensitive(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_FAMILIES", " GEMM , ")
     assert convtune.default_variant(X, W, **KW).startswith("gemm_")
-    assert _convtune.families() == (["gemm"], ["direct", "stem", "coop", "wino", "tconv", "wgemm", "wcoop"])
+    assert _convtune.families() == (["gemm"], [f for f in ALL if f != "gemm"])
     monkeypatch.setenv("CONVTUNE_FAMILIES", "  ")  # blank: no restriction
     assert _convtune.families()[1] == []
 
@@ -105,12 +108,12 @@ def test_a_hand_edited_entry_with_an_excluded_winner_is_ignored(tuning_env, monk
 def test_explain_names_excluded_families_and_a_forced_variant_still_runs(tuning_env, monkeypatch):
     monkeypatch.setenv("CONVTUNE_TUNE", "off")
     e = explain(SMALL)
-    assert e.excluded == [] and e.families == ["direct", "stem", "gemm", "coop", "wino", "tconv", "wgemm", "wcoop"]
+    assert e.excluded == [] and e.families == ALL
     assert "CONVTUNE_FAMILIES" not in str(e)
     monkeypatch.setenv("CONVTUNE_FAMILIES", "gemm")
     e = explain(SMALL)
-    assert e.families == ["gemm"] and e.excluded == ["direct", "stem", "coop", "wino", "tconv", "wgemm", "wcoop"]
-    assert "CONVTUNE_FAMILIES excludes direct, stem, coop, wino, tconv, wgemm, wcoop" in str(e)
+    assert e.families == ["gemm"] and e.excluded == [f for f in ALL if f != "gemm"]
+    assert f"CONVTUNE_FAMILIES excludes {OTHERS}" in str(e)
     forced = explain(SMALL, variant="direct_wg64x1_u1_k4w1")
     assert (forced.source, forced.family) == ("forced", "direct")
     assert "asked for by name" in str(forced)
@@ -150,7 +153,7 @@ def test_a_family_that_cannot_compute_the_shape_raises_a_clear_error(tuning_env,
 def test_cli_reports_the_families(tuning_env, monkeypatch, capsys):
     monkeypatch.setenv("CONVTUNE_FAMILIES", "gemm")
     assert main(["info"]) == 0
-    assert "kernel families: gemm (CONVTUNE_FAMILIES excludes direct, stem, coop, wino, tconv, wgemm, wcoop)" in capsys.readouterr().out
+    assert f"kernel families: gemm (CONVTUNE_FAMILIES excludes {OTHERS})" in capsys.readouterr().out
     assert main(["tune", "--families", "gemm,nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown kernel family \"nope\"" in err and "Traceback" not in err
