@@ -548,7 +548,8 @@ def test_variant_space_has_both_families():
     assert any(v.startswith("wino_") for v in VARIANTS)
     assert any(v.startswith("wgemm_") for v in VARIANTS)
     assert any(v.startswith("stem_") for v in VARIANTS)
-    assert all(v.startswith(("direct_", "stem_", "gemm_", "coop_", "wino_", "wgemm_", "wcoop_")) for v in VARIANTS)
+    assert any(v.startswith("dwise_") for v in VARIANTS)
+    assert all(v.startswith(("direct_", "stem_", "gemm_", "coop_", "wino_", "wgemm_", "wcoop_", "dwise_")) for v in VARIANTS)
     assert any(v.startswith("tconv_") for v in convtune.variant_space())
 
 
@@ -560,7 +561,8 @@ def test_variant_knobs_family_matches_name():
         assert len(knobs) > 1, (name, knobs)
 
 
-@pytest.mark.parametrize("name", swept(VARIANTS))
+# dwise takes NHWC depthwise problems only: tests/test_dwise.py runs it.
+@pytest.mark.parametrize("name", swept([v for v in VARIANTS if not v.startswith("dwise_")]))
 def test_variant_matches_reference(name):
     x, w, b = _V_INPUTS
     try:
@@ -631,6 +633,13 @@ def test_wgsl_for_every_variant():
                 convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
             with pytest.raises(ValueError, match="layouts 3 and 4 stage the input window"):
                 convtune.wgsl(name, x, w, stride=2, padding=1, layout="NHWC", dtype="float16")
+        elif name.startswith("dwise_"):
+            # NHWC depthwise only, channels in vectors of the variant's width.
+            src = convtune.wgsl(name, (2, 23, 19, 8), (8, 1, 3, 2), bias=True, layout="NHWC",
+                                stride=2, padding=1, dilation=2, groups=8)
+            assert "array<vec" in src, name
+            with pytest.raises(ValueError, match="cannot run on this shape.*dwise family"):
+                convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         else:
             src = convtune.wgsl(name, V_X, V_W, bias=True, **V_KW)
         assert "@compute" in src, name

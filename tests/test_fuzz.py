@@ -502,6 +502,8 @@ def _fitting_variants():
                 continue
             if k["family"] == "tconv":
                 continue  # transposed problems only: tests/test_conv_transpose.py
+            if k["family"] == "dwise":
+                continue  # NHWC depthwise problems only: tests/test_dwise.py
             if k["family"] == "wgemm":
                 # F(6x6) meets "high", not the float32 bound this fuzz checks; the family's
                 # own cases are tests/test_winogemm.py.
