@@ -261,32 +261,34 @@ def test_lowered_form_on_tensor_cores(variant):
     check_decoder(variant, 200 + i, xs, ws, kw, 12, layout, half, precision, run_or_skip_tensor_core)
 
 
-@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
-@pytest.mark.parametrize("variant", COOP_SAMPLE[::2] + [v for v in convtune.variant_space() if v.startswith("wcoop_")][::3])
-def test_dilated_stride_1_lowered_form_on_tensor_cores(variant):
+def check_dilated_on_tensor_cores(variant, seed, xs, kw):
+    """``check_decoder`` on a dilated problem with the layout, data type and mode the
+    tensor-core ``variant`` takes."""
     knobs = convtune.variant_knobs(variant)
     i = convtune.variant_space().index(variant)
     layout = "NHWC" if knobs.get("layout", i % 2) > 0 else "NCHW"
     half = knobs.get("layout") == 2 or i % 2 == 0
     precision = "highest" if knobs["split"] == 3 else "high"
-    check_decoder(variant, 500 + i % 97, (2, 32, 9, 8), (32, 16, 3, 3), dict(dilation=2, padding=1, output_padding=1),
-                  12, layout, half, precision, run_or_skip_tensor_core)
+    check_decoder(variant, seed + i % 97, xs, (32, 16, 3, 3), kw, 12, layout, half, precision, run_or_skip_tensor_core)
+
+
+WCOOP = [v for v in convtune.variant_space() if v.startswith("wcoop_")]
 
 
 @pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
-@pytest.mark.parametrize("variant", COOP_SAMPLE[1::2] + [v for v in convtune.variant_space() if v.startswith("wcoop_")][1::3])
+@pytest.mark.parametrize("variant", COOP_SAMPLE[::2] + WCOOP[::3])
+def test_dilated_stride_1_lowered_form_on_tensor_cores(variant):
+    check_dilated_on_tensor_cores(variant, 500, (2, 32, 9, 8), dict(dilation=2, padding=1, output_padding=1))
+
+
+@pytest.mark.skipif(not TC, reason="the adapter has no tensor cores (cooperative matrices)")
+@pytest.mark.parametrize("variant", COOP_SAMPLE[1::2] + WCOOP[1::3])
 def test_strided_dilated_lowered_form_on_tensor_cores(variant):
     # Past stride 1 the lowered kernel is spread out: dilation 2 at stride 2 leaves three
     # phases of four with no live tap (their outputs are the epilogue of zero), dilation 3
     # reaches every phase with some taps dead.
-    knobs = convtune.variant_knobs(variant)
-    i = convtune.variant_space().index(variant)
-    layout = "NHWC" if knobs.get("layout", i % 2) > 0 else "NCHW"
-    half = knobs.get("layout") == 2 or i % 2 == 0
-    precision = "highest" if knobs["split"] == 3 else "high"
-    d = 2 + i % 2
-    check_decoder(variant, 700 + i % 97, (2, 32, 7, 6), (32, 16, 3, 3), dict(stride=2, dilation=d, padding=1, output_padding=1),
-                  12, layout, half, precision, run_or_skip_tensor_core)
+    d = 2 + convtune.variant_space().index(variant) % 2
+    check_dilated_on_tensor_cores(variant, 700, (2, 32, 7, 6), dict(stride=2, dilation=d, padding=1, output_padding=1))
 
 
 # Every third window tile (layouts 3 and 4), on the lowered form's stride-1 conv.
