@@ -104,6 +104,7 @@ mod engine;
 mod epilogue;
 mod error;
 mod families;
+mod first_run;
 mod generic;
 mod host;
 // Some helpers of the kernel families serve their tests and tools only.

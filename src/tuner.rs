@@ -9,6 +9,7 @@ use crate::compiling::{worker_count, Compiler, StopOnDrop};
 use crate::device::{Compiled, Engine};
 use crate::error::{Error, Result};
 use crate::families::Families;
+use crate::first_run::FirstRuns;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 use crate::pool::PooledBuffer;
@@ -807,8 +808,10 @@ pub fn tune(
     // A candidate is compiled while it can be expected to compile within the budget, at the
     // slowest rate per byte of WGSL seen so far (compile time grows with the unrolled code:
     // 5 ms to 1.5 s per candidate on an H200); the must-time candidates always are.
-    // The budget is for candidates: its clock starts when the set-up (inputs, reference,
-    // GPU spin-up) is done, and until then it is all left.
+    // On a GPU the budget is for candidates: its clock starts when the set-up (inputs,
+    // reference, GPU spin-up) is done, and until then it is all left. A CPU adapter's set-up
+    // (0.1-0.3 s on lavapipe, its reference kernel compiled at its first run) counts: there
+    // the first call is held to the budget as a whole.
     let clock: OnceLock<Instant> = OnceLock::new();
     let spent = || clock.get().map_or(Duration::ZERO, |t| t.elapsed());
     // Bytes of each candidate's WGSL, generated once for the compile and first-run estimates.
@@ -863,14 +866,14 @@ pub fn tune(
             last_run: Duration::ZERO,
         };
         let setup = start.elapsed();
-        let _ = clock.set(Instant::now());
+        let _ = clock.set(if on_gpu { Instant::now() } else { start });
         // Candidates are timed as they come out of the compile pool (ranked order where
         // compiles keep up); past the budget only the must-time ones still are, and then
         // (`draining`) those compiled while the compiles already under way finish, which
         // the run waits for anyway.
         let musts = order.iter().filter(|c| c.must).count();
         let (mut musts_seen, mut done, mut draining) = (0, 0, false);
-        let mut run_rate = 0.0f64;
+        let mut first_runs = FirstRuns::default();
         // A CPU adapter's ms per unit of the cost model, from the default's run.
         let mut ms_per_cost: Option<f64> = None;
         let measure_s = |i: usize, scale: Option<f64>| scale.map_or(0.0, |k| k * order[i].variant.cost(shape) * CPU_MEASURE_RUNS / 1e3);
@@ -890,11 +893,11 @@ pub fn tune(
             let c = &order[i];
             musts_seen += c.must as usize;
             // On a CPU adapter (lavapipe) a first run compiles the shader to machine code,
-            // up to a second for the largest: it costs up to the slowest rate per byte of
-            // WGSL seen so far, and beyond the must-time candidates none starts one that
-            // would end past the budget.
+            // up to a second for the largest (`FirstRuns` estimates it), and beyond the
+            // must-time candidates none starts one that would end past the budget.
             let bytes = if on_gpu || built.is_none() { 0 } else { bytes_of(i) };
-            let fits = spent().as_secs_f64() + run_rate * bytes as f64 + measure_s(i, ms_per_cost) <= opts.budget.as_secs_f64();
+            let first_run = first_runs.estimate(c.variant.family(), bytes);
+            let fits = spent().as_secs_f64() + first_run + measure_s(i, ms_per_cost) <= opts.budget.as_secs_f64();
             let must = c.must && (on_gpu || !c.ranked || fits);
             let timed = must || (fits && (spent() <= opts.budget || (draining && compiler.busy())));
             let Some((k, took)) = built.filter(|_| timed) else { continue };
@@ -905,7 +908,7 @@ pub fn tune(
             let (mut r, kernel) = measure_guarded(&mut bench, c, k, best.map(|b| b.1), opts)?;
             r.at_s = Some(at.as_secs_f64());
             r.measure_ms = Some((start.elapsed() - at).as_secs_f64() * 1e3);
-            run_rate = run_rate.max(bench.last_run.as_secs_f64() / bytes.max(1) as f64);
+            first_runs.record(c.variant.family(), bytes, bench.last_run, r.median_ms, i == 0);
             r.compile_ms = Some(took.as_secs_f64() * 1e3);
             if let (false, 0, Some(ms)) = (on_gpu, i, r.median_ms) {
                 let cost = c.variant.cost(shape);

@@ -902,7 +902,8 @@ def tune(
         stride, padding, dilation, groups: as for ``conv2d``.
         bias: whether the calls have a bias (``True``, its length, or the bias array).
         budget: seconds to spend compiling and timing candidates, after the set-up (inputs,
-            reference run, GPU spin-up); default ``CONVTUNE_TUNE_BUDGET`` or 1. Candidates
+            reference run, GPU spin-up; on a CPU adapter the set-up counts too); default
+            ``CONVTUNE_TUNE_BUDGET`` or 1. Candidates
             compile on a pool of threads, and one starts only if it can be expected to
             compile within the budget; the default variant and the few top-ranked candidates are timed even past
             it, and so are those whose compiles were under way when it ended, while the

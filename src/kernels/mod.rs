@@ -358,7 +358,9 @@ pub fn default_variant(shape: &ConvShape, caps: &Caps) -> Variant {
             return g;
         }
     }
-    let unroll = if shape.r * shape.s <= 49 { 1 } else { 0 };
+    // A CPU adapter (lavapipe) compiles a kernel to machine code at its first run, in time
+    // that grows with the written-out code: there the window stays a loop.
+    let unroll = if shape.r * shape.s <= 49 && !caps.cpu { 1 } else { 0 };
     // In NHWC a pixel's output channels are contiguous: workgroups 8 pixels by 8 channel
     // tiles store a few sectors per instruction where 64 pixels store 32 (the seed shape on
     // the H100: 15.6 us against 34.2). With 32 channels or more, tiles of 4 channels x 4
