@@ -249,7 +249,9 @@ def test_an_exception_in_the_progress_callback_cancels_tuning(tuning_env):
         pass
 
     def cb(done, total, name, shape):
-        if done == 2:
+        # After the default's report: the second candidate's, or the end's where the budget
+        # let no other candidate start (a CPU adapter's first runs are costed first).
+        if done >= 1:
             raise Stop("enough")
 
     with pytest.raises(Stop):
