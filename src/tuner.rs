@@ -1118,6 +1118,13 @@ mod tests {
         assert_eq!(ranked_candidates(&deep_pointwise, &caps)[0].family(), "gemm");
         let dw = shape([1, 64, 56, 56], [64, 1, 3, 3], 1, 64);
         assert_eq!(ranked_candidates(&dw, &caps)[0].family(), "direct");
+        // In NHWC the dwise family, two channels per invocation and a 2x4 tile first: on an
+        // H200 (`da91210`) `dwise_wg128_c2_w4h2` won MobileNetV2's 3x3 and EfficientNet's 5x5
+        // depthwise layers in float16, the other winners c2 (or c4) variants of 1x1-2x4 tiles.
+        let mobilenet = shape([32, 144, 56, 56], [144, 1, 3, 3], 1, 144).with_layout(crate::params::Layout::Nhwc);
+        for dt in [crate::dtype::DType::F16, crate::dtype::DType::F32] {
+            assert_eq!(ranked_candidates(&mobilenet.with_dtype(dt), &caps)[0].to_string(), "dwise_wg128_c2_w4h2");
+        }
         let first_layer = shape([8, 3, 224, 224], [64, 3, 3, 3], 1, 1);
         assert_eq!(ranked_candidates(&first_layer, &caps)[0].family(), "stem");
         // On a large problem gathered pixel by pixel GEMM's first candidate keeps registers
