@@ -298,12 +298,13 @@ pub fn store_stmt(s: &ConvShape, at: &str, value: &str, k: &str) -> String {
 /// A WGSL vec4's components, by index.
 pub const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
-/// The epilogue of four outputs at y elements `base` + 0..3 (channels `ks`), packed for one
-/// vec4 store.
-pub fn epilogue_quad(values: [String; 4], ks: [String; 4], base: &str) -> String {
+/// The epilogue of n outputs at y elements `base` + 0..n (channels `ks`), packed for one
+/// vecn store.
+pub fn epilogue_vec(values: &[String], ks: &[String], base: &str) -> String {
+    debug_assert_eq!(values.len(), ks.len());
     let parts: Vec<String> =
-        (0..4).map(|e| format!("DT(epilogue({}, {}, {base} + {e}))", values[e], ks[e])).collect();
-    format!("vec4<DT>({})", parts.join(", "))
+        values.iter().zip(ks).enumerate().map(|(e, (v, k))| format!("DT(epilogue({v}, {k}, {base} + {e}))")).collect();
+    format!("vec{}<DT>({})", values.len(), parts.join(", "))
 }
 
 /// `store_stmt` for a scatter ([`crate::params::Scatter`]) whose caller holds the two halves

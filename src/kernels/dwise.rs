@@ -9,7 +9,7 @@
 use super::cost::{ceil_to, parallel_efficiency, register_occupancy, GLOBAL_LOAD};
 use super::padding::PadIndex;
 use super::{Family, KernelVariant};
-use crate::codegen::{render, shape_vars, store_stmt, Kernel, LANES};
+use crate::codegen::{epilogue_vec, render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::collections::BTreeSet;
@@ -83,10 +83,6 @@ impl Dwise {
             set.into_iter().collect()
         };
         (span(self.th, shape.stride.0, shape.r, shape.dilation.0), span(self.tw, shape.stride.1, shape.s, shape.dilation.1))
-    }
-    /// Whether y leaves as vectors: no pixel shuffle or scatter moves its elements.
-    fn stores_vec(&self, shape: &ConvShape) -> bool {
-        !shape.moves_y()
     }
 }
 
@@ -166,11 +162,6 @@ impl KernelVariant for Dwise {
     }
 }
 
-/// The vector constructor of `vw` f32 values.
-fn fvec(parts: &[String]) -> String {
-    format!("FV({})", parts.join(", "))
-}
-
 fn generate(d: &Dwise, shape: &ConvShape) -> Result<Kernel> {
     let (vw, nv) = (d.vw(), d.nv());
     let taps = shape.r * shape.s;
@@ -181,7 +172,7 @@ fn generate(d: &Dwise, shape: &ConvShape) -> Result<Kernel> {
     for t in 0..taps {
         for v in 0..nv {
             let parts: Vec<String> = (0..vw).map(|e| format!("f32(w[(c0 + {}) * {taps} + {t}])", v * vw + e)).collect();
-            writeln!(weights, "    let w{t}_{v} = {};", fvec(&parts)).unwrap();
+            writeln!(weights, "    let w{t}_{v} = FV({});", parts.join(", ")).unwrap();
         }
     }
     for i in 0..d.th {
@@ -233,7 +224,8 @@ fn generate(d: &Dwise, shape: &ConvShape) -> Result<Kernel> {
         writeln!(main, "    }}").unwrap();
     }
 
-    let vec_store = d.stores_vec(shape);
+    // y leaves as vectors unless a pixel shuffle moves its elements apart.
+    let vec_store = !shape.moves_y();
     let mut store = String::new();
     for i in 0..d.th {
         for j in 0..d.tw {
@@ -245,10 +237,10 @@ fn generate(d: &Dwise, shape: &ConvShape) -> Result<Kernel> {
                 writeln!(store, "            let base = yp + k * YSK;").unwrap();
                 let acc = format!("a{i}_{j}_{v}");
                 if vec_store {
-                    let parts: Vec<String> = (0..vw as usize)
-                        .map(|e| format!("DT(epilogue({acc}.{}, k + {e}, base + {e}))", LANES[e]))
-                        .collect();
-                    writeln!(store, "            y[base / {vw}] = vec{vw}<DT>({});", parts.join(", ")).unwrap();
+                    let lanes = &LANES[..vw as usize];
+                    let values: Vec<String> = lanes.iter().map(|l| format!("{acc}.{l}")).collect();
+                    let ks: Vec<String> = (0..vw).map(|e| format!("k + {e}")).collect();
+                    writeln!(store, "            y[base / {vw}] = {};", epilogue_vec(&values, &ks, "base")).unwrap();
                 } else {
                     for (e, lane) in LANES.iter().enumerate().take(vw as usize) {
                         let put = store_stmt(shape, &format!("base + {e}"), &format!("{acc}.{lane}"), &format!("k + {e}"));

@@ -7,7 +7,7 @@ use super::cost::{
 use super::implicit::{self, View, PARTIAL, SPLIT_WORKSPACE};
 use super::padding::PadIndex;
 use super::{phases, Family, KernelVariant};
-use crate::codegen::{epilogue_quad, render, shape_vars, store_stmt, Kernel, LANES};
+use crate::codegen::{epilogue_vec, render, shape_vars, store_stmt, Kernel, LANES};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -490,11 +490,8 @@ fn generate(gm: &Gemm, shape: &ConvShape) -> Result<Kernel> {
             // Rows 4q..4q+3: four neighbouring pixels of one image (its plane is whole vec4s).
             for q in 0..gm.tm / 4 {
                 let i = 4 * q;
-                let quad = epilogue_quad(
-                    std::array::from_fn(|e| format!("acc{}_{j}", i + e as u32)),
-                    std::array::from_fn(|_| "k".to_string()),
-                    "yi",
-                );
+                let values: [String; 4] = std::array::from_fn(|e| format!("acc{}_{j}", i + e as u32));
+                let quad = epilogue_vec(&values, &["k", "k", "k", "k"].map(String::from), "yi");
                 writeln!(s, "            if (om{i} < M) {{ let yi = ym{i} + k * YSK; y[yi / 4] = {quad}; }}").unwrap();
             }
         } else {

@@ -13,7 +13,7 @@
 use super::cost::{ceil_to, parallel_efficiency, SHARED_LOAD};
 use super::padding::PadIndex;
 use super::{phases, Family, KernelVariant};
-use crate::codegen::{epilogue_quad, render, LANES, shape_vars, store_stmt, Kernel};
+use crate::codegen::{epilogue_vec, render, LANES, shape_vars, store_stmt, Kernel};
 use crate::error::{Error, Result};
 use crate::params::{ConvShape, Layout};
 use std::fmt::Write as _;
@@ -381,7 +381,7 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
                 let ks = [0, 1, 2, 3].map(|_| "k".to_string());
                 writeln!(s, "            if (ow0 + {} < OW) {{", 4 * jq).unwrap();
                 writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&(4 * jq).to_string())).unwrap();
-                writeln!(s, "                y[yi / 4] = {};", epilogue_quad(values, ks, "yi")).unwrap();
+                writeln!(s, "                y[yi / 4] = {};", epilogue_vec(&values, &ks, "yi")).unwrap();
                 writeln!(s, "            }}").unwrap();
             }
         }),
@@ -395,7 +395,7 @@ fn store(v: &Stem, shape: &ConvShape) -> String {
                     writeln!(s, "        {{\n            let k = k0 + {};", 4 * m).unwrap();
                     writeln!(s, "            if (k < K) {{").unwrap();
                     writeln!(s, "                let yi = n * YSN + k * YSK + {};", pixel(&j.to_string())).unwrap();
-                    writeln!(s, "                y[yi / 4] = {};", epilogue_quad(values, ks, "yi")).unwrap();
+                    writeln!(s, "                y[yi / 4] = {};", epilogue_vec(&values, &ks, "yi")).unwrap();
                     writeln!(s, "            }}\n        }}").unwrap();
                 }
                 writeln!(s, "    }}").unwrap();
